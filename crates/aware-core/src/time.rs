@@ -1,0 +1,44 @@
+//! RFC 3339 rendering of epoch milliseconds, for prompt lines (02 §8.4).
+
+/// `2026-01-01T00:00:00.000Z` for `ms` since the Unix epoch (UTC, proleptic Gregorian).
+pub fn rfc3339_millis(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let millis = ms.rem_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        sod / 3600,
+        (sod % 3600) / 60,
+        sod % 60
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day); Howard Hinnant's published civil algorithm.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_instants() {
+        assert_eq!(rfc3339_millis(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339_millis(1_767_225_600_000), "2026-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339_millis(1_767_225_601_000), "2026-01-01T00:00:01.000Z");
+        assert_eq!(rfc3339_millis(951_782_400_123), "2000-02-29T00:00:00.123Z");
+        assert_eq!(rfc3339_millis(-1), "1969-12-31T23:59:59.999Z");
+    }
+}
