@@ -210,7 +210,10 @@ mod tests {
         assert!(seed(Some(&m), 6, 1).is_none());
         assert!(material_update(Some(&m), 7, 1).is_none());
         let r = register(Some(&m), 9, 2);
-        assert_eq!((triple(&r), r.muted, r.origin), ((9, 9, 9), false, Origin::Watch));
+        assert_eq!(
+            (triple(&r), r.muted, r.origin),
+            ((9, 9, 9), false, Origin::Watch)
+        );
     }
 
     #[test]

@@ -60,7 +60,14 @@ impl EventKind {
         self.row().3
     }
 
-    fn row(self) -> (&'static str, KindClass, &'static [&'static str], &'static str) {
+    fn row(
+        self,
+    ) -> (
+        &'static str,
+        KindClass,
+        &'static [&'static str],
+        &'static str,
+    ) {
         use KindClass::*;
         match self {
             EventKind::HumanDirectMessage => (
@@ -366,7 +373,10 @@ mod tests {
     #[test]
     fn s009_clamping() {
         let t0 = 1_767_225_600_000;
-        assert_eq!(clamp_occurred_at(Some(t0 - 172_800_000), t0), t0 - 86_400_000);
+        assert_eq!(
+            clamp_occurred_at(Some(t0 - 172_800_000), t0),
+            t0 - 86_400_000
+        );
         assert_eq!(clamp_occurred_at(Some(t0 + 3_600_000), t0), t0);
         assert_eq!(clamp_occurred_at(None, t0), t0);
     }

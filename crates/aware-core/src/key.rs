@@ -248,7 +248,10 @@ mod tests {
         let g = SessionKey::parse("global").unwrap();
         assert!(!g.is_agent_qualified());
         assert_eq!(g.rest(), "global");
-        assert!(SessionKey::parse("agentx:y").unwrap().qualified_agent().is_none());
+        assert!(SessionKey::parse("agentx:y")
+            .unwrap()
+            .qualified_agent()
+            .is_none());
     }
 
     #[test]

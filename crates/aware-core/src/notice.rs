@@ -142,7 +142,10 @@ mod tests {
     fn s042_context_key_codec() {
         assert_eq!(encode_context_key("ab"), "session-state:6162");
         let k = "agent:main:slack:channel:C01234567";
-        assert_eq!(decode_context_key(&encode_context_key(k)).as_deref(), Some(k));
+        assert_eq!(
+            decode_context_key(&encode_context_key(k)).as_deref(),
+            Some(k)
+        );
         assert_eq!(encode_context_key("\u{FEFF}x"), "session-state:efbbbf78");
         assert_eq!(
             decode_context_key("session-state:efbbbf78").as_deref(),
@@ -184,6 +187,9 @@ mod tests {
             Err(SystemEventError::ReservedContextKey)
         );
         let l = SystemEventLine::new(" ping ", Some("CRON:A ")).unwrap();
-        assert_eq!((l.text.as_str(), l.context_key.as_deref()), ("ping", Some("cron:a")));
+        assert_eq!(
+            (l.text.as_str(), l.context_key.as_deref()),
+            ("ping", Some("cron:a"))
+        );
     }
 }

@@ -86,7 +86,10 @@ impl<W: Clone + Eq + Hash> Coalescer<W> {
     }
 
     pub fn delivered(&mut self, watcher: &W, at: i64) {
-        self.watchers.entry(watcher.clone()).or_default().last_delivered = Some(at);
+        self.watchers
+            .entry(watcher.clone())
+            .or_default()
+            .last_delivered = Some(at);
     }
 
     /// The earliest scheduled delivery, for timers.
@@ -114,7 +117,10 @@ mod tests {
     fn s059_coalescing_window() {
         let mut c = Coalescer::new(20_000);
         assert_eq!(c.request(&"w", T0), WakeDecision::DeliverNow);
-        assert_eq!(c.request(&"w", T0 + 5_000), WakeDecision::Scheduled(T0 + 20_000));
+        assert_eq!(
+            c.request(&"w", T0 + 5_000),
+            WakeDecision::Scheduled(T0 + 20_000)
+        );
         assert!(c.take_due(T0 + 19_000).is_empty());
         assert_eq!(c.take_due(T0 + 20_000), vec![("w", T0 + 20_000)]);
         c.delivered(&"w", T0 + 20_000);

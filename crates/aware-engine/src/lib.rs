@@ -1,1 +1,313 @@
+//! The aware engine: one handle that applies every operation of the spec to a store.
+//!
+//! Each public method is one request; mutations run as one writer op (a savepoint inside a
+//! group-commit transaction) and their after-commit effects (wakes, metrics) run only after the
+//! commit. Reads run on a snapshot. Time comes from an injectable [`Clock`]; timers (run
+//! timeouts, coalesced wakes, the prune interval) fire when the host calls
+//! [`Engine::run_timers`].
+//!
+//! Architecture invariant: the engine knows nothing about HTTP, MCP or JSON field names of the
+//! wire protocol; the gateway converts.
 
+mod append;
+mod clock;
+mod error;
+mod metrics;
+mod model;
+mod reads;
+mod retention;
+mod sessions;
+mod wakes;
+mod watch;
+
+pub use append::{Admission, AppendOutcome, AppendRequest, NotRecorded};
+pub use clock::{Clock, ClockBackwards, ManualClock, SystemClock};
+pub use error::{EngineError, Result};
+pub use metrics::EngineMetrics;
+pub use model::*;
+pub use wakes::{Wake, WakeReason};
+
+use aware_core::{AgentId, EventKind, RetentionPolicy};
+use aware_store::{Durability, SqliteStore, StoreError, StoreOptions, WriteTx};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use wakes::WakeHub;
+
+/// Engine configuration (the engine-relevant part of 03 §11).
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub db_path: PathBuf,
+    pub durability: Durability,
+    pub default_agent: AgentId,
+    pub main_key: String,
+    pub notify_on_create: bool,
+    pub retention: RetentionPolicy,
+    pub coalesce_secs: u64,
+}
+
+impl EngineConfig {
+    pub fn new(db_path: impl Into<PathBuf>) -> Self {
+        EngineConfig {
+            db_path: db_path.into(),
+            durability: Durability::Full,
+            default_agent: AgentId::parse("main").unwrap_or_else(|_| unreachable!()),
+            main_key: "main".into(),
+            notify_on_create: true,
+            retention: RetentionPolicy::default(),
+            coalesce_secs: 20,
+        }
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) store: SqliteStore,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) config: EngineConfig,
+    pub(crate) metrics: EngineMetrics,
+    pub(crate) wakes: WakeHub,
+    /// Single-flight for prune passes; a pass that finds it taken is skipped.
+    pub(crate) prune_lock: Mutex<()>,
+    /// Engine time of the last prune pass, for the interval timer.
+    pub(crate) last_prune_at: Mutex<Option<i64>>,
+}
+
+/// A cheap, cloneable handle to the engine.
+#[derive(Clone)]
+pub struct Engine {
+    pub(crate) inner: Arc<Inner>,
+}
+
+/// What an op wants done after its commit.
+#[derive(Default)]
+pub(crate) struct Effects {
+    pub appended: Vec<EventKind>,
+    pub dedupe_hits: u64,
+    pub append_failures: u64,
+    pub notices_opened: u64,
+    pub follow_ups: u64,
+    pub acked: u64,
+    /// Watchers whose notice opened or re-froze: `session-state` wake requests.
+    pub state_wakes: Vec<String>,
+    /// Requests that bypass coalescing (`message`, `spawn`).
+    pub direct_wakes: Vec<Wake>,
+    /// Watchers whose in-memory wake state must be dropped (deleted sessions).
+    pub forget: Vec<String>,
+}
+
+/// Context of one writer op: its "now" and its effects.
+pub(crate) struct Ctx {
+    pub now: i64,
+    pub effects: Effects,
+    pub inner: Arc<Inner>,
+}
+
+impl Engine {
+    /// Opens the store and builds the engine. Call [`Engine::start`] before serving.
+    pub fn open(config: EngineConfig, clock: Arc<dyn Clock>) -> Result<Self> {
+        config
+            .retention
+            .validate()
+            .map_err(|e| EngineError::invalid(e.to_string()))?;
+        let store =
+            SqliteStore::open(StoreOptions::new(&config.db_path).durability(config.durability))?;
+        let window_ms = (config.coalesce_secs as i64).saturating_mul(1000);
+        Ok(Engine {
+            inner: Arc::new(Inner {
+                store,
+                clock,
+                metrics: EngineMetrics::default(),
+                wakes: WakeHub::new(window_ms),
+                prune_lock: Mutex::new(()),
+                last_prune_at: Mutex::new(None),
+                config,
+            }),
+        })
+    }
+
+    /// Start-up work (02 §12): the restart sweep, then a prune pass.
+    pub fn start(&self) -> Result<(SweepReport, Option<PruneReport>)> {
+        let sweep = self.restart_sweep()?;
+        let prune = self.prune_pass();
+        Ok((sweep, prune))
+    }
+
+    pub fn now(&self) -> i64 {
+        self.inner.clock.now_ms()
+    }
+    pub fn config(&self) -> &EngineConfig {
+        &self.inner.config
+    }
+    pub fn metrics(&self) -> &EngineMetrics {
+        &self.inner.metrics
+    }
+    pub fn store(&self) -> &SqliteStore {
+        &self.inner.store
+    }
+    /// Subscribes to delivered wakes.
+    pub fn subscribe_wakes(&self) -> tokio::sync::broadcast::Receiver<Wake> {
+        self.inner.wakes.subscribe()
+    }
+
+    /// Stops the writer after its queue drained.
+    pub fn close(&self) {
+        self.inner.store.close();
+    }
+
+    /// Runs `op` as one writer op and applies its effects after the commit.
+    pub(crate) fn write<R: Send + 'static>(
+        &self,
+        op: impl FnOnce(&mut dyn WriteTx, &mut Ctx) -> Result<R> + Send + 'static,
+    ) -> Result<R> {
+        let inner = self.inner.clone();
+        let result = self.inner.store.write(move |tx| {
+            let mut ctx = Ctx {
+                now: inner.clock.now_ms(),
+                effects: Effects::default(),
+                inner: inner.clone(),
+            };
+            match op(tx, &mut ctx) {
+                Ok(r) => {
+                    let effects = std::mem::take(&mut ctx.effects);
+                    let hook_inner = inner.clone();
+                    let now = ctx.now;
+                    tx.after_commit(Box::new(move || apply_effects(&hook_inner, effects, now)));
+                    Ok(r)
+                }
+                Err(e) => Err(StoreError::Rejected(Box::new(e))),
+            }
+        });
+        result.map_err(unwrap_rejected)
+    }
+
+    /// Fires every engine-clock timer that is due: run timeouts, coalesced wakes, the prune
+    /// interval. Hosts call it on a timer, and test mode after moving the clock.
+    pub fn run_timers(&self) -> Result<()> {
+        let now = self.now();
+        self.expire_runs(now)?;
+        for (watcher, _due) in self.inner.wakes.take_due(now) {
+            deliver_state_wake(&self.inner, &watcher, now, true);
+        }
+        let interval_ms =
+            (self.inner.config.retention.prune_interval_secs as i64).saturating_mul(1000);
+        let due = match self.inner.last_prune_at.lock() {
+            Ok(last) => last.is_none_or(|t| now - t >= interval_ms),
+            Err(_) => false,
+        };
+        if due {
+            self.prune_pass();
+        }
+        Ok(())
+    }
+
+    /// The earliest engine time at which [`Engine::run_timers`] has something to do.
+    pub fn next_timer_due(&self) -> Option<i64> {
+        let interval_ms =
+            (self.inner.config.retention.prune_interval_secs as i64).saturating_mul(1000);
+        let prune = self
+            .inner
+            .last_prune_at
+            .lock()
+            .ok()
+            .and_then(|l| l.map(|t| t + interval_ms));
+        let runs = self
+            .inner
+            .store
+            .read(|r| r.next_run_deadline())
+            .ok()
+            .flatten();
+        [prune, runs, self.inner.wakes.next_due()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+}
+
+fn unwrap_rejected(e: StoreError) -> EngineError {
+    match e {
+        StoreError::Rejected(inner) => match inner.downcast::<EngineError>() {
+            Ok(engine) => *engine,
+            Err(other) => EngineError::invalid(other.to_string()),
+        },
+        other => EngineError::Store(other),
+    }
+}
+
+fn apply_effects(inner: &Arc<Inner>, effects: Effects, now: i64) {
+    let m = &inner.metrics;
+    for kind in &effects.appended {
+        m.appended(*kind);
+    }
+    EngineMetrics::inc(&m.dedupe_hits, effects.dedupe_hits);
+    EngineMetrics::inc(&m.append_failures, effects.append_failures);
+    EngineMetrics::inc(&m.notices_opened, effects.notices_opened);
+    EngineMetrics::inc(&m.notice_followups, effects.follow_ups);
+    EngineMetrics::inc(&m.notices_acked, effects.acked);
+    for watcher in &effects.forget {
+        inner.wakes.forget(watcher);
+    }
+    for watcher in effects.state_wakes {
+        request_state_wake(inner, &watcher, now);
+    }
+    for wake in effects.direct_wakes {
+        match wake.reason {
+            WakeReason::Message => EngineMetrics::inc(&m.wakes_requested_message, 1),
+            _ => EngineMetrics::inc(&m.wakes_requested_spawn, 1),
+        }
+        inner.wakes.emit(wake);
+        EngineMetrics::inc(&m.wakes_delivered, 1);
+    }
+}
+
+/// A watcher is woken only when it is agent-qualified and not a subagent (02 §10).
+pub(crate) fn wake_eligible(watcher: &str) -> bool {
+    aware_core::SessionKey::parse(watcher)
+        .map(|k| k.is_agent_qualified() && !k.is_subagent())
+        .unwrap_or(false)
+}
+
+pub(crate) fn request_state_wake(inner: &Arc<Inner>, watcher: &str, now: i64) {
+    if !wake_eligible(watcher) {
+        return;
+    }
+    EngineMetrics::inc(&inner.metrics.wakes_requested_session_state, 1);
+    match inner.wakes.decide(watcher, now) {
+        aware_core::wake::WakeDecision::DeliverNow => {
+            deliver_state_wake(inner, watcher, now, false);
+        }
+        _ => EngineMetrics::inc(&inner.metrics.wakes_coalesced, 1),
+    }
+}
+
+/// Sends one `session-state` wake listing the watcher's pending targets. A scheduled (merged)
+/// delivery is dropped when nothing is pending any more.
+pub(crate) fn deliver_state_wake(inner: &Arc<Inner>, watcher: &str, now: i64, scheduled: bool) {
+    let pending = inner
+        .store
+        .read(|r| r.pending_by_watcher(watcher))
+        .unwrap_or_default();
+    if pending.is_empty() && scheduled {
+        return;
+    }
+    if scheduled {
+        inner.wakes.mark_delivered(watcher, now);
+    }
+    let agent = aware_core::SessionKey::parse(watcher)
+        .ok()
+        .and_then(|k| k.qualified_agent())
+        .map(|a| a.as_str().to_string())
+        .unwrap_or_default();
+    inner.wakes.emit(Wake {
+        id: 0,
+        session_key: watcher.to_string(),
+        agent_id: agent,
+        reason: WakeReason::SessionState,
+        targets: pending
+            .into_iter()
+            .map(|c| (c.target_key, c.target_agent))
+            .collect(),
+        run_id: None,
+        from: None,
+        at: now,
+    });
+    EngineMetrics::inc(&inner.metrics.wakes_delivered, 1);
+}

@@ -1,0 +1,132 @@
+//! Prune passes (01 §9) and the restart sweep (02 §12). Each batch is its own writer op, so
+//! other writers interleave between batches.
+
+use crate::model::{PruneReport, SweepReport};
+use crate::{request_state_wake, Engine, EngineMetrics, Result};
+use aware_core::retention::MAX_BATCH_ROWS;
+
+/// Rows re-frozen per sweep transaction.
+const SWEEP_BATCH: u32 = 1000;
+
+impl Engine {
+    /// Runs one prune pass; `None` when another pass is running (single flight).
+    pub fn prune_pass(&self) -> Option<PruneReport> {
+        let inner = self.inner.clone();
+        let _guard = inner.prune_lock.try_lock().ok()?;
+        let policy = inner.config.retention;
+        let batch = policy.batch_rows.min(MAX_BATCH_ROWS);
+        let mut report = PruneReport::default();
+        let outcome: Result<()> = (|| {
+            // 1. Age.
+            loop {
+                let deleted = self.write(move |tx, ctx| {
+                    Ok(tx
+                        .prune_age_batch(policy.age_cutoff(ctx.now), batch, ctx.now)?
+                        .deleted)
+                })?;
+                if deleted == 0 {
+                    break;
+                }
+                report.deleted_by_age += deleted;
+                report.batches += 1;
+                EngineMetrics::inc(&inner.metrics.prune_batches, 1);
+                EngineMetrics::inc(&inner.metrics.prune_deleted_age, deleted);
+            }
+            // 2. Row cap.
+            loop {
+                let deleted = self.write(move |tx, ctx| {
+                    let n = policy.cap_batch(tx.event_count()?);
+                    if n == 0 {
+                        return Ok(0);
+                    }
+                    Ok(tx.prune_lowest_batch(n, ctx.now)?.deleted)
+                })?;
+                if deleted == 0 {
+                    break;
+                }
+                report.deleted_by_cap += deleted;
+                report.batches += 1;
+                EngineMetrics::inc(&inner.metrics.prune_batches, 1);
+                EngineMetrics::inc(&inner.metrics.prune_deleted_cap, deleted);
+            }
+            // 3. Cursor expiry (muted rows never expire).
+            loop {
+                let deleted = self.write(move |tx, ctx| {
+                    Ok(tx
+                        .expire_cursors_batch(policy.cursor_cutoff(ctx.now), batch)?
+                        .deleted)
+                })?;
+                if deleted == 0 {
+                    break;
+                }
+                report.expired_cursors += deleted;
+                report.batches += 1;
+                EngineMetrics::inc(&inner.metrics.prune_batches, 1);
+                EngineMetrics::inc(&inner.metrics.cursors_expired, deleted);
+            }
+            // 4. FIFO expiry.
+            loop {
+                let deleted = self.write(move |tx, ctx| {
+                    Ok(tx
+                        .expire_fifo_batch(policy.age_cutoff(ctx.now), batch)?
+                        .deleted)
+                })?;
+                if deleted == 0 {
+                    break;
+                }
+                report.expired_system_events += deleted;
+                report.batches += 1;
+                EngineMetrics::inc(&inner.metrics.prune_batches, 1);
+            }
+            Ok(())
+        })();
+        if let Ok(mut last) = inner.last_prune_at.lock() {
+            *last = Some(self.now());
+        }
+        if let Err(e) = outcome {
+            tracing::warn!(event = "prune_failed", error = %e, "prune batch failed; the next pass retries");
+            EngineMetrics::inc(&inner.metrics.prune_failures, 1);
+            return Some(report);
+        }
+        // 5. Passive checkpoint so the WAL does not grow without bound.
+        if let Err(e) = inner.store.checkpoint() {
+            tracing::warn!(event = "checkpoint_failed", error = %e, "passive WAL checkpoint failed");
+        }
+        tracing::info!(
+            event = "prune_pass",
+            deleted_by_age = report.deleted_by_age,
+            deleted_by_cap = report.deleted_by_cap,
+            expired_cursors = report.expired_cursors,
+            expired_system_events = report.expired_system_events,
+            batches = report.batches,
+            "prune pass done"
+        );
+        Some(report)
+    }
+
+    /// The restart sweep (02 §12): re-freeze pending cursors of existing watchers, then one
+    /// `session-state` wake per distinct eligible watcher.
+    pub fn restart_sweep(&self) -> Result<SweepReport> {
+        let mut after = 0i64;
+        let mut report = SweepReport::default();
+        loop {
+            let (last, watchers) =
+                self.write(move |tx, ctx| Ok(tx.sweep_batch(after, SWEEP_BATCH, ctx.now)?))?;
+            report.cursors += watchers.len() as u64;
+            for w in watchers {
+                if !report.watchers.contains(&w) {
+                    report.watchers.push(w);
+                }
+            }
+            match last {
+                Some(rowid) => after = rowid,
+                None => break,
+            }
+        }
+        let now = self.now();
+        for w in &report.watchers {
+            request_state_wake(&self.inner, w, now);
+        }
+        Ok(report)
+    }
+}

@@ -1,0 +1,98 @@
+//! Wake requests and delivery to subscribers (02 §10). Wakes are hints: the pending state they
+//! point to is durable, so a lost wake loses nothing.
+
+use aware_core::wake::{Coalescer, WakeDecision};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use tokio::sync::broadcast;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WakeReason {
+    SessionState,
+    Message,
+    Spawn,
+}
+
+impl WakeReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WakeReason::SessionState => "session-state",
+            WakeReason::Message => "message",
+            WakeReason::Spawn => "spawn",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wake {
+    /// Increases per process.
+    pub id: u64,
+    pub session_key: String,
+    pub agent_id: String,
+    pub reason: WakeReason,
+    /// Pending targets `(key, agent)` for `session-state` wakes.
+    pub targets: Vec<(String, String)>,
+    pub run_id: Option<String>,
+    pub from: Option<String>,
+    pub at: i64,
+}
+
+/// Coalescing state and the broadcast of delivered wakes.
+pub(crate) struct WakeHub {
+    /// Held briefly to ask the pure state machine; never across I/O or `.await`.
+    coalescer: Mutex<Coalescer<String>>,
+    next_id: AtomicU64,
+    sender: broadcast::Sender<Wake>,
+}
+
+impl WakeHub {
+    pub(crate) fn new(window_ms: i64) -> Self {
+        let (sender, _) = broadcast::channel(4096);
+        WakeHub {
+            coalescer: Mutex::new(Coalescer::new(window_ms)),
+            next_id: AtomicU64::new(1),
+            sender,
+        }
+    }
+
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<Wake> {
+        self.sender.subscribe()
+    }
+
+    pub(crate) fn decide(&self, watcher: &str, now: i64) -> WakeDecision {
+        match self.coalescer.lock() {
+            Ok(mut c) => c.request(&watcher.to_string(), now),
+            Err(_) => WakeDecision::DeliverNow,
+        }
+    }
+
+    pub(crate) fn take_due(&self, now: i64) -> Vec<(String, i64)> {
+        self.coalescer
+            .lock()
+            .map(|mut c| c.take_due(now))
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn mark_delivered(&self, watcher: &str, at: i64) {
+        if let Ok(mut c) = self.coalescer.lock() {
+            c.delivered(&watcher.to_string(), at);
+        }
+    }
+
+    pub(crate) fn next_due(&self) -> Option<i64> {
+        self.coalescer.lock().ok().and_then(|c| c.next_due())
+    }
+
+    pub(crate) fn forget(&self, watcher: &str) {
+        if let Ok(mut c) = self.coalescer.lock() {
+            c.forget(&watcher.to_string());
+        }
+    }
+
+    /// Sends a wake to every subscriber; returns it.
+    pub(crate) fn emit(&self, mut wake: Wake) -> Wake {
+        wake.id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let _ = self.sender.send(wake.clone());
+        wake
+    }
+}

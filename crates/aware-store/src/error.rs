@@ -1,0 +1,41 @@
+use std::path::PathBuf;
+
+/// Errors of the store. Messages name the numbers and paths involved.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("cannot open store at {path}: {source}")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("database schema version {found} is newer than this aware supports ({supported}); upgrade aware")]
+    SchemaTooNew { found: i64, supported: i64 },
+    #[error("injected fault: {0}")]
+    InjectedFault(&'static str),
+    #[error("commit failed: {0}")]
+    CommitFailed(String),
+    #[error("the writer thread has stopped")]
+    WriterGone,
+    #[error("stored row is corrupt: {0}")]
+    Corrupt(String),
+    #[error("operation panicked: {0}")]
+    Panicked(String),
+    /// An op refused by the layer above; carried through the writer so its savepoint is rolled
+    /// back, then handed back unchanged.
+    #[error("{0}")]
+    Rejected(Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl StoreError {
+    /// A failure that means the store is unusable for this op (503 `store_unavailable`).
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            StoreError::CommitFailed(_) | StoreError::WriterGone | StoreError::Open { .. }
+        )
+    }
+}

@@ -1,0 +1,63 @@
+//! The fault-injection seam (test mode, 03 §9, and the failure-model tests of 01 §12).
+//! Checked by the store itself, so faults hit the real code paths above it.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Mutex;
+
+#[derive(Debug, Default)]
+pub struct FaultPlan {
+    fail_appends: AtomicBool,
+    /// Session key whose appends fail; a std mutex, held only to clone or compare.
+    fail_appends_for: Mutex<Option<String>>,
+    fail_reads: AtomicBool,
+    fail_link_settles: AtomicBool,
+    fail_commits: AtomicU32,
+}
+
+impl FaultPlan {
+    pub fn set_fail_appends(&self, on: bool) {
+        self.fail_appends.store(on, Ordering::SeqCst);
+    }
+    pub fn set_fail_appends_for(&self, key: Option<String>) {
+        if let Ok(mut slot) = self.fail_appends_for.lock() {
+            *slot = key;
+        }
+    }
+    pub fn set_fail_reads(&self, on: bool) {
+        self.fail_reads.store(on, Ordering::SeqCst);
+    }
+    pub fn set_fail_link_settles(&self, on: bool) {
+        self.fail_link_settles.store(on, Ordering::SeqCst);
+    }
+    /// The next `n` commits fail (the whole batch is rolled back).
+    pub fn fail_next_commits(&self, n: u32) {
+        self.fail_commits.store(n, Ordering::SeqCst);
+    }
+    pub fn clear(&self) {
+        self.set_fail_appends(false);
+        self.set_fail_appends_for(None);
+        self.set_fail_reads(false);
+        self.set_fail_link_settles(false);
+        self.fail_next_commits(0);
+    }
+
+    pub(crate) fn append_fails(&self, session_key: &str) -> bool {
+        self.fail_appends.load(Ordering::SeqCst)
+            || self
+                .fail_appends_for
+                .lock()
+                .map(|k| k.as_deref() == Some(session_key))
+                .unwrap_or(false)
+    }
+    pub(crate) fn reads_fail(&self) -> bool {
+        self.fail_reads.load(Ordering::SeqCst)
+    }
+    pub fn link_settles_fail(&self) -> bool {
+        self.fail_link_settles.load(Ordering::SeqCst)
+    }
+    pub(crate) fn take_commit_failure(&self) -> bool {
+        self.fail_commits
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    }
+}

@@ -1,0 +1,121 @@
+//! Plain row types crossing the storage boundary. Keys are canonical strings; the engine
+//! validated them before they got here.
+
+use aware_core::{ActorType, CursorState, EventKind};
+use serde_json::{Map, Value};
+
+/// An event to insert (01 §4 step 5), already validated, sanitised and clamped.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    pub dedupe_key: Option<String>,
+    pub session_key: String,
+    pub session_id: Option<String>,
+    pub agent_id: String,
+    pub kind: EventKind,
+    pub actor_type: ActorType,
+    pub actor_id: Option<String>,
+    pub run_id: Option<String>,
+    pub occurred_at: i64,
+    pub summary: String,
+    pub payload: Option<Map<String, Value>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadRow {
+    pub last_sequence: i64,
+    pub pruned_max_sequence: i64,
+    pub updated_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CursorRow {
+    pub watcher: String,
+    pub target_key: String,
+    pub target_agent: String,
+    pub state: CursorState,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SystemEventRow {
+    pub id: i64,
+    pub text: String,
+    pub context_key: Option<String>,
+    pub enqueued_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GoalRow {
+    pub text: String,
+    /// `active` or `complete`.
+    pub status: String,
+    pub updated_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionRow {
+    pub key: String,
+    pub agent_id: String,
+    pub session_id: String,
+    pub kind: String,
+    pub label: Option<String>,
+    pub parent_key: Option<String>,
+    pub created_via: String,
+    pub active_run_id: Option<String>,
+    pub goal: Option<GoalRow>,
+    pub orphaned: bool,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnRow {
+    pub id: String,
+    pub index: i64,
+    pub role: String,
+    pub text: String,
+    pub at: i64,
+    pub actor_type: ActorType,
+    pub actor_id: Option<String>,
+    /// JSON object `{kind, sourceSessionKey?, sourceTool?, humanId?}`.
+    pub provenance_json: String,
+    pub channel: Option<String>,
+    pub run_id: Option<String>,
+    pub origin: Option<String>,
+    pub upstream_text: Option<String>,
+    pub idempotency_key: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunRow {
+    pub run_id: String,
+    pub session_key: String,
+    pub agent_id: String,
+    pub session_id: String,
+    pub started_at: i64,
+    pub ended_at: Option<i64>,
+    pub outcome: Option<String>,
+    pub deadline_at: Option<i64>,
+    /// Sequence of the terminal event, so an idempotent repeat answers the same event.
+    pub event_sequence: Option<i64>,
+}
+
+/// Filter of a session list, ordered by `updated_at` descending, then key, then agent.
+#[derive(Debug, Clone, Default)]
+pub struct SessionFilter {
+    /// Only these agents (empty: all).
+    pub agents: Vec<String>,
+    pub kinds: Vec<String>,
+    pub parent_key: Option<String>,
+    pub label: Option<String>,
+    pub updated_since: Option<i64>,
+    pub exclude_subagents: bool,
+    pub limit: u32,
+    pub offset: u64,
+}
+
+/// What one prune batch did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchResult {
+    pub deleted: u64,
+}

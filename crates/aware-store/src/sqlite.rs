@@ -1,0 +1,1469 @@
+//! SQLite implementation: schema, the writer thread with group commit, the reader pool, and the
+//! row primitives of [`ReadTx`]/[`WriteTx`].
+
+use crate::faults::FaultPlan;
+use crate::metrics::StoreMetrics;
+use crate::rows::*;
+use crate::tx::{ReadTx, WriteTx};
+use crate::{Result, StoreError};
+use aware_core::{ActorType, CursorState, EventKind, Origin, StoredEvent};
+use rusqlite::types::Type;
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row, ToSql};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Schema version kept in `PRAGMA user_version`.
+pub const SCHEMA_VERSION: i64 = 1;
+/// Most ops one commit takes (01 §8).
+const MAX_GROUP: usize = 256;
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// When a committed transaction survives what (01 §8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// `synchronous=FULL`: survives process crashes, OS crashes and power loss; a sequence once
+    /// answered is never issued again.
+    #[default]
+    Full,
+    /// `synchronous=NORMAL`: survives process crashes only; after an OS crash or power loss the
+    /// last commits may roll back and their sequences may be issued again.
+    Normal,
+}
+
+impl Durability {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Durability::Full => "full",
+            Durability::Normal => "normal",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "full" => Some(Durability::Full),
+            "normal" => Some(Durability::Normal),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    pub path: PathBuf,
+    pub durability: Durability,
+    /// Reader connections (2..=4 is sensible).
+    pub readers: usize,
+}
+
+impl StoreOptions {
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        StoreOptions {
+            path: path.into(),
+            durability: Durability::Full,
+            readers: 3,
+        }
+    }
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+}
+
+type Hook = Box<dyn FnOnce() + Send>;
+type Completion = Box<dyn FnOnce(Result<()>) + Send>;
+/// One writer op: `run` executes it inside its savepoint and says whether it succeeded;
+/// `complete` answers the caller with the commit outcome (and the op's own result, which `run`
+/// left in a slot they share). An op whose transaction never started is only completed.
+struct Job {
+    run: Box<dyn FnOnce(&mut SqlTx<'_>) -> bool + Send>,
+    complete: Completion,
+}
+
+struct Inner {
+    path: PathBuf,
+    durability: Durability,
+    /// Sender to the writer thread; a std mutex only so `Inner` is `Sync` on older toolchains.
+    jobs: Mutex<Option<mpsc::Sender<Job>>>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    /// Reader connections; each std mutex is held for one read closure, never across `.await`.
+    readers: Vec<Mutex<Connection>>,
+    next_reader: AtomicUsize,
+    faults: Arc<FaultPlan>,
+    metrics: Arc<StoreMetrics>,
+}
+
+/// A cheap, cloneable handle to one SQLite store.
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.inner.path)
+            .finish()
+    }
+}
+
+fn open_conn(path: &Path, flags: OpenFlags) -> Result<Connection> {
+    let conn = Connection::open_with_flags(path, flags).map_err(|source| StoreError::Open {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    Ok(conn)
+}
+
+impl SqliteStore {
+    /// Opens (creating if missing) the store, checks the schema version, creates missing tables,
+    /// and starts the writer thread.
+    pub fn open(options: StoreOptions) -> Result<Self> {
+        let path = options.path.clone();
+        let writer_conn = open_conn(
+            &path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        let mode: String = writer_conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::Corrupt(format!(
+                "cannot switch {} to WAL (journal mode {mode})",
+                path.display()
+            )));
+        }
+        let sync = match options.durability {
+            Durability::Full => "FULL",
+            Durability::Normal => "NORMAL",
+        };
+        writer_conn.execute_batch(&format!(
+            "PRAGMA synchronous={sync}; PRAGMA foreign_keys=OFF; PRAGMA temp_store=MEMORY;"
+        ))?;
+        migrate(&writer_conn)?;
+
+        let readers = (0..options.readers.clamp(1, 8))
+            .map(|_| {
+                let c = open_conn(
+                    &path,
+                    OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                )?;
+                c.execute_batch("PRAGMA query_only=1;")?;
+                Ok(Mutex::new(c))
+            })
+            .collect::<Result<Vec<_>>>()?;
+
+        let faults = Arc::new(FaultPlan::default());
+        let metrics = Arc::new(StoreMetrics::default());
+        let (tx, rx) = mpsc::channel::<Job>();
+        let writer = {
+            let faults = faults.clone();
+            let metrics = metrics.clone();
+            std::thread::Builder::new()
+                .name("aware-writer".into())
+                .spawn(move || writer_loop(writer_conn, rx, &faults, &metrics))
+                .map_err(|e| StoreError::Corrupt(format!("cannot start writer thread: {e}")))?
+        };
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                path,
+                durability: options.durability,
+                jobs: Mutex::new(Some(tx)),
+                writer: Mutex::new(Some(writer)),
+                readers,
+                next_reader: AtomicUsize::new(0),
+                faults,
+                metrics,
+            }),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+    pub fn durability(&self) -> Durability {
+        self.inner.durability
+    }
+    pub fn faults(&self) -> &FaultPlan {
+        &self.inner.faults
+    }
+    pub fn metrics(&self) -> &StoreMetrics {
+        &self.inner.metrics
+    }
+
+    fn submit<R: Send + 'static>(
+        &self,
+        op: impl FnOnce(&mut dyn WriteTx) -> Result<R> + Send + 'static,
+        reply: impl FnOnce(Result<R>) + Send + 'static,
+    ) -> Result<()> {
+        let slot: Arc<Mutex<Option<Result<R>>>> = Arc::new(Mutex::new(None));
+        let run_slot = slot.clone();
+        let job = Job {
+            run: Box::new(move |tx: &mut SqlTx<'_>| {
+                let result = match catch_unwind(AssertUnwindSafe(|| op(tx))) {
+                    Ok(r) => r,
+                    Err(panic) => Err(StoreError::Panicked(panic_text(&panic))),
+                };
+                let ok = result.is_ok();
+                if let Ok(mut s) = run_slot.lock() {
+                    *s = Some(result);
+                }
+                ok
+            }),
+            complete: Box::new(move |commit: Result<()>| {
+                let result = slot.lock().ok().and_then(|mut s| s.take());
+                reply(match (commit, result) {
+                    (Ok(()), Some(r)) => r,
+                    (Err(e), _) => Err(e),
+                    (Ok(()), None) => Err(StoreError::WriterGone),
+                });
+            }),
+        };
+        let guard = self.inner.jobs.lock().map_err(|_| StoreError::WriterGone)?;
+        let sender = guard.as_ref().ok_or(StoreError::WriterGone)?;
+        sender.send(job).map_err(|_| StoreError::WriterGone)
+    }
+
+    /// Runs `op` as one writer op (its own savepoint inside a group-commit transaction) and
+    /// returns its result after the commit. Blocks the calling thread.
+    pub fn write<R: Send + 'static>(
+        &self,
+        op: impl FnOnce(&mut dyn WriteTx) -> Result<R> + Send + 'static,
+    ) -> Result<R> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.submit(op, move |r| {
+            let _ = tx.send(r);
+        })?;
+        rx.recv().map_err(|_| StoreError::WriterGone)?
+    }
+
+    /// Async flavour of [`SqliteStore::write`] for tokio callers.
+    pub async fn write_async<R: Send + 'static>(
+        &self,
+        op: impl FnOnce(&mut dyn WriteTx) -> Result<R> + Send + 'static,
+    ) -> Result<R> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.submit(op, move |r| {
+            let _ = tx.send(r);
+        })?;
+        rx.await.map_err(|_| StoreError::WriterGone)?
+    }
+
+    /// Runs `f` on a consistent snapshot from the reader pool.
+    pub fn read<R>(&self, f: impl FnOnce(&dyn ReadTx) -> Result<R>) -> Result<R> {
+        let n = self.inner.readers.len();
+        let start = self.inner.next_reader.fetch_add(1, Ordering::Relaxed);
+        let guard = (0..n)
+            .find_map(|i| self.inner.readers[(start + i) % n].try_lock().ok())
+            .map_or_else(
+                || self.inner.readers[start % n].lock(),
+                |g| Ok::<_, std::sync::PoisonError<_>>(g),
+            )
+            .map_err(|_| StoreError::Corrupt("reader connection poisoned".into()))?;
+        let conn: &Connection = &guard;
+        conn.execute_batch("BEGIN DEFERRED")?;
+        let tx = SqlTx {
+            conn,
+            faults: &self.inner.faults,
+            reader: true,
+            hooks: Vec::new(),
+        };
+        let result = f(&tx);
+        let _ = conn.execute_batch("COMMIT");
+        result
+    }
+
+    /// Stops the writer after it finished every op already queued. Later writes fail with
+    /// [`StoreError::WriterGone`]. Dropping the last handle does the same.
+    pub fn close(&self) {
+        if let Ok(mut jobs) = self.inner.jobs.lock() {
+            jobs.take();
+        }
+        if let Ok(mut writer) = self.inner.writer.lock() {
+            if let Some(handle) = writer.take() {
+                let _ = handle.join();
+            }
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Ok(mut jobs) = self.jobs.lock() {
+            jobs.take();
+        }
+        if let Ok(mut writer) = self.writer.lock() {
+            if let Some(handle) = writer.take() {
+                let _ = handle.join();
+            }
+        }
+    }
+}
+
+fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
+/// The writer: wait for one op, take every op already queued (≤ 256), run them in one
+/// transaction with a savepoint each, commit once, then answer and run after-commit hooks.
+/// It never waits for more ops to arrive.
+fn writer_loop(
+    conn: Connection,
+    rx: mpsc::Receiver<Job>,
+    faults: &FaultPlan,
+    metrics: &StoreMetrics,
+) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_GROUP {
+            match rx.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        let started = Instant::now();
+        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+            let msg = e.to_string();
+            for job in batch {
+                (job.complete)(Err(StoreError::CommitFailed(msg.clone())));
+            }
+            continue;
+        }
+        let mut done: Vec<(Completion, Vec<Hook>)> = Vec::with_capacity(batch.len());
+        for job in batch {
+            let mut tx = SqlTx {
+                conn: &conn,
+                faults,
+                reader: false,
+                hooks: Vec::new(),
+            };
+            if let Err(e) = conn.execute_batch("SAVEPOINT op") {
+                (job.complete)(Err(StoreError::CommitFailed(e.to_string())));
+                continue;
+            }
+            let ok = (job.run)(&mut tx);
+            let complete = job.complete;
+            let mut hooks = std::mem::take(&mut tx.hooks);
+            if !ok {
+                hooks.clear();
+                let _ = conn.execute_batch("ROLLBACK TO op; RELEASE op");
+            } else if conn.execute_batch("RELEASE op").is_err() {
+                hooks.clear();
+            }
+            done.push((complete, hooks));
+        }
+        let commit = if faults.take_commit_failure() {
+            Err(StoreError::CommitFailed("injected commit failure".into()))
+        } else {
+            conn.execute_batch("COMMIT")
+                .map_err(|e| StoreError::CommitFailed(e.to_string()))
+        };
+        match commit {
+            Ok(()) => {
+                metrics.record_commit(done.len() as u64, started.elapsed().as_micros() as u64);
+                for (complete, hooks) in done {
+                    for hook in hooks {
+                        hook();
+                    }
+                    complete(Ok(()));
+                }
+            }
+            Err(e) => {
+                let _ = conn.execute_batch("ROLLBACK");
+                metrics
+                    .commit_failures
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(event = "commit_failed", error = %e, ops = done.len(), "commit failed");
+                let msg = e.to_string();
+                for (complete, _) in done {
+                    complete(Err(StoreError::CommitFailed(msg.clone())));
+                }
+            }
+        }
+    }
+}
+
+const SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS session_state_events (
+    sequence     INTEGER PRIMARY KEY AUTOINCREMENT,
+    dedupe_key   TEXT UNIQUE,
+    session_key  TEXT NOT NULL,
+    session_id   TEXT,
+    agent_id     TEXT NOT NULL,
+    kind         TEXT NOT NULL,
+    actor_type   TEXT NOT NULL,
+    actor_id     TEXT,
+    run_id       TEXT,
+    occurred_at  INTEGER NOT NULL,
+    summary      TEXT NOT NULL,
+    payload_json TEXT
+) STRICT;
+CREATE INDEX IF NOT EXISTS session_state_events_stream
+    ON session_state_events (session_key, agent_id, sequence);
+CREATE INDEX IF NOT EXISTS session_state_events_age
+    ON session_state_events (occurred_at, sequence);
+
+CREATE TABLE IF NOT EXISTS session_state_heads (
+    session_key         TEXT NOT NULL,
+    agent_id            TEXT NOT NULL,
+    last_sequence       INTEGER NOT NULL,
+    pruned_max_sequence INTEGER NOT NULL DEFAULT 0,
+    updated_at          INTEGER NOT NULL,
+    PRIMARY KEY (session_key, agent_id)
+) STRICT;
+
+CREATE TABLE IF NOT EXISTS session_watch_cursors (
+    watcher_session_key TEXT NOT NULL,
+    target_session_key  TEXT NOT NULL,
+    target_agent_id     TEXT NOT NULL,
+    last_seen_sequence  INTEGER NOT NULL,
+    notified_sequence   INTEGER NOT NULL,
+    material_sequence   INTEGER NOT NULL,
+    muted               INTEGER NOT NULL DEFAULT 0,
+    origin              TEXT NOT NULL,
+    notice_opened_at    INTEGER,
+    created_at          INTEGER NOT NULL,
+    updated_at          INTEGER NOT NULL,
+    PRIMARY KEY (watcher_session_key, target_session_key, target_agent_id)
+) STRICT;
+CREATE INDEX IF NOT EXISTS session_watch_cursors_target
+    ON session_watch_cursors (target_session_key, target_agent_id);
+CREATE INDEX IF NOT EXISTS session_watch_cursors_updated
+    ON session_watch_cursors (updated_at);
+
+CREATE TABLE IF NOT EXISTS session_system_events (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_key TEXT NOT NULL,
+    agent_id    TEXT NOT NULL,
+    text        TEXT NOT NULL,
+    context_key TEXT,
+    enqueued_at INTEGER NOT NULL
+) STRICT;
+CREATE INDEX IF NOT EXISTS session_system_events_session
+    ON session_system_events (session_key, agent_id, id);
+
+CREATE TABLE IF NOT EXISTS session_upstream_links (
+    session_key       TEXT NOT NULL,
+    agent_id          TEXT NOT NULL,
+    catalog_id        TEXT NOT NULL,
+    host_id           TEXT NOT NULL,
+    thread_id         TEXT NOT NULL,
+    upstream_kind     TEXT NOT NULL,
+    upstream_ref_json TEXT NOT NULL,
+    last_marker_json  TEXT,
+    last_scanned_at   INTEGER,
+    created_at        INTEGER NOT NULL,
+    updated_at        INTEGER NOT NULL,
+    PRIMARY KEY (session_key, agent_id)
+) STRICT;
+
+CREATE TABLE IF NOT EXISTS sessions (
+    session_key        TEXT NOT NULL,
+    agent_id           TEXT NOT NULL,
+    session_id         TEXT NOT NULL,
+    kind               TEXT NOT NULL,
+    label              TEXT,
+    parent_session_key TEXT,
+    created_via        TEXT NOT NULL,
+    active_run_id      TEXT,
+    goal_text          TEXT,
+    goal_status        TEXT,
+    goal_updated_at    INTEGER,
+    orphaned           INTEGER NOT NULL DEFAULT 0,
+    created_at         INTEGER NOT NULL,
+    updated_at         INTEGER NOT NULL,
+    PRIMARY KEY (session_key, agent_id)
+) STRICT;
+CREATE UNIQUE INDEX IF NOT EXISTS sessions_label ON sessions (agent_id, label) WHERE label IS NOT NULL;
+CREATE INDEX IF NOT EXISTS sessions_parent ON sessions (parent_session_key);
+CREATE INDEX IF NOT EXISTS sessions_updated ON sessions (updated_at DESC, session_key, agent_id);
+
+CREATE TABLE IF NOT EXISTS turns (
+    session_key     TEXT NOT NULL,
+    agent_id        TEXT NOT NULL,
+    idx             INTEGER NOT NULL,
+    id              TEXT NOT NULL UNIQUE,
+    role            TEXT NOT NULL,
+    text            TEXT NOT NULL,
+    at              INTEGER NOT NULL,
+    actor_type      TEXT NOT NULL,
+    actor_id        TEXT,
+    provenance_json TEXT NOT NULL,
+    channel         TEXT,
+    run_id          TEXT,
+    origin          TEXT,
+    upstream_text   TEXT,
+    idempotency_key TEXT,
+    PRIMARY KEY (session_key, agent_id, idx)
+) STRICT;
+CREATE UNIQUE INDEX IF NOT EXISTS turns_idempotency
+    ON turns (session_key, agent_id, idempotency_key) WHERE idempotency_key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS turns_run ON turns (run_id) WHERE run_id IS NOT NULL;
+
+CREATE TABLE IF NOT EXISTS runs (
+    run_id         TEXT PRIMARY KEY,
+    session_key    TEXT NOT NULL,
+    agent_id       TEXT NOT NULL,
+    session_id     TEXT NOT NULL,
+    started_at     INTEGER NOT NULL,
+    ended_at       INTEGER,
+    outcome        TEXT,
+    deadline_at    INTEGER,
+    event_sequence INTEGER
+) STRICT;
+CREATE INDEX IF NOT EXISTS runs_session ON runs (session_key, agent_id);
+CREATE INDEX IF NOT EXISTS runs_deadline ON runs (deadline_at) WHERE ended_at IS NULL AND deadline_at IS NOT NULL;
+"#;
+
+fn migrate(conn: &Connection) -> Result<()> {
+    let found: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::SchemaTooNew {
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let result = conn
+        .execute_batch(SCHEMA)
+        .and_then(|_| conn.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}")));
+    match result {
+        Ok(()) => conn.execute_batch("COMMIT")?,
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            return Err(e.into());
+        }
+    }
+    Ok(())
+}
+
+/// One connection viewed as a transaction: the writer's (inside `BEGIN IMMEDIATE`) or a
+/// reader's snapshot.
+pub(crate) struct SqlTx<'c> {
+    conn: &'c Connection,
+    faults: &'c FaultPlan,
+    /// Reader snapshots honour the `failReads` fault; the writer's own reads never do.
+    reader: bool,
+    hooks: Vec<Hook>,
+}
+
+fn conversion_error(col: usize, what: String) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(col, Type::Text, what.into())
+}
+
+const EVENT_COLS: &str =
+    "sequence, dedupe_key, session_key, session_id, agent_id, kind, actor_type, \
+     actor_id, run_id, occurred_at, summary, payload_json";
+
+fn event_from_row(row: &Row<'_>) -> rusqlite::Result<StoredEvent> {
+    let kind: String = row.get(5)?;
+    let actor: String = row.get(6)?;
+    let payload: Option<String> = row.get(11)?;
+    let payload = match payload {
+        None => None,
+        Some(text) => match serde_json::from_str::<serde_json::Value>(&text) {
+            Ok(serde_json::Value::Object(map)) => Some(map),
+            _ => {
+                return Err(conversion_error(
+                    11,
+                    format!("payload_json is not an object: {text}"),
+                ))
+            }
+        },
+    };
+    Ok(StoredEvent {
+        sequence: row.get(0)?,
+        dedupe_key: row.get(1)?,
+        session_key: row.get(2)?,
+        session_id: row.get(3)?,
+        agent_id: row.get(4)?,
+        kind: EventKind::parse(&kind)
+            .ok_or_else(|| conversion_error(5, format!("unknown kind {kind:?}")))?,
+        actor_type: ActorType::parse(&actor)
+            .ok_or_else(|| conversion_error(6, format!("unknown actor type {actor:?}")))?,
+        actor_id: row.get(7)?,
+        run_id: row.get(8)?,
+        occurred_at: row.get(9)?,
+        summary: row.get(10)?,
+        payload,
+    })
+}
+
+const CURSOR_COLS: &str = "watcher_session_key, target_session_key, target_agent_id, \
+     last_seen_sequence, notified_sequence, material_sequence, muted, origin, notice_opened_at, \
+     created_at, updated_at";
+
+fn cursor_from_row(row: &Row<'_>) -> rusqlite::Result<CursorRow> {
+    let origin: String = row.get(7)?;
+    Ok(CursorRow {
+        watcher: row.get(0)?,
+        target_key: row.get(1)?,
+        target_agent: row.get(2)?,
+        state: CursorState {
+            last_seen: row.get(3)?,
+            notified: row.get(4)?,
+            material: row.get(5)?,
+            muted: row.get::<_, i64>(6)? != 0,
+            origin: Origin::parse(&origin)
+                .ok_or_else(|| conversion_error(7, format!("unknown origin {origin:?}")))?,
+            notice_opened_at: row.get(8)?,
+            updated_at: row.get(10)?,
+        },
+        created_at: row.get(9)?,
+    })
+}
+
+const SESSION_COLS: &str = "session_key, agent_id, session_id, kind, label, parent_session_key, \
+     created_via, active_run_id, goal_text, goal_status, goal_updated_at, orphaned, created_at, \
+     updated_at";
+
+fn session_from_row(row: &Row<'_>) -> rusqlite::Result<SessionRow> {
+    let goal_text: Option<String> = row.get(8)?;
+    let goal = match goal_text {
+        Some(text) => Some(GoalRow {
+            text,
+            status: row
+                .get::<_, Option<String>>(9)?
+                .unwrap_or_else(|| "active".into()),
+            updated_at: row.get::<_, Option<i64>>(10)?.unwrap_or(0),
+        }),
+        None => None,
+    };
+    Ok(SessionRow {
+        key: row.get(0)?,
+        agent_id: row.get(1)?,
+        session_id: row.get(2)?,
+        kind: row.get(3)?,
+        label: row.get(4)?,
+        parent_key: row.get(5)?,
+        created_via: row.get(6)?,
+        active_run_id: row.get(7)?,
+        goal,
+        orphaned: row.get::<_, i64>(11)? != 0,
+        created_at: row.get(12)?,
+        updated_at: row.get(13)?,
+    })
+}
+
+const TURN_COLS: &str = "id, idx, role, text, at, actor_type, actor_id, provenance_json, channel, \
+     run_id, origin, upstream_text, idempotency_key";
+
+fn turn_from_row(row: &Row<'_>) -> rusqlite::Result<TurnRow> {
+    let actor: String = row.get(5)?;
+    Ok(TurnRow {
+        id: row.get(0)?,
+        index: row.get(1)?,
+        role: row.get(2)?,
+        text: row.get(3)?,
+        at: row.get(4)?,
+        actor_type: ActorType::parse(&actor)
+            .ok_or_else(|| conversion_error(5, format!("unknown actor type {actor:?}")))?,
+        actor_id: row.get(6)?,
+        provenance_json: row.get(7)?,
+        channel: row.get(8)?,
+        run_id: row.get(9)?,
+        origin: row.get(10)?,
+        upstream_text: row.get(11)?,
+        idempotency_key: row.get(12)?,
+    })
+}
+
+const RUN_COLS: &str =
+    "run_id, session_key, agent_id, session_id, started_at, ended_at, outcome, deadline_at, event_sequence";
+
+fn run_from_row(row: &Row<'_>) -> rusqlite::Result<RunRow> {
+    Ok(RunRow {
+        run_id: row.get(0)?,
+        session_key: row.get(1)?,
+        agent_id: row.get(2)?,
+        session_id: row.get(3)?,
+        started_at: row.get(4)?,
+        ended_at: row.get(5)?,
+        outcome: row.get(6)?,
+        deadline_at: row.get(7)?,
+        event_sequence: row.get(8)?,
+    })
+}
+
+impl SqlTx<'_> {
+    fn check_log_read(&self) -> Result<()> {
+        if self.reader && self.faults.reads_fail() {
+            return Err(StoreError::InjectedFault("signal-log reads fail"));
+        }
+        Ok(())
+    }
+
+    fn query_vec<T>(
+        &self,
+        sql: &str,
+        params: &[&dyn ToSql],
+        map: impl FnMut(&Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Vec<T>> {
+        let mut stmt = self.conn.prepare_cached(sql)?;
+        let rows = stmt.query_map(params, map)?;
+        Ok(rows.collect::<rusqlite::Result<Vec<T>>>()?)
+    }
+
+    fn query_opt<T>(
+        &self,
+        sql: &str,
+        params: &[&dyn ToSql],
+        map: impl FnOnce(&Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Option<T>> {
+        let mut stmt = self.conn.prepare_cached(sql)?;
+        Ok(stmt.query_row(params, map).optional()?)
+    }
+
+    fn exec(&self, sql: &str, params: &[&dyn ToSql]) -> Result<usize> {
+        let mut stmt = self.conn.prepare_cached(sql)?;
+        Ok(stmt.execute(params)?)
+    }
+}
+
+fn payload_text(event: &NewEvent) -> Option<String> {
+    event
+        .payload
+        .as_ref()
+        .map(|p| serde_json::Value::Object(p.clone()).to_string())
+}
+
+impl ReadTx for SqlTx<'_> {
+    fn session(&self, key: &str, agent: &str) -> Result<Option<SessionRow>> {
+        self.query_opt(
+            &format!(
+                "SELECT {SESSION_COLS} FROM sessions WHERE session_key = ?1 AND agent_id = ?2"
+            ),
+            &[&key, &agent],
+            session_from_row,
+        )
+    }
+
+    fn session_exists(&self, key: &str, agent: &str) -> Result<bool> {
+        Ok(self
+            .query_opt(
+                "SELECT 1 FROM sessions WHERE session_key = ?1 AND agent_id = ?2",
+                &[&key, &agent],
+                |_| Ok(()),
+            )?
+            .is_some())
+    }
+
+    fn session_by_label(&self, agent: &str, label: &str) -> Result<Option<SessionRow>> {
+        self.query_opt(
+            &format!("SELECT {SESSION_COLS} FROM sessions WHERE agent_id = ?1 AND label = ?2"),
+            &[&agent, &label],
+            session_from_row,
+        )
+    }
+
+    fn list_sessions(&self, f: &SessionFilter) -> Result<Vec<SessionRow>> {
+        let mut sql = format!("SELECT {SESSION_COLS} FROM sessions WHERE 1=1");
+        let mut args: Vec<Box<dyn ToSql>> = Vec::new();
+        let in_list =
+            |sql: &mut String, col: &str, values: &[String], args: &mut Vec<Box<dyn ToSql>>| {
+                if values.is_empty() {
+                    return;
+                }
+                let marks: Vec<String> = values
+                    .iter()
+                    .map(|v| {
+                        args.push(Box::new(v.clone()));
+                        format!("?{}", args.len())
+                    })
+                    .collect();
+                sql.push_str(&format!(" AND {col} IN ({})", marks.join(",")));
+            };
+        in_list(&mut sql, "agent_id", &f.agents, &mut args);
+        in_list(&mut sql, "kind", &f.kinds, &mut args);
+        if let Some(parent) = &f.parent_key {
+            args.push(Box::new(parent.clone()));
+            sql.push_str(&format!(" AND parent_session_key = ?{}", args.len()));
+        }
+        if let Some(label) = &f.label {
+            args.push(Box::new(label.clone()));
+            sql.push_str(&format!(" AND label = ?{}", args.len()));
+        }
+        if let Some(since) = f.updated_since {
+            args.push(Box::new(since));
+            sql.push_str(&format!(" AND updated_at >= ?{}", args.len()));
+        }
+        if f.exclude_subagents {
+            sql.push_str(" AND kind <> 'subagent'");
+        }
+        args.push(Box::new(i64::from(f.limit)));
+        let limit_at = args.len();
+        args.push(Box::new(f.offset as i64));
+        sql.push_str(&format!(
+            " ORDER BY updated_at DESC, session_key, agent_id LIMIT ?{limit_at} OFFSET ?{}",
+            args.len()
+        ));
+        let refs: Vec<&dyn ToSql> = args.iter().map(|b| b.as_ref()).collect();
+        let mut stmt = self.conn.prepare(&sql)?;
+        let rows = stmt.query_map(refs.as_slice(), session_from_row)?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+
+    fn head(&self, key: &str, agent: &str) -> Result<Option<HeadRow>> {
+        self.check_log_read()?;
+        self.query_opt(
+            "SELECT last_sequence, pruned_max_sequence, updated_at FROM session_state_heads \
+             WHERE session_key = ?1 AND agent_id = ?2",
+            &[&key, &agent],
+            |r| {
+                Ok(HeadRow {
+                    last_sequence: r.get(0)?,
+                    pruned_max_sequence: r.get(1)?,
+                    updated_at: r.get(2)?,
+                })
+            },
+        )
+    }
+
+    fn heads(&self, pairs: &[(String, String)]) -> Result<Vec<Option<HeadRow>>> {
+        pairs.iter().map(|(k, a)| self.head(k, a)).collect()
+    }
+
+    fn events_after(
+        &self,
+        key: &str,
+        agent: &str,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredEvent>> {
+        self.check_log_read()?;
+        self.query_vec(
+            &format!(
+                "SELECT {EVENT_COLS} FROM session_state_events WHERE session_key = ?1 AND agent_id = ?2 \
+                 AND sequence > ?3 ORDER BY sequence LIMIT ?4"
+            ),
+            &[&key, &agent, &after, &i64::from(limit)],
+            event_from_row,
+        )
+    }
+
+    fn earliest_sequence(&self, key: &str, agent: &str) -> Result<Option<i64>> {
+        self.check_log_read()?;
+        Ok(self.query_opt(
+            "SELECT sequence FROM session_state_events WHERE session_key = ?1 AND agent_id = ?2 \
+                 ORDER BY sequence LIMIT 1",
+            &[&key, &agent],
+            |r| r.get(0),
+        )?)
+    }
+
+    fn event_by_dedupe(&self, dedupe_key: &str) -> Result<Option<StoredEvent>> {
+        self.query_opt(
+            &format!("SELECT {EVENT_COLS} FROM session_state_events WHERE dedupe_key = ?1"),
+            &[&dedupe_key],
+            event_from_row,
+        )
+    }
+
+    fn event_by_sequence(&self, sequence: i64) -> Result<Option<StoredEvent>> {
+        self.query_opt(
+            &format!("SELECT {EVENT_COLS} FROM session_state_events WHERE sequence = ?1"),
+            &[&sequence],
+            event_from_row,
+        )
+    }
+
+    fn event_count(&self) -> Result<u64> {
+        let n: i64 = self
+            .query_opt("SELECT COUNT(*) FROM session_state_events", &[], |r| {
+                r.get(0)
+            })?
+            .unwrap_or(0);
+        Ok(n.max(0) as u64)
+    }
+
+    fn cursor(
+        &self,
+        watcher: &str,
+        target_key: &str,
+        target_agent: &str,
+    ) -> Result<Option<CursorRow>> {
+        self.query_opt(
+            &format!(
+                "SELECT {CURSOR_COLS} FROM session_watch_cursors WHERE watcher_session_key = ?1 \
+                 AND target_session_key = ?2 AND target_agent_id = ?3"
+            ),
+            &[&watcher, &target_key, &target_agent],
+            cursor_from_row,
+        )
+    }
+
+    fn cursors_by_watcher(&self, watcher: &str) -> Result<Vec<CursorRow>> {
+        self.query_vec(
+            &format!(
+                "SELECT {CURSOR_COLS} FROM session_watch_cursors WHERE watcher_session_key = ?1 \
+                 ORDER BY target_session_key, target_agent_id"
+            ),
+            &[&watcher],
+            cursor_from_row,
+        )
+    }
+
+    fn cursors_by_target(&self, target_key: &str, target_agent: &str) -> Result<Vec<CursorRow>> {
+        self.query_vec(
+            &format!(
+                "SELECT {CURSOR_COLS} FROM session_watch_cursors WHERE target_session_key = ?1 \
+                 AND target_agent_id = ?2 ORDER BY watcher_session_key"
+            ),
+            &[&target_key, &target_agent],
+            cursor_from_row,
+        )
+    }
+
+    fn live_watchers_of(&self, target_key: &str, target_agent: &str) -> Result<Vec<String>> {
+        self.query_vec(
+            "SELECT watcher_session_key FROM session_watch_cursors WHERE target_session_key = ?1 \
+             AND target_agent_id = ?2 AND muted = 0 ORDER BY watcher_session_key",
+            &[&target_key, &target_agent],
+            |r| r.get(0),
+        )
+    }
+
+    fn pending_by_watcher(&self, watcher: &str) -> Result<Vec<CursorRow>> {
+        self.query_vec(
+            &format!(
+                "SELECT {CURSOR_COLS} FROM session_watch_cursors WHERE watcher_session_key = ?1 \
+                 AND muted = 0 AND notified_sequence > last_seen_sequence \
+                 ORDER BY notified_sequence, target_session_key, target_agent_id"
+            ),
+            &[&watcher],
+            cursor_from_row,
+        )
+    }
+
+    fn watchers_with_pending(&self) -> Result<Vec<String>> {
+        self.query_vec(
+            "SELECT DISTINCT watcher_session_key FROM session_watch_cursors WHERE muted = 0 \
+             AND notified_sequence > last_seen_sequence ORDER BY watcher_session_key",
+            &[],
+            |r| r.get(0),
+        )
+    }
+
+    fn count_pending(&self) -> Result<u64> {
+        let n: i64 = self
+            .query_opt(
+                "SELECT COUNT(*) FROM session_watch_cursors WHERE muted = 0 \
+                 AND notified_sequence > last_seen_sequence",
+                &[],
+                |r| r.get(0),
+            )?
+            .unwrap_or(0);
+        Ok(n.max(0) as u64)
+    }
+
+    fn system_events(&self, key: &str, agent: &str) -> Result<Vec<SystemEventRow>> {
+        self.query_vec(
+            "SELECT id, text, context_key, enqueued_at FROM session_system_events \
+             WHERE session_key = ?1 AND agent_id = ?2 ORDER BY id",
+            &[&key, &agent],
+            |r| {
+                Ok(SystemEventRow {
+                    id: r.get(0)?,
+                    text: r.get(1)?,
+                    context_key: r.get(2)?,
+                    enqueued_at: r.get(3)?,
+                })
+            },
+        )
+    }
+
+    fn turns(
+        &self,
+        key: &str,
+        agent: &str,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<TurnRow>> {
+        self.query_vec(
+            &format!(
+                "SELECT {TURN_COLS} FROM turns WHERE session_key = ?1 AND agent_id = ?2 AND idx > ?3 \
+                 ORDER BY idx LIMIT ?4"
+            ),
+            &[&key, &agent, &after.unwrap_or(-1), &i64::from(limit)],
+            turn_from_row,
+        )
+    }
+
+    fn turn_count(&self, key: &str, agent: &str) -> Result<i64> {
+        Ok(self
+            .query_opt(
+                "SELECT COUNT(*) FROM turns WHERE session_key = ?1 AND agent_id = ?2",
+                &[&key, &agent],
+                |r| r.get(0),
+            )?
+            .unwrap_or(0))
+    }
+
+    fn turn_by_idempotency(
+        &self,
+        key: &str,
+        agent: &str,
+        idempotency_key: &str,
+    ) -> Result<Option<TurnRow>> {
+        self.query_opt(
+            &format!(
+                "SELECT {TURN_COLS} FROM turns WHERE session_key = ?1 AND agent_id = ?2 \
+                 AND idempotency_key = ?3"
+            ),
+            &[&key, &agent, &idempotency_key],
+            turn_from_row,
+        )
+    }
+
+    fn reply_for_run(&self, key: &str, agent: &str, run_id: &str) -> Result<Option<TurnRow>> {
+        self.query_opt(
+            &format!(
+                "SELECT {TURN_COLS} FROM turns WHERE session_key = ?1 AND agent_id = ?2 \
+                 AND run_id = ?3 AND role = 'assistant' ORDER BY idx LIMIT 1"
+            ),
+            &[&key, &agent, &run_id],
+            turn_from_row,
+        )
+    }
+
+    fn run(&self, run_id: &str) -> Result<Option<RunRow>> {
+        self.query_opt(
+            &format!("SELECT {RUN_COLS} FROM runs WHERE run_id = ?1"),
+            &[&run_id],
+            run_from_row,
+        )
+    }
+
+    fn due_runs(&self, now: i64) -> Result<Vec<RunRow>> {
+        self.query_vec(
+            &format!(
+                "SELECT {RUN_COLS} FROM runs WHERE ended_at IS NULL AND deadline_at IS NOT NULL \
+                 AND deadline_at <= ?1 ORDER BY deadline_at, run_id"
+            ),
+            &[&now],
+            run_from_row,
+        )
+    }
+
+    fn next_run_deadline(&self) -> Result<Option<i64>> {
+        Ok(self
+            .query_opt(
+                "SELECT MIN(deadline_at) FROM runs WHERE ended_at IS NULL AND deadline_at IS NOT NULL",
+                &[],
+                |r| r.get::<_, Option<i64>>(0),
+            )?
+            .flatten())
+    }
+}
+
+impl WriteTx for SqlTx<'_> {
+    fn savepoint(&mut self, name: &str) -> Result<()> {
+        Ok(self.conn.execute_batch(&format!("SAVEPOINT \"{name}\""))?)
+    }
+    fn release(&mut self, name: &str) -> Result<()> {
+        Ok(self.conn.execute_batch(&format!("RELEASE \"{name}\""))?)
+    }
+    fn rollback_to(&mut self, name: &str) -> Result<()> {
+        Ok(self
+            .conn
+            .execute_batch(&format!("ROLLBACK TO \"{name}\"; RELEASE \"{name}\""))?)
+    }
+    fn after_commit(&mut self, hook: Box<dyn FnOnce() + Send>) {
+        self.hooks.push(hook);
+    }
+
+    fn insert_event(&mut self, e: &NewEvent) -> Result<i64> {
+        if self.faults.append_fails(&e.session_key) {
+            return Err(StoreError::InjectedFault("signal-log appends fail"));
+        }
+        let payload = payload_text(e);
+        let mut stmt = self.conn.prepare_cached(
+            "INSERT INTO session_state_events (dedupe_key, session_key, session_id, agent_id, kind, \
+             actor_type, actor_id, run_id, occurred_at, summary, payload_json) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        )?;
+        stmt.execute(params![
+            e.dedupe_key,
+            e.session_key,
+            e.session_id,
+            e.agent_id,
+            e.kind.as_str(),
+            e.actor_type.as_str(),
+            e.actor_id,
+            e.run_id,
+            e.occurred_at,
+            e.summary,
+            payload
+        ])?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    fn upsert_head(&mut self, key: &str, agent: &str, sequence: i64, now: i64) -> Result<()> {
+        self.exec(
+            "INSERT INTO session_state_heads (session_key, agent_id, last_sequence, pruned_max_sequence, updated_at) \
+             VALUES (?1, ?2, ?3, 0, ?4) ON CONFLICT (session_key, agent_id) DO UPDATE SET \
+             last_sequence = MAX(last_sequence, excluded.last_sequence), updated_at = excluded.updated_at",
+            &[&key, &agent, &sequence, &now],
+        )?;
+        Ok(())
+    }
+
+    fn put_cursor(&mut self, c: &CursorRow) -> Result<()> {
+        debug_assert!(c.state.invariant_holds(), "cursor invariant broken: {c:?}");
+        let s = &c.state;
+        self.exec(
+            "INSERT INTO session_watch_cursors (watcher_session_key, target_session_key, target_agent_id, \
+             last_seen_sequence, notified_sequence, material_sequence, muted, origin, notice_opened_at, \
+             created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) \
+             ON CONFLICT (watcher_session_key, target_session_key, target_agent_id) DO UPDATE SET \
+             last_seen_sequence = excluded.last_seen_sequence, notified_sequence = excluded.notified_sequence, \
+             material_sequence = excluded.material_sequence, muted = excluded.muted, origin = excluded.origin, \
+             notice_opened_at = excluded.notice_opened_at, updated_at = excluded.updated_at",
+            &[
+                &c.watcher,
+                &c.target_key,
+                &c.target_agent,
+                &s.last_seen,
+                &s.notified,
+                &s.material,
+                &i64::from(s.muted),
+                &s.origin.as_str(),
+                &s.notice_opened_at,
+                &c.created_at,
+                &s.updated_at,
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn delete_cursor(
+        &mut self,
+        watcher: &str,
+        target_key: &str,
+        target_agent: &str,
+    ) -> Result<bool> {
+        Ok(self.exec(
+            "DELETE FROM session_watch_cursors WHERE watcher_session_key = ?1 AND target_session_key = ?2 \
+             AND target_agent_id = ?3",
+            &[&watcher, &target_key, &target_agent],
+        )? > 0)
+    }
+
+    fn delete_cursors_of_watcher(&mut self, watcher: &str) -> Result<u64> {
+        Ok(self.exec(
+            "DELETE FROM session_watch_cursors WHERE watcher_session_key = ?1",
+            &[&watcher],
+        )? as u64)
+    }
+
+    fn delete_cursors_of_target(&mut self, target_key: &str, target_agent: &str) -> Result<u64> {
+        Ok(self.exec(
+            "DELETE FROM session_watch_cursors WHERE target_session_key = ?1 AND target_agent_id = ?2",
+            &[&target_key, &target_agent],
+        )? as u64)
+    }
+
+    fn insert_session(&mut self, s: &SessionRow) -> Result<()> {
+        let goal = s.goal.as_ref();
+        self.exec(
+            &format!("INSERT INTO sessions ({SESSION_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"),
+            &[
+                &s.key,
+                &s.agent_id,
+                &s.session_id,
+                &s.kind,
+                &s.label,
+                &s.parent_key,
+                &s.created_via,
+                &s.active_run_id,
+                &goal.map(|g| g.text.as_str()),
+                &goal.map(|g| g.status.as_str()),
+                &goal.map(|g| g.updated_at),
+                &i64::from(s.orphaned),
+                &s.created_at,
+                &s.updated_at,
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn update_session(&mut self, s: &SessionRow) -> Result<()> {
+        let goal = s.goal.as_ref();
+        self.exec(
+            "UPDATE sessions SET session_id = ?3, kind = ?4, label = ?5, parent_session_key = ?6, \
+             created_via = ?7, active_run_id = ?8, goal_text = ?9, goal_status = ?10, goal_updated_at = ?11, \
+             orphaned = ?12, created_at = ?13, updated_at = ?14 WHERE session_key = ?1 AND agent_id = ?2",
+            &[
+                &s.key,
+                &s.agent_id,
+                &s.session_id,
+                &s.kind,
+                &s.label,
+                &s.parent_key,
+                &s.created_via,
+                &s.active_run_id,
+                &goal.map(|g| g.text.as_str()),
+                &goal.map(|g| g.status.as_str()),
+                &goal.map(|g| g.updated_at),
+                &i64::from(s.orphaned),
+                &s.created_at,
+                &s.updated_at,
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn delete_session(&mut self, key: &str, agent: &str) -> Result<bool> {
+        let existed = self.exec(
+            "DELETE FROM sessions WHERE session_key = ?1 AND agent_id = ?2",
+            &[&key, &agent],
+        )? > 0;
+        for sql in [
+            "DELETE FROM turns WHERE session_key = ?1 AND agent_id = ?2",
+            "DELETE FROM runs WHERE session_key = ?1 AND agent_id = ?2",
+            "DELETE FROM session_system_events WHERE session_key = ?1 AND agent_id = ?2",
+            "DELETE FROM session_state_events WHERE session_key = ?1 AND agent_id = ?2",
+            "DELETE FROM session_state_heads WHERE session_key = ?1 AND agent_id = ?2",
+            "DELETE FROM session_upstream_links WHERE session_key = ?1 AND agent_id = ?2",
+        ] {
+            self.exec(sql, &[&key, &agent])?;
+        }
+        // Children name their parent by key; a bare parent key refers to the child's own agent,
+        // an agent-qualified one to its own agent, so both cases match on (key, child agent or
+        // qualified key).
+        self.exec(
+            "UPDATE sessions SET orphaned = 1 WHERE parent_session_key = ?1 \
+             AND (agent_id = ?2 OR ?1 LIKE 'agent:%')",
+            &[&key, &agent],
+        )?;
+        Ok(existed)
+    }
+
+    fn insert_turn(&mut self, key: &str, agent: &str, t: &TurnRow) -> Result<()> {
+        self.exec(
+            "INSERT INTO turns (session_key, agent_id, idx, id, role, text, at, actor_type, actor_id, \
+             provenance_json, channel, run_id, origin, upstream_text, idempotency_key) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+            &[
+                &key,
+                &agent,
+                &t.index,
+                &t.id,
+                &t.role,
+                &t.text,
+                &t.at,
+                &t.actor_type.as_str(),
+                &t.actor_id,
+                &t.provenance_json,
+                &t.channel,
+                &t.run_id,
+                &t.origin,
+                &t.upstream_text,
+                &t.idempotency_key,
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn delete_turns(&mut self, key: &str, agent: &str) -> Result<u64> {
+        Ok(self.exec(
+            "DELETE FROM turns WHERE session_key = ?1 AND agent_id = ?2",
+            &[&key, &agent],
+        )? as u64)
+    }
+
+    fn insert_run(&mut self, r: &RunRow) -> Result<()> {
+        self.exec(
+            &format!("INSERT INTO runs ({RUN_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"),
+            &[
+                &r.run_id,
+                &r.session_key,
+                &r.agent_id,
+                &r.session_id,
+                &r.started_at,
+                &r.ended_at,
+                &r.outcome,
+                &r.deadline_at,
+                &r.event_sequence,
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn update_run(&mut self, r: &RunRow) -> Result<()> {
+        self.exec(
+            "UPDATE runs SET ended_at = ?2, outcome = ?3, deadline_at = ?4, event_sequence = ?5 WHERE run_id = ?1",
+            &[&r.run_id, &r.ended_at, &r.outcome, &r.deadline_at, &r.event_sequence],
+        )?;
+        Ok(())
+    }
+
+    fn fifo_push(
+        &mut self,
+        key: &str,
+        agent: &str,
+        text: &str,
+        context_key: Option<&str>,
+        now: i64,
+    ) -> Result<Option<i64>> {
+        let dup = self.query_opt(
+            "SELECT 1 FROM session_system_events WHERE session_key = ?1 AND agent_id = ?2 \
+             AND text = ?3 AND context_key IS ?4",
+            &[&key, &agent, &text, &context_key],
+            |_| Ok(()),
+        )?;
+        if dup.is_some() {
+            return Ok(None);
+        }
+        self.exec(
+            "INSERT INTO session_system_events (session_key, agent_id, text, context_key, enqueued_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            &[&key, &agent, &text, &context_key, &now],
+        )?;
+        let id = self.conn.last_insert_rowid();
+        let cap = aware_core::notice::FIFO_CAP as i64;
+        self.exec(
+            "DELETE FROM session_system_events WHERE session_key = ?1 AND agent_id = ?2 AND id NOT IN \
+             (SELECT id FROM session_system_events WHERE session_key = ?1 AND agent_id = ?2 \
+              ORDER BY id DESC LIMIT ?3)",
+            &[&key, &agent, &cap],
+        )?;
+        Ok(Some(id))
+    }
+
+    fn fifo_delete(&mut self, key: &str, agent: &str, ids: &[i64]) -> Result<u64> {
+        let mut n = 0;
+        for id in ids {
+            n += self.exec(
+                "DELETE FROM session_system_events WHERE session_key = ?1 AND agent_id = ?2 AND id = ?3",
+                &[&key, &agent, id],
+            )? as u64;
+        }
+        Ok(n)
+    }
+
+    fn fifo_clear(&mut self, key: &str, agent: &str) -> Result<u64> {
+        Ok(self.exec(
+            "DELETE FROM session_system_events WHERE session_key = ?1 AND agent_id = ?2",
+            &[&key, &agent],
+        )? as u64)
+    }
+
+    fn prune_age_batch(&mut self, cutoff: i64, limit: u32, now: i64) -> Result<BatchResult> {
+        let limit = i64::from(limit);
+        let victims = "SELECT sequence, session_key, agent_id FROM session_state_events \
+                       WHERE occurred_at < ?1 ORDER BY sequence LIMIT ?2";
+        self.stamp_and_delete(victims, &[&cutoff, &limit], now)
+    }
+
+    fn prune_lowest_batch(&mut self, count: u64, now: i64) -> Result<BatchResult> {
+        let count = count as i64;
+        let victims = "SELECT sequence, session_key, agent_id FROM session_state_events \
+                       ORDER BY sequence LIMIT ?1";
+        self.stamp_and_delete(victims, &[&count], now)
+    }
+
+    fn expire_cursors_batch(&mut self, cutoff: i64, limit: u32) -> Result<BatchResult> {
+        let n = self.exec(
+            "DELETE FROM session_watch_cursors WHERE rowid IN (SELECT rowid FROM session_watch_cursors \
+             WHERE muted = 0 AND updated_at < ?1 LIMIT ?2)",
+            &[&cutoff, &i64::from(limit)],
+        )?;
+        Ok(BatchResult { deleted: n as u64 })
+    }
+
+    fn expire_fifo_batch(&mut self, cutoff: i64, limit: u32) -> Result<BatchResult> {
+        let n = self.exec(
+            "DELETE FROM session_system_events WHERE id IN (SELECT id FROM session_system_events \
+             WHERE enqueued_at < ?1 ORDER BY id LIMIT ?2)",
+            &[&cutoff, &i64::from(limit)],
+        )?;
+        Ok(BatchResult { deleted: n as u64 })
+    }
+
+    fn sweep_batch(
+        &mut self,
+        after_rowid: i64,
+        limit: u32,
+        now: i64,
+    ) -> Result<(Option<i64>, Vec<String>)> {
+        let rows: Vec<(i64, String)> = self.query_vec(
+            "SELECT c.rowid, c.watcher_session_key FROM session_watch_cursors c \
+             WHERE c.rowid > ?1 AND c.muted = 0 AND c.notified_sequence > c.last_seen_sequence \
+             AND EXISTS (SELECT 1 FROM sessions s WHERE s.session_key = c.watcher_session_key) \
+             ORDER BY c.rowid LIMIT ?2",
+            &[&after_rowid, &i64::from(limit)],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        let mut watchers = Vec::with_capacity(rows.len());
+        for (rowid, watcher) in &rows {
+            self.exec(
+                "UPDATE session_watch_cursors SET notified_sequence = material_sequence, updated_at = ?2, \
+                 notice_opened_at = COALESCE(notice_opened_at, ?2) WHERE rowid = ?1",
+                &[rowid, &now],
+            )?;
+            watchers.push(watcher.clone());
+        }
+        Ok((rows.last().map(|(r, _)| *r), watchers))
+    }
+}
+
+impl SqlTx<'_> {
+    /// Stamps each affected stream's pruned watermark (never creating or lowering a head), then
+    /// deletes the same rows. Both statements see the same victims inside one transaction.
+    fn stamp_and_delete(
+        &mut self,
+        victims: &str,
+        args: &[&dyn ToSql],
+        now: i64,
+    ) -> Result<BatchResult> {
+        let rows: Vec<(i64, String, String)> =
+            self.query_vec(victims, args, |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        if rows.is_empty() {
+            return Ok(BatchResult::default());
+        }
+        let mut per_stream: std::collections::HashMap<(&str, &str), i64> = Default::default();
+        for (seq, key, agent) in &rows {
+            let max = per_stream
+                .entry((key.as_str(), agent.as_str()))
+                .or_insert(*seq);
+            *max = (*max).max(*seq);
+        }
+        for ((key, agent), max) in per_stream {
+            self.exec(
+                "UPDATE session_state_heads SET pruned_max_sequence = ?3, updated_at = ?4 \
+                 WHERE session_key = ?1 AND agent_id = ?2 AND pruned_max_sequence < ?3",
+                &[&key, &agent, &max, &now],
+            )?;
+        }
+        let mut deleted = 0u64;
+        for (seq, _, _) in &rows {
+            deleted += self.exec(
+                "DELETE FROM session_state_events WHERE sequence = ?1",
+                &[seq],
+            )? as u64;
+        }
+        Ok(BatchResult { deleted })
+    }
+}
+
+impl SqliteStore {
+    /// Passive WAL checkpoint, run between batches on the writer's connection.
+    pub fn checkpoint(&self) -> Result<()> {
+        // The writer's connection is busy inside its loop; a reader connection may run a
+        // passive checkpoint just as well (it never blocks writers).
+        let guard = self.inner.readers[0]
+            .lock()
+            .map_err(|_| StoreError::Corrupt("reader connection poisoned".into()))?;
+        guard.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,131 @@
+//! The storage seam: the row-level primitives the engine composes into operations.
+
+use crate::rows::*;
+use crate::Result;
+use aware_core::StoredEvent;
+
+/// Reads. Implemented on a snapshot (a read transaction) or inside the writer's transaction.
+pub trait ReadTx {
+    fn session(&self, key: &str, agent: &str) -> Result<Option<SessionRow>>;
+    fn session_exists(&self, key: &str, agent: &str) -> Result<bool>;
+    fn session_by_label(&self, agent: &str, label: &str) -> Result<Option<SessionRow>>;
+    fn list_sessions(&self, filter: &SessionFilter) -> Result<Vec<SessionRow>>;
+
+    fn head(&self, key: &str, agent: &str) -> Result<Option<HeadRow>>;
+    /// Heads of many streams; a missing head is `None`, in input order.
+    fn heads(&self, pairs: &[(String, String)]) -> Result<Vec<Option<HeadRow>>>;
+    /// Up to `limit` events of the stream with `sequence > after`, ascending.
+    fn events_after(
+        &self,
+        key: &str,
+        agent: &str,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredEvent>>;
+    fn earliest_sequence(&self, key: &str, agent: &str) -> Result<Option<i64>>;
+    fn event_by_dedupe(&self, dedupe_key: &str) -> Result<Option<StoredEvent>>;
+    fn event_by_sequence(&self, sequence: i64) -> Result<Option<StoredEvent>>;
+    fn event_count(&self) -> Result<u64>;
+
+    fn cursor(
+        &self,
+        watcher: &str,
+        target_key: &str,
+        target_agent: &str,
+    ) -> Result<Option<CursorRow>>;
+    /// Ordered by target key, then target agent.
+    fn cursors_by_watcher(&self, watcher: &str) -> Result<Vec<CursorRow>>;
+    /// Ordered by watcher key.
+    fn cursors_by_target(&self, target_key: &str, target_agent: &str) -> Result<Vec<CursorRow>>;
+    /// Watcher keys of non-muted cursors on the target, in key order.
+    fn live_watchers_of(&self, target_key: &str, target_agent: &str) -> Result<Vec<String>>;
+    /// Pending, non-muted cursors of a watcher, ordered by notified, target key, target agent.
+    fn pending_by_watcher(&self, watcher: &str) -> Result<Vec<CursorRow>>;
+    /// Distinct watcher keys that have at least one pending cursor.
+    fn watchers_with_pending(&self) -> Result<Vec<String>>;
+    fn count_pending(&self) -> Result<u64>;
+
+    fn system_events(&self, key: &str, agent: &str) -> Result<Vec<SystemEventRow>>;
+
+    /// Turns with `index > after` (all when `None`), ascending, at most `limit`.
+    fn turns(&self, key: &str, agent: &str, after: Option<i64>, limit: u32)
+        -> Result<Vec<TurnRow>>;
+    fn turn_count(&self, key: &str, agent: &str) -> Result<i64>;
+    fn turn_by_idempotency(
+        &self,
+        key: &str,
+        agent: &str,
+        idempotency_key: &str,
+    ) -> Result<Option<TurnRow>>;
+    /// The first assistant turn of the session carrying `run_id`.
+    fn reply_for_run(&self, key: &str, agent: &str, run_id: &str) -> Result<Option<TurnRow>>;
+
+    fn run(&self, run_id: &str) -> Result<Option<RunRow>>;
+    /// Active runs whose deadline is at or before `now`, oldest deadline first.
+    fn due_runs(&self, now: i64) -> Result<Vec<RunRow>>;
+    fn next_run_deadline(&self) -> Result<Option<i64>>;
+}
+
+/// Writes, inside the writer's transaction and the op's savepoint.
+pub trait WriteTx: ReadTx {
+    /// Nested savepoints let an append fail without undoing the op's primary action (01 §8).
+    fn savepoint(&mut self, name: &str) -> Result<()>;
+    fn release(&mut self, name: &str) -> Result<()>;
+    fn rollback_to(&mut self, name: &str) -> Result<()>;
+    /// Runs after the batch commits, in op order; discarded when the op or the commit fails.
+    fn after_commit(&mut self, hook: Box<dyn FnOnce() + Send>);
+
+    /// Inserts an event and returns its sequence. Fails when a fault is injected for it.
+    fn insert_event(&mut self, event: &NewEvent) -> Result<i64>;
+    /// Inserts or raises `last_sequence`; never touches `pruned_max_sequence`.
+    fn upsert_head(&mut self, key: &str, agent: &str, sequence: i64, now: i64) -> Result<()>;
+
+    fn put_cursor(&mut self, row: &CursorRow) -> Result<()>;
+    fn delete_cursor(
+        &mut self,
+        watcher: &str,
+        target_key: &str,
+        target_agent: &str,
+    ) -> Result<bool>;
+    fn delete_cursors_of_watcher(&mut self, watcher: &str) -> Result<u64>;
+    fn delete_cursors_of_target(&mut self, target_key: &str, target_agent: &str) -> Result<u64>;
+
+    fn insert_session(&mut self, row: &SessionRow) -> Result<()>;
+    fn update_session(&mut self, row: &SessionRow) -> Result<()>;
+    /// Removes the session row, turns, runs, FIFO, stream events and head, and upstream link,
+    /// and marks its children orphaned. Cursors are removed by the engine.
+    fn delete_session(&mut self, key: &str, agent: &str) -> Result<bool>;
+
+    fn insert_turn(&mut self, key: &str, agent: &str, turn: &TurnRow) -> Result<()>;
+    fn delete_turns(&mut self, key: &str, agent: &str) -> Result<u64>;
+    fn insert_run(&mut self, run: &RunRow) -> Result<()>;
+    fn update_run(&mut self, run: &RunRow) -> Result<()>;
+
+    /// Enqueues unless an identical (text, context key) entry is queued; keeps the newest 20.
+    /// Returns the new id, or `None` for a dedupe hit.
+    fn fifo_push(
+        &mut self,
+        key: &str,
+        agent: &str,
+        text: &str,
+        context_key: Option<&str>,
+        now: i64,
+    ) -> Result<Option<i64>>;
+    fn fifo_delete(&mut self, key: &str, agent: &str, ids: &[i64]) -> Result<u64>;
+    fn fifo_clear(&mut self, key: &str, agent: &str) -> Result<u64>;
+
+    /// One age batch: stamp watermarks, delete up to `limit` events older than `cutoff`.
+    fn prune_age_batch(&mut self, cutoff: i64, limit: u32, now: i64) -> Result<BatchResult>;
+    /// One cap batch: stamp watermarks, delete the `count` lowest sequences.
+    fn prune_lowest_batch(&mut self, count: u64, now: i64) -> Result<BatchResult>;
+    fn expire_cursors_batch(&mut self, cutoff: i64, limit: u32) -> Result<BatchResult>;
+    fn expire_fifo_batch(&mut self, cutoff: i64, limit: u32) -> Result<BatchResult>;
+    /// Restart sweep batch (02 §12): re-freezes up to `limit` pending cursors of existing
+    /// watchers with rowid above `after_rowid`. Returns (last rowid, watchers touched).
+    fn sweep_batch(
+        &mut self,
+        after_rowid: i64,
+        limit: u32,
+        now: i64,
+    ) -> Result<(Option<i64>, Vec<String>)>;
+}
