@@ -261,7 +261,7 @@ impl SqliteStore {
             .find_map(|i| self.inner.readers[(start + i) % n].try_lock().ok())
             .map_or_else(
                 || self.inner.readers[start % n].lock(),
-                |g| Ok::<_, std::sync::PoisonError<_>>(g),
+                Ok::<_, std::sync::PoisonError<_>>,
             )
             .map_err(|_| StoreError::Corrupt("reader connection poisoned".into()))?;
         let conn: &Connection = &guard;
@@ -851,12 +851,12 @@ impl ReadTx for SqlTx<'_> {
 
     fn earliest_sequence(&self, key: &str, agent: &str) -> Result<Option<i64>> {
         self.check_log_read()?;
-        Ok(self.query_opt(
+        self.query_opt(
             "SELECT sequence FROM session_state_events WHERE session_key = ?1 AND agent_id = ?2 \
                  ORDER BY sequence LIMIT 1",
             &[&key, &agent],
             |r| r.get(0),
-        )?)
+        )
     }
 
     fn event_by_dedupe(&self, dedupe_key: &str) -> Result<Option<StoredEvent>> {
