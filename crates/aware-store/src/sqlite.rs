@@ -1000,7 +1000,9 @@ impl ReadTx for SqlTx<'_> {
     fn turn_count(&self, key: &str, agent: &str) -> Result<i64> {
         Ok(self
             .query_opt(
-                "SELECT COUNT(*) FROM turns WHERE session_key = ?1 AND agent_id = ?2",
+                // Indices are 0..n within an incarnation (reset deletes them all), so the next
+                // index is one index-seek away; COUNT(*) would scan the whole transcript.
+                "SELECT COALESCE(MAX(idx) + 1, 0) FROM turns WHERE session_key = ?1 AND agent_id = ?2",
                 &[&key, &agent],
                 |r| r.get(0),
             )?
