@@ -148,6 +148,46 @@ impl Engine {
         self.inner.wakes.subscribe()
     }
 
+    /// One `session-state` wake per eligible watcher with pending notices, for a subscriber that
+    /// just connected (02 §10 catch-up). These do not take part in coalescing.
+    pub fn catch_up_wakes(&self) -> Result<Vec<Wake>> {
+        let now = self.now();
+        let watchers = self.inner.store.read(|r| r.watchers_with_pending())?;
+        let mut out = Vec::new();
+        for w in watchers.into_iter().filter(|w| wake_eligible(w)) {
+            let pending = self.inner.store.read(|r| r.pending_by_watcher(&w))?;
+            if pending.is_empty() {
+                continue;
+            }
+            let agent = aware_core::SessionKey::parse(&w)
+                .ok()
+                .and_then(|k| k.qualified_agent())
+                .map(|a| a.as_str().to_string())
+                .unwrap_or_default();
+            out.push(
+                self.inner.wakes.number(Wake {
+                    id: 0,
+                    session_key: w,
+                    agent_id: agent,
+                    reason: WakeReason::SessionState,
+                    targets: pending
+                        .into_iter()
+                        .map(|c| (c.target_key, c.target_agent))
+                        .collect(),
+                    run_id: None,
+                    from: None,
+                    at: now,
+                }),
+            );
+        }
+        Ok(out)
+    }
+
+    /// Number of pending notices in the store (the `aware_pending_notices` gauge).
+    pub fn pending_count(&self) -> Result<u64> {
+        Ok(self.inner.store.read(|r| r.count_pending())?)
+    }
+
     /// Stops the writer after its queue drained.
     pub fn close(&self) {
         self.inner.store.close();

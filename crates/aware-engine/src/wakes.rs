@@ -89,6 +89,12 @@ impl WakeHub {
         }
     }
 
+    /// Gives a wake the next id without sending it (catch-up wakes go to one subscriber only).
+    pub(crate) fn number(&self, mut wake: Wake) -> Wake {
+        wake.id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        wake
+    }
+
     /// Sends a wake to every subscriber; returns it.
     pub(crate) fn emit(&self, mut wake: Wake) -> Wake {
         wake.id = self.next_id.fetch_add(1, Ordering::Relaxed);

@@ -17,7 +17,7 @@ mod tx;
 
 pub use error::StoreError;
 pub use faults::FaultPlan;
-pub use metrics::StoreMetrics;
+pub use metrics::{StoreMetrics, COMMIT_BUCKETS_US, GROUP_BUCKETS};
 pub use rows::*;
 pub use sqlite::{Durability, SqliteStore, StoreOptions, SCHEMA_VERSION};
 pub use tx::{ReadTx, WriteTx};

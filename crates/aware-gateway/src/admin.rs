@@ -1,0 +1,134 @@
+//! Test-mode routes (03 §9): clock, prune, events, faults. 404 outside test mode.
+
+use crate::body::Obj;
+use crate::error::{ApiError, ApiResult};
+use crate::routes::{parse_agent, parse_key, resolve_ref};
+use crate::server::{blocking, Req};
+use crate::wire;
+use aware_core::{ActorType, EventKind};
+use aware_engine::{AppendOutcome, AppendRequest};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+fn ok(v: serde_json::Value) -> ApiResult<Response> {
+    Ok((StatusCode::OK, axum::Json(v)).into_response())
+}
+
+pub(crate) async fn handle(req: Req, what: &str) -> ApiResult<Response> {
+    let Some(clock) = req.state.test_clock.clone() else {
+        return Err(ApiError::not_found(
+            "not_found",
+            format!("no route for /v1/admin/{what} (test mode is off)"),
+        ));
+    };
+    let engine = req.state.engine()?;
+    let mut b = Obj::parse(&req.body, true)?;
+    match what {
+        "clock" => {
+            let now = b.opt_int(
+                "now",
+                0..=i64::MAX,
+                "now must be a non-negative integer (epoch milliseconds)",
+            )?;
+            let adv = b.opt_int(
+                "advanceMs",
+                0..=i64::MAX,
+                "advanceMs must be a non-negative integer",
+            )?;
+            b.finish()?;
+            let _serial = req.state.clock_lock.lock().await;
+            let t = match (now, adv) {
+                (Some(t), None) => clock.set(t).map_err(|e| ApiError::invalid(e.to_string()))?,
+                (None, Some(a)) => clock.advance(a),
+                _ => return Err(ApiError::invalid("give exactly one of now and advanceMs")),
+            };
+            blocking(move || Ok(engine.run_timers()?)).await?;
+            ok(json!({"now": t}))
+        }
+        "prune" => {
+            b.finish()?;
+            let r = blocking(move || Ok(engine.prune_pass()))
+                .await?
+                .unwrap_or_default();
+            ok(
+                json!({"deletedByAge": r.deleted_by_age, "deletedByCap": r.deleted_by_cap, "expiredCursors": r.expired_cursors,
+                "expiredSystemEvents": r.expired_system_events, "batches": r.batches}),
+            )
+        }
+        "faults" => {
+            let fail_appends = b.opt_bool("failAppends")?;
+            let fail_for = b.opt_str("failAppendsFor")?;
+            let fail_reads = b.opt_bool("failReads")?;
+            let fail_links = b.opt_bool("failLinkSettles")?;
+            b.finish()?;
+            let f = engine.store().faults();
+            f.clear();
+            f.set_fail_appends(fail_appends.unwrap_or(false));
+            f.set_fail_appends_for(
+                fail_for
+                    .map(|k| parse_key(&k).map(|k| k.as_str().to_string()))
+                    .transpose()?,
+            );
+            f.set_fail_reads(fail_reads.unwrap_or(false));
+            f.set_fail_link_settles(fail_links.unwrap_or(false));
+            ok(json!({}))
+        }
+        "events" => {
+            let key = parse_key(&b.req_str("sessionKey")?)?;
+            let agent = b
+                .opt_str("agentId")?
+                .map(|a| parse_agent("agentId", &a))
+                .transpose()?;
+            let kind = b.req_str("kind")?;
+            let kind = EventKind::parse(&kind).ok_or_else(|| {
+                ApiError::invalid(format!(
+                    "kind must be one of {}",
+                    EventKind::ALL.map(|k| k.as_str()).join(", ")
+                ))
+            })?;
+            let actor = b.req_str("actorType")?;
+            let actor = ActorType::parse(&actor).ok_or_else(|| {
+                ApiError::invalid("actorType must be one of human, agent, system")
+            })?;
+            let session = resolve_ref(&req, &key, agent.as_ref(), None)?;
+            let mut a = AppendRequest::new(session, kind, actor);
+            a.actor_id = b.opt_str("actorId")?.map(|id| {
+                aware_core::SessionKey::parse(&id)
+                    .map(|k| k.as_str().to_string())
+                    .unwrap_or(id)
+            });
+            a.run_id = b.opt_str("runId")?;
+            a.dedupe_key = b.opt_str("dedupeKey")?;
+            if let Some(s) = b.opt_str("summary")? {
+                a.summary = s;
+            }
+            a.payload = b.opt_value("payload")?;
+            a.occurred_at = b.opt_int(
+                "occurredAt",
+                0..=i64::MAX,
+                "occurredAt must be a non-negative integer",
+            )?;
+            for w in b.opt_array("watchers")?.unwrap_or_default() {
+                a.watchers.push(
+                    w.as_str()
+                        .ok_or_else(|| {
+                            ApiError::invalid("watchers must be an array of session keys")
+                        })?
+                        .to_string(),
+                );
+            }
+            b.finish()?;
+            match blocking(move || Ok(engine.append(a)?)).await? {
+                AppendOutcome::Recorded(e) => Ok((
+                    StatusCode::CREATED,
+                    axum::Json(json!({"event": wire::event(&e), "deduped": false})),
+                )
+                    .into_response()),
+                AppendOutcome::Deduped(e) => ok(json!({"event": wire::event(&e), "deduped": true})),
+                AppendOutcome::NotRecorded(_) => ok(json!({"recorded": false})),
+            }
+        }
+        _ => Err(ApiError::not_found("not_found", "no such admin route")),
+    }
+}

@@ -1,0 +1,190 @@
+//! Strict request bodies: a JSON object whose fields are taken one by one with messages that
+//! name the field and what is accepted; whatever is left over is an unknown field (03 §5.1).
+
+use crate::error::{ApiError, ApiResult};
+use axum::http::StatusCode;
+use serde_json::{Map, Value};
+
+/// Largest accepted body.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+pub struct Obj {
+    map: Map<String, Value>,
+}
+
+fn invalid_json(msg: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, "invalid_json", msg)
+}
+
+impl Obj {
+    /// Parses a body; an empty body is an empty object when `empty_ok`.
+    pub fn parse(bytes: &[u8], empty_ok: bool) -> ApiResult<Self> {
+        if bytes.len() > MAX_BODY_BYTES {
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                "body must be at most 1 MiB",
+            ));
+        }
+        if empty_ok && bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Obj { map: Map::new() });
+        }
+        match serde_json::from_slice::<Value>(bytes) {
+            Ok(Value::Object(map)) => Ok(Obj { map }),
+            Ok(_) => Err(invalid_json("body must be a JSON object")),
+            Err(e) => Err(invalid_json(format!("body is not valid JSON: {e}"))),
+        }
+    }
+
+    pub fn from_map(map: Map<String, Value>) -> Self {
+        Obj { map }
+    }
+
+    fn take(&mut self, field: &str) -> ApiResult<Option<Value>> {
+        match self.map.remove(field) {
+            Some(Value::Null) => Err(ApiError::invalid(format!(
+                "{field} must not be null (omit it instead)"
+            ))),
+            other => Ok(other),
+        }
+    }
+
+    pub fn has(&self, field: &str) -> bool {
+        self.map.contains_key(field)
+    }
+
+    pub fn opt_str(&mut self, field: &str) -> ApiResult<Option<String>> {
+        match self.take(field)? {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(_) => Err(ApiError::invalid(format!("{field} must be a string"))),
+        }
+    }
+
+    pub fn req_str(&mut self, field: &str) -> ApiResult<String> {
+        self.opt_str(field)?
+            .ok_or_else(|| ApiError::invalid(format!("{field} is required (a string)")))
+    }
+
+    pub fn opt_bool(&mut self, field: &str) -> ApiResult<Option<bool>> {
+        match self.take(field)? {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(b)),
+            Some(_) => Err(ApiError::invalid(format!("{field} must be a boolean"))),
+        }
+    }
+
+    /// An integer in `range`; `msg` is the whole error message (the spec fixes some wordings).
+    pub fn opt_int(
+        &mut self,
+        field: &str,
+        range: std::ops::RangeInclusive<i64>,
+        msg: &str,
+    ) -> ApiResult<Option<i64>> {
+        match self.take(field)? {
+            None => Ok(None),
+            Some(v) => match v.as_i64().filter(|_| v.is_i64() || v.is_u64()) {
+                Some(n) if range.contains(&n) && !v.to_string().contains(['.', 'e', 'E']) => {
+                    Ok(Some(n))
+                }
+                _ => Err(ApiError::invalid(msg.to_string())),
+            },
+        }
+    }
+
+    pub fn opt_value(&mut self, field: &str) -> ApiResult<Option<Value>> {
+        self.take(field)
+    }
+
+    pub fn opt_obj(&mut self, field: &str) -> ApiResult<Option<Obj>> {
+        match self.take(field)? {
+            None => Ok(None),
+            Some(Value::Object(map)) => Ok(Some(Obj { map })),
+            Some(_) => Err(ApiError::invalid(format!("{field} must be an object"))),
+        }
+    }
+
+    pub fn opt_array(&mut self, field: &str) -> ApiResult<Option<Vec<Value>>> {
+        match self.take(field)? {
+            None => Ok(None),
+            Some(Value::Array(a)) => Ok(Some(a)),
+            Some(_) => Err(ApiError::invalid(format!("{field} must be an array"))),
+        }
+    }
+
+    /// Refuses whatever was not taken.
+    pub fn finish(self) -> ApiResult<()> {
+        match self.map.keys().next() {
+            None => Ok(()),
+            Some(k) => Err(ApiError::invalid(format!("unknown field {k:?}"))),
+        }
+    }
+}
+
+/// Query parameters, strict in the same way.
+pub struct Query {
+    pairs: Vec<(String, String)>,
+}
+
+impl Query {
+    pub fn parse(raw: Option<&str>) -> ApiResult<Self> {
+        let mut pairs = Vec::new();
+        for part in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = part.split_once('=').unwrap_or((part, ""));
+            let dec = |s: &str| -> ApiResult<String> {
+                let plus = s.replace('+', " ");
+                percent_encoding::percent_decode_str(&plus)
+                    .decode_utf8()
+                    .map(|c| c.into_owned())
+                    .map_err(|_| {
+                        ApiError::invalid(format!(
+                            "query parameter {k:?} is not valid UTF-8 after percent-decoding"
+                        ))
+                    })
+            };
+            pairs.push((dec(k)?, dec(v)?));
+        }
+        Ok(Query { pairs })
+    }
+
+    pub fn take_all(&mut self, name: &str) -> Vec<String> {
+        let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pairs)
+            .into_iter()
+            .partition(|(k, _)| k == name);
+        self.pairs = rest;
+        mine.into_iter().map(|(_, v)| v).collect()
+    }
+
+    pub fn take(&mut self, name: &str) -> ApiResult<Option<String>> {
+        let mut all = self.take_all(name);
+        match all.len() {
+            0 => Ok(None),
+            1 => Ok(all.pop()),
+            _ => Err(ApiError::invalid(format!(
+                "query parameter {name} must be given at most once"
+            ))),
+        }
+    }
+
+    pub fn int(
+        &mut self,
+        name: &str,
+        range: std::ops::RangeInclusive<i64>,
+        msg: &str,
+    ) -> ApiResult<Option<i64>> {
+        match self.take(name)? {
+            None => Ok(None),
+            Some(v) => match v.parse::<i64>() {
+                Ok(n) if range.contains(&n) => Ok(Some(n)),
+                _ => Err(ApiError::invalid(msg.to_string())),
+            },
+        }
+    }
+
+    pub fn finish(self) -> ApiResult<()> {
+        match self.pairs.first() {
+            None => Ok(()),
+            Some((k, _)) => Err(ApiError::invalid(format!("unknown query parameter {k:?}"))),
+        }
+    }
+}

@@ -1,0 +1,279 @@
+//! Gateway configuration (03 §11): a TOML file, overridden by flags, overridden by environment
+//! variables for `token`, `data_dir` and `bind`. Invalid configuration names the key.
+
+use aware_core::{AgentId, RetentionPolicy};
+use aware_store::Durability;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration: {0}")]
+pub struct ConfigError(pub String);
+
+fn bad(msg: impl Into<String>) -> ConfigError {
+    ConfigError(msg.into())
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    bind: Option<String>,
+    token: Option<String>,
+    durability: Option<String>,
+    default_agent: Option<String>,
+    main_key: Option<String>,
+    notify_on_create: Option<bool>,
+    data_dir: Option<PathBuf>,
+    retention: Option<FileRetention>,
+    wakes: Option<FileWakes>,
+    agents: Option<BTreeMap<String, FileAgent>>,
+    // Accepted so one config file serves every version; read by the upstream monitor, which
+    // is not built yet.
+    #[allow(dead_code)]
+    monitor: Option<toml::Value>,
+    #[allow(dead_code)]
+    claude: Option<toml::Value>,
+    #[allow(dead_code)]
+    nodes: Option<toml::Value>,
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FileRetention {
+    max_age_days: Option<u32>,
+    max_rows: Option<u64>,
+    cursor_expiry_days: Option<u32>,
+    prune_interval_secs: Option<u64>,
+    batch_rows: Option<u32>,
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FileWakes {
+    coalesce_secs: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FileAgent {
+    visible_agents: Option<Vec<String>>,
+    wake_webhook: Option<FileWebhook>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileWebhook {
+    url: String,
+    secret: Option<String>,
+    timeout_ms: Option<u64>,
+    max_attempts: Option<u32>,
+}
+
+/// A per-agent wake webhook (02 §10).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Webhook {
+    pub url: String,
+    pub secret: Option<String>,
+    pub timeout_ms: u64,
+    pub max_attempts: u32,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AgentPolicy {
+    /// Other agents this agent may see; `*` means all.
+    pub visible_agents: Vec<String>,
+    pub webhook: Option<Webhook>,
+}
+
+/// The resolved configuration of one gateway.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    pub data_dir: PathBuf,
+    pub bind: SocketAddr,
+    pub token: Option<String>,
+    pub durability: Durability,
+    pub default_agent: AgentId,
+    pub main_key: String,
+    pub notify_on_create: bool,
+    pub retention: RetentionPolicy,
+    pub coalesce_secs: u64,
+    pub agents: BTreeMap<String, AgentPolicy>,
+    /// `Some(start)` in test mode (03 §9).
+    pub test_clock_start: Option<i64>,
+}
+
+/// Flags of `aware serve` that override the file.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub data_dir: Option<PathBuf>,
+    pub config: Option<PathBuf>,
+    pub bind: Option<String>,
+    pub token: Option<String>,
+    pub durability: Option<String>,
+    pub test_clock: bool,
+    pub test_clock_start: Option<i64>,
+}
+
+pub fn default_data_dir() -> PathBuf {
+    if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(x).join("aware");
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."));
+    home.join(".local/share/aware")
+}
+
+fn parse_durability(s: &str) -> Result<Durability, ConfigError> {
+    Durability::parse(s).ok_or_else(|| {
+        bad(format!(
+            "durability must be \"full\" or \"normal\" (got {s:?})"
+        ))
+    })
+}
+
+impl GatewayConfig {
+    /// Defaults for a data directory (tests and embedders).
+    pub fn for_data_dir(data_dir: impl Into<PathBuf>) -> Self {
+        GatewayConfig {
+            data_dir: data_dir.into(),
+            bind: SocketAddr::from(([127, 0, 0, 1], 7420)),
+            token: None,
+            durability: Durability::Full,
+            default_agent: AgentId::parse("main").unwrap_or_else(|_| unreachable!()),
+            main_key: "main".into(),
+            notify_on_create: true,
+            retention: RetentionPolicy::default(),
+            coalesce_secs: 20,
+            agents: BTreeMap::new(),
+            test_clock_start: None,
+        }
+    }
+
+    /// Loads file, flags and environment, in increasing precedence.
+    pub fn load(o: &Overrides, env: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let env_dir = env("AWARE_DATA_DIR").map(PathBuf::from);
+        let pre_dir = env_dir.clone().or(o.data_dir.clone());
+        let file_path = o.config.clone().or_else(|| {
+            let p = pre_dir
+                .clone()
+                .unwrap_or_else(default_data_dir)
+                .join("config.toml");
+            p.exists().then_some(p)
+        });
+        let file = match &file_path {
+            Some(p) => read_file(p)?,
+            None => FileConfig::default(),
+        };
+        let data_dir = env_dir
+            .or(o.data_dir.clone())
+            .or(file.data_dir.clone())
+            .unwrap_or_else(default_data_dir);
+        let mut c = GatewayConfig::for_data_dir(data_dir);
+        let bind = env("AWARE_BIND").or(o.bind.clone()).or(file.bind.clone());
+        if let Some(b) = bind {
+            c.bind = b.parse().map_err(|_| {
+                bad(format!(
+                    "bind must be an address like 127.0.0.1:7420 (got {b:?})"
+                ))
+            })?;
+        }
+        c.token = env("AWARE_TOKEN")
+            .or(o.token.clone())
+            .or(file.token.clone())
+            .filter(|t| !t.is_empty());
+        if let Some(d) = o.durability.as_deref().or(file.durability.as_deref()) {
+            c.durability = parse_durability(d)?;
+        }
+        if let Some(a) = &file.default_agent {
+            c.default_agent = AgentId::parse(a).map_err(|e| bad(format!("default_agent: {e}")))?;
+        }
+        if let Some(k) = &file.main_key {
+            if k.is_empty() || k.chars().any(char::is_control) {
+                return Err(bad(
+                    "main_key must be a non-empty string without control characters",
+                ));
+            }
+            c.main_key = k.clone();
+        }
+        if let Some(n) = file.notify_on_create {
+            c.notify_on_create = n;
+        }
+        if let Some(r) = &file.retention {
+            let p = &mut c.retention;
+            p.max_age_days = r.max_age_days.unwrap_or(p.max_age_days);
+            p.max_rows = r.max_rows.unwrap_or(p.max_rows);
+            p.cursor_expiry_days = r.cursor_expiry_days.unwrap_or(p.cursor_expiry_days);
+            p.prune_interval_secs = r.prune_interval_secs.unwrap_or(p.prune_interval_secs);
+            p.batch_rows = r.batch_rows.unwrap_or(p.batch_rows);
+            p.validate().map_err(|e| bad(e.to_string()))?;
+        }
+        if let Some(w) = &file.wakes {
+            c.coalesce_secs = w.coalesce_secs.unwrap_or(c.coalesce_secs);
+        }
+        for (id, a) in file.agents.clone().unwrap_or_default() {
+            let agent = AgentId::parse(&id).map_err(|e| bad(format!("agents.{id}: {e}")))?;
+            let mut policy = AgentPolicy::default();
+            for v in a.visible_agents.unwrap_or_default() {
+                if v == "*" {
+                    policy.visible_agents.push(v);
+                } else {
+                    let other = AgentId::parse(&v)
+                        .map_err(|e| bad(format!("agents.{id}.visible_agents: {e}")))?;
+                    policy.visible_agents.push(other.as_str().into());
+                }
+            }
+            if let Some(h) = a.wake_webhook {
+                if !(h.url.starts_with("http://") || h.url.starts_with("https://")) {
+                    return Err(bad(format!(
+                        "agents.{id}.wake_webhook.url must be an http:// or https:// URL"
+                    )));
+                }
+                policy.webhook = Some(Webhook {
+                    url: h.url,
+                    secret: h.secret,
+                    timeout_ms: h.timeout_ms.unwrap_or(5000),
+                    max_attempts: h.max_attempts.unwrap_or(5).max(1),
+                });
+            }
+            c.agents.insert(agent.as_str().into(), policy);
+        }
+        if o.test_clock {
+            c.test_clock_start = Some(o.test_clock_start.unwrap_or_else(wall_ms));
+        }
+        Ok(c)
+    }
+
+    pub fn db_path(&self) -> PathBuf {
+        self.data_dir.join("state.db")
+    }
+
+    /// May `caller` see sessions of `other`? (03 §5.3)
+    pub fn visible(&self, caller: &str, other: &str) -> bool {
+        caller == other
+            || self
+                .agents
+                .get(caller)
+                .is_some_and(|p| p.visible_agents.iter().any(|v| v == "*" || v == other))
+    }
+
+    /// The bind address is loopback (127.0.0.0/8 or ::1).
+    pub fn bind_is_loopback(&self) -> bool {
+        self.bind.ip().is_loopback()
+    }
+}
+
+fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| bad(format!("cannot read {}: {e}", path.display())))?;
+    toml::from_str(&text).map_err(|e| bad(format!("{}: {}", path.display(), e.message())))
+}
+
+pub fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

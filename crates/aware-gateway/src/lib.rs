@@ -1,0 +1,20 @@
+//! The aware gateway: the HTTP/JSON API of 03 §5, the agent tools of 03 §6, wakes (SSE and
+//! webhooks, 02 §10), Prometheus metrics and the test-mode admin routes.
+//!
+//! Architecture invariant: handlers only translate between the wire and engine requests; every
+//! behaviour lives in `aware-engine`. Wire JSON is written by hand in `wire.rs`.
+
+mod admin;
+mod body;
+pub mod config;
+mod error;
+mod metrics;
+mod routes;
+mod server;
+pub mod tools;
+mod wakes;
+mod wire;
+
+pub use config::{GatewayConfig, Overrides};
+pub use error::ApiError;
+pub use server::{check_bind_policy, run};

@@ -1,0 +1,299 @@
+//! The gateway server: shared state, start-up (open with retry, restart sweep, first prune),
+//! timers, graceful shutdown, and the request dispatcher.
+
+use crate::config::GatewayConfig;
+use crate::error::{ApiError, ApiResult};
+use crate::{metrics, routes};
+use aware_engine::{Clock, Engine, EngineConfig, ManualClock, SystemClock};
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+/// How far start-up has come (01 §12, 03 §5.5).
+#[derive(Clone)]
+pub(crate) enum Phase {
+    /// The store could not be opened (yet); retried every 5 s.
+    Unavailable(String),
+    /// Restart sweep and first prune are running.
+    Starting,
+    Ready(Engine),
+}
+
+pub struct AppState {
+    pub(crate) config: GatewayConfig,
+    /// Written by the start-up task only; a std lock, never held across `.await`.
+    pub(crate) phase: RwLock<Phase>,
+    pub(crate) clock: Arc<dyn Clock>,
+    /// The test clock (test mode only).
+    pub(crate) test_clock: Option<Arc<ManualClock>>,
+    /// Requests by (route pattern, status); a std mutex held for one increment.
+    pub(crate) http_counts: Mutex<BTreeMap<(&'static str, u16), u64>>,
+    pub(crate) webhook_delivered: AtomicU64,
+    pub(crate) webhook_failures: AtomicU64,
+    pub(crate) sse_delivered: AtomicU64,
+    /// Serialises admin clock moves so due timers run in order before each answer.
+    pub(crate) clock_lock: tokio::sync::Mutex<()>,
+}
+
+pub type Shared = Arc<AppState>;
+
+impl AppState {
+    pub(crate) fn engine(&self) -> ApiResult<Engine> {
+        match self.phase.read().map(|p| p.clone()) {
+            Ok(Phase::Ready(e)) => Ok(e),
+            Ok(Phase::Starting) => Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "starting",
+                "start-up (restart sweep, first prune) has not finished",
+            )),
+            Ok(Phase::Unavailable(msg)) => Err(ApiError::unavailable(format!(
+                "the store cannot be opened: {msg}"
+            ))),
+            Err(_) => Err(ApiError::internal("state lock poisoned")),
+        }
+    }
+
+    pub(crate) fn now(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    fn set_phase(&self, phase: Phase) {
+        if let Ok(mut p) = self.phase.write() {
+            *p = phase;
+        }
+    }
+}
+
+/// Runs a blocking engine call off the async runtime.
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> ApiResult<T> + Send + 'static,
+) -> ApiResult<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(format!("worker task failed: {e}")))?
+}
+
+fn engine_config(c: &GatewayConfig) -> EngineConfig {
+    let mut e = EngineConfig::new(c.db_path());
+    e.durability = c.durability;
+    e.default_agent = c.default_agent.clone();
+    e.main_key = c.main_key.clone();
+    e.notify_on_create = c.notify_on_create;
+    e.retention = c.retention;
+    e.coalesce_secs = c.coalesce_secs;
+    e
+}
+
+/// Checks that must pass before binding (03 §5.2). Returns the message `serve` prints.
+pub fn check_bind_policy(config: &GatewayConfig) -> Result<(), String> {
+    if !config.bind_is_loopback() && config.token.is_none() {
+        return Err(format!(
+            "refusing to listen on {} without a bearer token (set --token or AWARE_TOKEN)",
+            config.bind
+        ));
+    }
+    Ok(())
+}
+
+pub fn new_state(config: GatewayConfig) -> Shared {
+    let test_clock = config
+        .test_clock_start
+        .map(|t| Arc::new(ManualClock::new(t)));
+    let clock: Arc<dyn Clock> = match &test_clock {
+        Some(c) => c.clone(),
+        None => Arc::new(SystemClock),
+    };
+    Arc::new(AppState {
+        config,
+        phase: RwLock::new(Phase::Unavailable("opening".into())),
+        clock,
+        test_clock,
+        http_counts: Mutex::new(BTreeMap::new()),
+        webhook_delivered: AtomicU64::new(0),
+        webhook_failures: AtomicU64::new(0),
+        sse_delivered: AtomicU64::new(0),
+        clock_lock: tokio::sync::Mutex::new(()),
+    })
+}
+
+/// Opens the store (retrying every 5 s), starts webhook delivery, runs the restart sweep and the
+/// first prune, then marks the gateway ready.
+async fn start_up(state: Shared) {
+    let config = engine_config(&state.config);
+    let engine = loop {
+        let (c, clock) = (config.clone(), state.clock.clone());
+        let opened = tokio::task::spawn_blocking(move || {
+            if let Some(dir) = c.db_path.parent() {
+                let _ = std::fs::create_dir_all(dir);
+            }
+            Engine::open(c, clock)
+        })
+        .await;
+        match opened {
+            Ok(Ok(engine)) => break engine,
+            Ok(Err(e)) => {
+                tracing::error!(event = "store_open_failed", error = %e, "cannot open the store; retrying in 5 s");
+                state.set_phase(Phase::Unavailable(e.to_string()));
+            }
+            Err(e) => state.set_phase(Phase::Unavailable(e.to_string())),
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    };
+    state.set_phase(Phase::Starting);
+    crate::wakes::spawn_webhooks(state.clone(), engine.subscribe_wakes());
+    let e2 = engine.clone();
+    match tokio::task::spawn_blocking(move || e2.start()).await {
+        Ok(Ok((sweep, prune))) => {
+            tracing::info!(event = "started", swept_cursors = sweep.cursors, pruned = ?prune, "start-up done")
+        }
+        Ok(Err(e)) => tracing::warn!(event = "startup_failed", error = %e, "restart sweep failed"),
+        Err(e) => tracing::warn!(event = "startup_failed", error = %e, "start-up task failed"),
+    }
+    state.set_phase(Phase::Ready(engine.clone()));
+    if state.test_clock.is_none() {
+        // Engine-clock timers on the wall clock. In test mode they run when the clock moves.
+        loop {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let e = engine.clone();
+            let _ = tokio::task::spawn_blocking(move || e.run_timers()).await;
+        }
+    }
+}
+
+/// Serves on an already-bound listener until `shutdown` resolves, then finishes in-flight
+/// requests and the writer's queue.
+pub async fn run(
+    listener: TcpListener,
+    config: GatewayConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let state = new_state(config);
+    let startup = tokio::spawn(start_up(state.clone()));
+    let app = axum::Router::new()
+        .fallback(dispatch)
+        .with_state(state.clone());
+    let result = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await;
+    startup.abort();
+    if let Ok(Phase::Ready(engine)) = state.phase.read().map(|p| p.clone()) {
+        let _ = tokio::task::spawn_blocking(move || engine.close()).await;
+    }
+    result
+}
+
+/// Everything a handler needs from the request.
+pub(crate) struct Req {
+    pub state: Shared,
+    pub method: Method,
+    pub query: Option<String>,
+    pub headers: HeaderMap,
+    pub body: Vec<u8>,
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn authorized(state: &AppState, headers: &HeaderMap) -> bool {
+    let Some(token) = &state.config.token else {
+        return true;
+    };
+    let given = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    constant_time_eq(given.as_bytes(), token.as_bytes())
+}
+
+async fn dispatch(
+    State(state): State<Shared>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let raw_path = uri.path().to_string();
+    let segments: Vec<&str> = raw_path.trim_start_matches('/').split('/').collect();
+    let (route, allowed) = routes::route_of(&segments);
+    let is_health = route == "/health";
+    let response = if !is_health && !authorized(&state, &headers) {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or wrong bearer token",
+        )
+        .into_response()
+    } else if route == "" {
+        ApiError::not_found("not_found", format!("no route for {raw_path}")).into_response()
+    } else if !allowed.contains(&method) {
+        let mut r = ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            format!(
+                "{method} is not allowed for {route}; use {}",
+                allowed
+                    .iter()
+                    .map(|m| m.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )
+        .into_response();
+        if let Ok(v) = allowed
+            .iter()
+            .map(|m| m.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+            .parse()
+        {
+            r.headers_mut().insert(axum::http::header::ALLOW, v);
+        }
+        r
+    } else {
+        match axum::body::to_bytes(body, crate::body::MAX_BODY_BYTES + 1).await {
+            Err(_) => ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                "body must be at most 1 MiB",
+            )
+            .into_response(),
+            Ok(bytes) if bytes.len() > crate::body::MAX_BODY_BYTES => ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                "body must be at most 1 MiB",
+            )
+            .into_response(),
+            Ok(bytes) => {
+                let req = Req {
+                    state: state.clone(),
+                    method,
+                    query: uri.query().map(str::to_string),
+                    headers,
+                    body: bytes.to_vec(),
+                };
+                match routes::handle(req, &segments, route).await {
+                    Ok(r) => r,
+                    Err(e) => e.into_response(),
+                }
+            }
+        }
+    };
+    metrics::count_request(
+        &state,
+        if route.is_empty() { "unmatched" } else { route },
+        response.status().as_u16(),
+    );
+    response
+}

@@ -1,0 +1,165 @@
+//! Hand-written conversions from engine types to the wire JSON of 03 §5.4 (camelCase; optional
+//! fields omitted, never null).
+
+use aware_core::{CompactEvent, StoredEvent};
+use aware_engine::{Drain, Notice, Session, StateChanges, Wake};
+use aware_store::{CursorRow, RunRow, SystemEventRow, TurnRow};
+use serde_json::{json, Map, Value};
+
+fn put<T: Into<Value>>(m: &mut Map<String, Value>, k: &str, v: Option<T>) {
+    if let Some(v) = v {
+        m.insert(k.into(), v.into());
+    }
+}
+
+pub fn session(s: &Session) -> Value {
+    let r = &s.row;
+    let mut m = Map::new();
+    m.insert("key".into(), r.key.clone().into());
+    m.insert("agentId".into(), r.agent_id.clone().into());
+    m.insert("sessionId".into(), r.session_id.clone().into());
+    m.insert("kind".into(), r.kind.clone().into());
+    put(&mut m, "label", r.label.clone());
+    put(&mut m, "parentSessionKey", r.parent_key.clone());
+    if r.orphaned {
+        m.insert("orphaned".into(), true.into());
+    }
+    m.insert("createdVia".into(), r.created_via.clone().into());
+    m.insert("status".into(), s.status().into());
+    put(&mut m, "activeRunId", r.active_run_id.clone());
+    if let Some(g) = &r.goal {
+        m.insert(
+            "goal".into(),
+            json!({"text": g.text, "status": g.status, "updatedAt": g.updated_at}),
+        );
+    }
+    m.insert("stateVersion".into(), s.state_version.into());
+    m.insert("createdAt".into(), r.created_at.into());
+    m.insert("updatedAt".into(), r.updated_at.into());
+    Value::Object(m)
+}
+
+pub fn event(e: &StoredEvent) -> Value {
+    let mut m = Map::new();
+    m.insert("sequence".into(), e.sequence.into());
+    m.insert("sessionKey".into(), e.session_key.clone().into());
+    put(&mut m, "sessionId", e.session_id.clone());
+    m.insert("agentId".into(), e.agent_id.clone().into());
+    m.insert("kind".into(), e.kind.as_str().into());
+    m.insert("actorType".into(), e.actor_type.as_str().into());
+    put(&mut m, "actorId", e.actor_id.clone());
+    put(&mut m, "runId", e.run_id.clone());
+    m.insert("occurredAt".into(), e.occurred_at.into());
+    m.insert("summary".into(), e.summary.clone().into());
+    put(&mut m, "payload", e.payload.clone().map(Value::Object));
+    Value::Object(m)
+}
+
+pub fn compact_event(e: &CompactEvent) -> Value {
+    let mut m = Map::new();
+    m.insert("sequence".into(), e.sequence.into());
+    m.insert("kind".into(), e.kind.as_str().into());
+    m.insert("actorType".into(), e.actor_type.as_str().into());
+    put(&mut m, "actorId", e.actor_id.clone());
+    put(&mut m, "runId", e.run_id.clone());
+    m.insert("occurredAt".into(), e.occurred_at.into());
+    m.insert("summary".into(), e.summary.clone().into());
+    put(&mut m, "payload", e.payload.clone().map(Value::Object));
+    Value::Object(m)
+}
+
+pub fn state_changes(c: &StateChanges) -> Value {
+    json!({
+        "events": c.events.iter().map(compact_event).collect::<Vec<_>>(),
+        "truncated": c.truncated,
+        "earliestAvailableSequence": c.earliest_available_sequence,
+        "historyGap": c.history_gap,
+    })
+}
+
+pub fn turn(t: &TurnRow) -> Value {
+    let mut m = Map::new();
+    m.insert("id".into(), t.id.clone().into());
+    m.insert("index".into(), t.index.into());
+    m.insert("role".into(), t.role.clone().into());
+    m.insert("text".into(), t.text.clone().into());
+    m.insert("at".into(), t.at.into());
+    m.insert("actorType".into(), t.actor_type.as_str().into());
+    put(&mut m, "actorId", t.actor_id.clone());
+    let prov: Value =
+        serde_json::from_str(&t.provenance_json).unwrap_or_else(|_| json!({"kind": "human"}));
+    m.insert("provenance".into(), prov);
+    put(&mut m, "channel", t.channel.clone());
+    put(&mut m, "runId", t.run_id.clone());
+    put(&mut m, "origin", t.origin.clone());
+    put(&mut m, "upstreamText", t.upstream_text.clone());
+    Value::Object(m)
+}
+
+pub fn run(r: &RunRow) -> Value {
+    let mut m = Map::new();
+    m.insert("runId".into(), r.run_id.clone().into());
+    m.insert("sessionKey".into(), r.session_key.clone().into());
+    m.insert("agentId".into(), r.agent_id.clone().into());
+    m.insert("sessionId".into(), r.session_id.clone().into());
+    m.insert("startedAt".into(), r.started_at.into());
+    put(&mut m, "endedAt", r.ended_at);
+    put(&mut m, "outcome", r.outcome.clone());
+    Value::Object(m)
+}
+
+pub fn cursor(c: &CursorRow) -> Value {
+    let s = &c.state;
+    json!({
+        "watcherSessionKey": c.watcher, "targetSessionKey": c.target_key, "targetAgentId": c.target_agent,
+        "lastSeen": s.last_seen, "notified": s.notified, "material": s.material,
+        "pending": s.is_pending(), "muted": s.muted, "origin": s.origin.as_str(), "updatedAt": s.updated_at,
+    })
+}
+
+pub fn notice(n: &Notice) -> Value {
+    json!({
+        "targetSessionKey": n.target_key, "targetAgentId": n.target_agent, "lastSeen": n.last_seen,
+        "contextKey": n.context_key, "openedAt": n.opened_at, "text": n.text,
+    })
+}
+
+pub fn system_event(e: &SystemEventRow) -> Value {
+    let mut m = Map::new();
+    m.insert("id".into(), e.id.into());
+    m.insert("text".into(), e.text.clone().into());
+    put(&mut m, "contextKey", e.context_key.clone());
+    m.insert("enqueuedAt".into(), e.enqueued_at.into());
+    Value::Object(m)
+}
+
+pub fn drain(d: &Drain) -> Value {
+    json!({
+        "sessionKey": d.session_key, "agentId": d.agent_id,
+        "systemEvents": d.system_events.iter().map(system_event).collect::<Vec<_>>(),
+        "notices": d.notices.iter().map(notice).collect::<Vec<_>>(),
+        "pendingAfter": d.pending_after, "prompt": d.prompt,
+    })
+}
+
+pub fn wake(w: &Wake) -> Value {
+    let mut m = Map::new();
+    m.insert("id".into(), w.id.into());
+    m.insert("sessionKey".into(), w.session_key.clone().into());
+    m.insert("agentId".into(), w.agent_id.clone().into());
+    m.insert("reason".into(), w.reason.as_str().into());
+    if w.reason == aware_engine::WakeReason::SessionState {
+        m.insert(
+            "targets".into(),
+            w.targets
+                .iter()
+                .map(|(k, a)| json!({"sessionKey": k, "agentId": a}))
+                .collect::<Vec<_>>()
+                .into(),
+        );
+    }
+    put(&mut m, "runId", w.run_id.clone());
+    put(&mut m, "from", w.from.clone());
+    m.insert("at".into(), w.at.into());
+    Value::Object(m)
+}
