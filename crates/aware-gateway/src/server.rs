@@ -183,7 +183,11 @@ pub async fn run(
         .with_graceful_shutdown(shutdown)
         .await;
     startup.abort();
-    if let Ok(Phase::Ready(engine)) = state.phase.read().map(|p| p.clone()) {
+    let ready = match state.phase.read().map(|p| p.clone()) {
+        Ok(Phase::Ready(engine)) => Some(engine),
+        _ => None,
+    };
+    if let Some(engine) = ready {
         let _ = tokio::task::spawn_blocking(move || engine.close()).await;
     }
     result

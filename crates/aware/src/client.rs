@@ -41,9 +41,29 @@ impl Failure {
 
 pub type CliResult<T> = Result<T, Failure>;
 
+/// What must be escaped in a path segment or header: controls, non-ASCII (by the encoder),
+/// and the characters that end or restructure a segment. `:` and `-` stay readable.
+const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'%')
+    .add(b'/')
+    .add(b'?')
+    .add(b'<')
+    .add(b'>')
+    .add(b'`')
+    .add(b'{')
+    .add(b'}')
+    .add(b'\\')
+    .add(b'^')
+    .add(b'|')
+    .add(b'[')
+    .add(b']');
+
 /// Percent-encodes one path segment (a session key may hold `/`).
 pub fn seg(s: &str) -> String {
-    percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
+    percent_encoding::utf8_percent_encode(s, SEGMENT).to_string()
 }
 
 impl Client {

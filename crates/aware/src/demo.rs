@@ -1,9 +1,11 @@
-//! `aware demo`: the engine on a temporary data dir, narrated step by step for a newcomer.
+//! `aware demo`: starts a real gateway on a temporary data dir (test clock, so time-based steps
+//! are instant) and tells the story over HTTP, printing each request and what matters in the
+//! answer.
 
-use anyhow::{Context, Result};
-use aware_core::{SessionKey, SessionRef};
-use aware_engine::{CreateSession, Engine, EngineConfig, ManualClock, NewTurn, Session};
-use std::sync::Arc;
+use anyhow::{bail, Context, Result};
+use aware_gateway::GatewayConfig;
+use serde_json::{json, Value};
+use std::time::Duration;
 
 const T0: i64 = 1_767_225_600_000;
 
@@ -12,145 +14,276 @@ pub struct DemoArgs {
     /// Keep the temporary data directory and print its path.
     #[arg(long)]
     keep: bool,
+    /// Port for the demo gateway (default: a free one).
+    #[arg(long, default_value_t = 0)]
+    port: u16,
 }
 
-fn key(s: &str) -> Result<SessionRef> {
-    let k = SessionKey::parse(s).with_context(|| format!("demo key {s}"))?;
-    let agent = k
-        .qualified_agent()
-        .context("demo keys are agent-qualified")?;
-    Ok(SessionRef { key: k, agent })
+struct Http {
+    base: String,
+}
+
+impl Http {
+    fn call(
+        &self,
+        method: &str,
+        path: &str,
+        caller: Option<&str>,
+        body: Option<Value>,
+    ) -> Result<Value> {
+        let shown = body.as_ref().map(|b| format!(" {b}")).unwrap_or_default();
+        let who = caller.map(|c| format!("  (as {c})")).unwrap_or_default();
+        println!("  → {method} {path}{shown}{who}");
+        self.quiet(method, path, caller, body)
+    }
+
+    fn quiet(
+        &self,
+        method: &str,
+        path: &str,
+        caller: Option<&str>,
+        body: Option<Value>,
+    ) -> Result<Value> {
+        let mut req = ureq::request(method, &format!("{}{}", self.base, path));
+        if let Some(c) = caller {
+            req = req.set("X-Aware-Session", c);
+        }
+        let resp = match body {
+            Some(b) => req.send_json(b),
+            None => req.call(),
+        };
+        match resp {
+            Ok(r) => Ok(r.into_json()?),
+            Err(ureq::Error::Status(code, r)) => bail!(
+                "{method} {path} answered {code}: {}",
+                r.into_string().unwrap_or_default()
+            ),
+            Err(e) => bail!("{method} {path}: {e}"),
+        }
+    }
 }
 
 fn say(step: &str) {
     println!("\n== {step}");
 }
 
+use crate::client::seg;
+
 pub fn run(args: DemoArgs) -> Result<()> {
     let dir = tempfile::tempdir().context("create a temporary data dir")?;
-    let mut config = EngineConfig::new(dir.path().join("state.db"));
+    let mut config = GatewayConfig::for_data_dir(dir.path());
     config.notify_on_create = false;
-    let clock = Arc::new(ManualClock::new(T0));
-    let engine = Engine::open(config, clock.clone())?;
-    engine.start()?;
+    config.test_clock_start = Some(T0);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let listener = runtime.block_on(tokio::net::TcpListener::bind(("127.0.0.1", args.port)))?;
+    let addr = listener.local_addr()?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = runtime.spawn(aware_gateway::run(listener, config, async {
+        let _ = stop_rx.await;
+    }));
+    let http = Http {
+        base: format!("http://{addr}"),
+    };
     println!(
-        "aware demo: engine on {}",
-        dir.path().join("state.db").display()
+        "aware demo: a gateway on http://{addr} with its store in {}",
+        dir.path().display()
     );
+    for _ in 0..200 {
+        if ureq::get(&format!("{}/health", http.base)).call().is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let story = tell(&http);
+    let _ = stop_tx.send(());
+    let _ = runtime.block_on(server);
+    if args.keep {
+        println!("\ndata kept in {}", dir.keep().display());
+    }
+    story
+}
 
-    let manager = key("agent:main:main")?;
+fn tell(http: &Http) -> Result<()> {
+    let manager = "agent:main:main";
     say("A manager session starts and spawns two workers");
-    engine.create_session(CreateSession::new(manager.key.clone()))?;
-    let w1 = engine.spawn(
-        &manager,
-        "research the failing test",
-        Some("w1".into()),
+    http.call("POST", "/v1/sessions", None, Some(json!({"key": manager})))?;
+    let w1 = http.call(
+        "POST",
+        "/v1/tools/sessions_spawn",
+        Some(manager),
+        Some(json!({"task": "research the failing test", "label": "w1"})),
+    )?;
+    let w2 = http.call(
+        "POST",
+        "/v1/tools/sessions_spawn",
+        Some(manager),
+        Some(json!({"task": "write the fix", "label": "w2", "runTimeoutSeconds": 60})),
+    )?;
+    let worker1 = w1["childSessionKey"]
+        .as_str()
+        .context("spawn answers childSessionKey")?
+        .to_string();
+    let worker2 = w2["childSessionKey"]
+        .as_str()
+        .context("spawn answers childSessionKey")?
+        .to_string();
+    println!("    spawned {worker1}\n    spawned {worker2}");
+    let watches = http.call(
+        "GET",
+        &format!("/v1/sessions/{}/watches", seg(manager)),
         None,
         None,
     )?;
-    let w2 = engine.spawn(&manager, "write the fix", Some("w2".into()), None, Some(60))?;
-    let worker1 = key(&w1.child_key)?;
-    let worker2 = key(&w2.child_key)?;
-    println!("spawned {} and {}", w1.child_key, w2.child_key);
-    println!("the manager now watches both from their spawn sequence on:");
-    for c in engine.watches(&manager)? {
+    for c in watches["watches"].as_array().into_iter().flatten() {
         println!(
-            "  cursor {} -> (lastSeen {}, notified {}, material {})",
-            c.target_key, c.state.last_seen, c.state.notified, c.state.material
+            "    the manager watches {} from version {} (nothing before the spawn ever notifies)",
+            c["targetSessionKey"].as_str().unwrap_or(""),
+            c["lastSeen"]
         );
     }
 
-    say("A human types straight into worker 1 (the manager does not know)");
-    clock.advance(1000);
-    let out = engine.post_turn(
-        &worker1,
-        NewTurn::user("actually, use the staging database").channel("slack"),
+    say("A human types straight into worker 1; the manager does not know yet");
+    http.call(
+        "POST",
+        "/v1/admin/clock",
+        None,
+        Some(json!({"advanceMs": 1000})),
     )?;
-    let ev = out
-        .event
-        .context("a human turn on a parented session is recorded")?;
+    let t = http.call("POST", &format!("/v1/sessions/{}/turns", seg(&worker1)), None, Some(json!({"role": "user", "text": "actually, use the staging database", "channel": "slack"})))?;
     println!(
-        "recorded event #{} {}: \"{}\" (no message text in the log)",
-        ev.sequence, ev.kind, ev.summary
+        "    recorded event #{} {}: \"{}\" (the log never holds message text)",
+        t["event"]["sequence"],
+        t["event"]["kind"].as_str().unwrap_or(""),
+        t["event"]["summary"].as_str().unwrap_or("")
     );
 
     say("The manager's next turn starts with a drain: exactly one notice");
-    let drain = engine.drain(&manager)?;
-    println!("{}", drain.prompt);
-    let since = drain.notices.first().map_or(0, |n| n.last_seen);
+    let d = http.call(
+        "POST",
+        &format!("/v1/sessions/{}/drain", seg(manager)),
+        None,
+        None,
+    )?;
+    println!("    {}", d["prompt"].as_str().unwrap_or(""));
+    let since = d["notices"][0]["lastSeen"].as_i64().unwrap_or(0);
 
-    say("The manager reconciles with session_status changesSince before acting");
-    let changes = engine.list_since(&worker1, since, 200)?;
-    let status: Session = engine.get_session(&worker1)?;
-    println!("state version of worker 1: {}", status.state_version);
-    for e in &changes.events {
+    say("Before acting, the manager reconciles with session_status changesSince");
+    let st = http.call(
+        "POST",
+        "/v1/tools/session_status",
+        Some(manager),
+        Some(json!({"sessionKey": worker1, "changesSince": since})),
+    )?;
+    println!(
+        "    stateVersion {}; historyGap {}",
+        st["stateVersion"], st["stateChanges"]["historyGap"]
+    );
+    for e in st["stateChanges"]["events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
         println!(
-            "  #{} {} by {}: {}",
-            e.sequence,
-            e.kind,
-            e.actor_type.as_str(),
-            e.summary
+            "    #{} {} by {}: {}",
+            e["sequence"],
+            e["kind"].as_str().unwrap_or(""),
+            e["actorType"].as_str().unwrap_or(""),
+            e["summary"].as_str().unwrap_or("")
         );
     }
-    println!(
-        "truncated: {}, historyGap: {}",
-        changes.truncated, changes.history_gap
-    );
 
     say("A burst of 20 more human messages still yields one line");
+    println!("  → POST /v1/sessions/{}/turns {{\"role\":\"user\",\"text\":\"note <i>\",\"channel\":\"slack\"}}  × 20", seg(&worker1));
     for i in 0..20 {
-        clock.advance(100);
-        engine.post_turn(
-            &worker1,
-            NewTurn::user(format!("note {i}")).channel("slack"),
+        http.quiet(
+            "POST",
+            &format!("/v1/sessions/{}/turns", seg(&worker1)),
+            None,
+            Some(json!({"role": "user", "text": format!("note {i}"), "channel": "slack"})),
         )?;
     }
-    let pending = engine.peek(&manager)?;
-    println!("pending notices: {}", pending.notices.len());
-    for n in &pending.notices {
-        println!("  {}", n.text);
+    let p = http.call(
+        "GET",
+        &format!("/v1/sessions/{}/pending", seg(manager)),
+        None,
+        None,
+    )?;
+    for n in p["notices"].as_array().into_iter().flatten() {
+        println!("    {}", n["text"].as_str().unwrap_or(""));
     }
-    let drained = engine.drain(&manager)?;
-    println!(
-        "drained {} notice(s); {} follow-up(s) remain: the burst went on after the notice froze,\n\
-         so exactly one follow-up opens; the ack never skips work the manager has not been shown",
-        drained.notices.len(),
-        drained.pending_after
-    );
+    let d = http.call(
+        "POST",
+        &format!("/v1/sessions/{}/drain", seg(manager)),
+        None,
+        None,
+    )?;
+    println!("    drained {} notice(s); pendingAfter {}: the burst went on after the notice froze, so exactly one follow-up opens", d["notices"].as_array().map_or(0, |a| a.len()), d["pendingAfter"]);
 
-    say("Worker 2's run times out: logged for reconciliation, no notice");
-    clock.advance(61_000);
-    engine.run_timers()?;
-    let w2changes = engine.list_since(&worker2, 0, 200)?;
-    for e in &w2changes.events {
-        println!("  #{} {}: {}", e.sequence, e.kind, e.summary);
+    say("Worker 2's run times out: recorded for reconciliation, no notice");
+    http.call(
+        "POST",
+        "/v1/admin/clock",
+        None,
+        Some(json!({"advanceMs": 61_000})),
+    )?;
+    let st = http.call(
+        "POST",
+        "/v1/tools/session_status",
+        Some(manager),
+        Some(json!({"sessionKey": worker2, "changesSince": 0})),
+    )?;
+    for e in st["stateChanges"]["events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        println!(
+            "    #{} {}: {}",
+            e["sequence"],
+            e["kind"].as_str().unwrap_or(""),
+            e["summary"].as_str().unwrap_or("")
+        );
     }
-    let after = engine.peek(&manager)?;
-    println!(
-        "notices for the manager about worker 2: {}",
-        after
-            .notices
-            .iter()
-            .filter(|n| n.target_key == w2.child_key)
-            .count()
-    );
+    let p = http.call(
+        "GET",
+        &format!("/v1/sessions/{}/pending", seg(manager)),
+        None,
+        None,
+    )?;
+    let about_w2 = p["notices"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|n| n["targetSessionKey"] == worker2.as_str())
+        .count();
+    println!("    notices about worker 2: {about_w2}");
 
     say("The manager stops listening to worker 1");
-    let unwatched = engine.unwatch(&manager, &worker1)?;
-    engine.post_turn(&worker1, NewTurn::user("one more thing").channel("slack"))?;
+    let u = http.call(
+        "POST",
+        "/v1/tools/sessions_unwatch",
+        Some(manager),
+        Some(json!({"sessionKey": worker1})),
+    )?;
+    http.call(
+        "POST",
+        &format!("/v1/sessions/{}/turns", seg(&worker1)),
+        None,
+        Some(json!({"role": "user", "text": "one more thing", "channel": "slack"})),
+    )?;
+    let p = http.call(
+        "GET",
+        &format!("/v1/sessions/{}/pending", seg(manager)),
+        None,
+        None,
+    )?;
     println!(
-        "unwatched: {unwatched}; notices about worker 1 afterwards: {}",
-        engine
-            .peek(&manager)?
-            .notices
-            .iter()
-            .filter(|n| n.target_key == w1.child_key)
-            .count()
+        "    unwatched: {}; pending notices now: {}",
+        u["unwatched"],
+        p["notices"].as_array().map_or(0, |a| a.len())
     );
-    engine.close();
-    if args.keep {
-        let kept = dir.keep();
-        println!("\ndata kept in {}", kept.display());
-    }
     Ok(())
 }

@@ -1,0 +1,468 @@
+//! Black-box harness: a real `aware serve --test-clock` process on loopback, talked to over HTTP.
+#![allow(dead_code)]
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub const T0: i64 = 1_767_225_600_000;
+pub const W: &str = "agent:main:main";
+pub const X: &str = "agent:main:coord";
+pub const C: &str = "agent:main:subagent:c1";
+pub const D: &str = "agent:main:subagent:d1";
+pub const N: &str = "agent:main:subagent:n1";
+pub const E: &str = "agent:main:subagent:e1";
+pub const O: &str = "agent:ops:main";
+pub const HEX_C: &str = "6167656e743a6d61696e3a7375626167656e743a6331";
+pub const DAY: i64 = 86_400_000;
+
+/// The scenarios' default configuration (05 Conventions).
+pub const DEFAULT_CONFIG: &str = "notify_on_create = false\n[retention]\nprune_interval_secs = 31536000\n[monitor]\nenabled = false\n";
+
+pub fn nt(s: &str, n: i64) -> String {
+    format!("Session \"{s}\" changed (other actor). Reconcile before acting: session_status sessionKey \"{s}\" changesSince {n}.")
+}
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_aware")
+}
+
+/// Percent-encodes a path segment.
+pub fn seg(s: &str) -> String {
+    percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+pub struct Server {
+    pub dir: tempfile::TempDir,
+    pub child: Option<Child>,
+    pub port: u16,
+    pub base: String,
+    pub token: Option<String>,
+    pub extra_args: Vec<String>,
+    /// Everything the server wrote to stderr (logs), shared with a reader thread.
+    pub logs: Arc<Mutex<String>>,
+    pub now: i64,
+}
+
+pub struct Resp {
+    pub status: u16,
+    pub body: Value,
+    pub headers: Vec<(String, String)>,
+}
+
+impl Resp {
+    pub fn code(&self) -> &str {
+        self.body["error"]["code"].as_str().unwrap_or("")
+    }
+    pub fn message(&self) -> &str {
+        self.body["error"]["message"].as_str().unwrap_or("")
+    }
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+impl Server {
+    pub fn start() -> Self {
+        Self::with_config(DEFAULT_CONFIG)
+    }
+
+    pub fn with_config(config: &str) -> Self {
+        Self::with_args(config, &[])
+    }
+
+    pub fn with_args(config: &str, extra: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("config.toml"), config).unwrap();
+        let token = extra
+            .iter()
+            .position(|a| *a == "--token")
+            .map(|i| extra[i + 1].to_string());
+        let mut s = Server {
+            dir,
+            child: None,
+            port: 0,
+            base: String::new(),
+            token,
+            extra_args: extra.iter().map(|s| s.to_string()).collect(),
+            logs: Arc::new(Mutex::new(String::new())),
+            now: T0,
+        };
+        s.spawn();
+        s
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn db_path(&self) -> PathBuf {
+        self.dir.path().join("state.db")
+    }
+
+    fn spawn(&mut self) {
+        let port_file = self.dir.path().join("port");
+        let _ = std::fs::remove_file(&port_file);
+        let mut cmd = Command::new(bin());
+        cmd.arg("serve")
+            .arg("--data-dir")
+            .arg(self.dir.path())
+            .arg("--bind")
+            .arg("127.0.0.1:0")
+            .arg("--port-file")
+            .arg(&port_file)
+            .arg("--test-clock")
+            .arg("--test-clock-start")
+            .arg(self.now.to_string())
+            .args(&self.extra_args)
+            .env_remove("AWARE_TOKEN")
+            .env_remove("AWARE_DATA_DIR")
+            .env_remove("AWARE_BIND")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("start aware serve");
+        let stderr = child.stderr.take().unwrap();
+        let logs = self.logs.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Ok(mut l) = logs.lock() {
+                    l.push_str(&line);
+                    l.push('\n');
+                }
+            }
+        });
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(p) = std::fs::read_to_string(&port_file) {
+                if let Ok(port) = p.trim().parse() {
+                    self.port = port;
+                    break;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "server did not start: {}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.base = format!("http://127.0.0.1:{}", self.port);
+        self.wait_healthy();
+    }
+
+    pub fn wait_healthy(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.get("/health").status != 200 {
+            assert!(
+                Instant::now() < deadline,
+                "server not healthy: {}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn logs(&self) -> String {
+        self.logs.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    /// Graceful stop (SIGTERM), then start again on the same data dir at the current test time.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+
+    /// `kill -9`, then start again.
+    pub fn kill9_restart(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.spawn();
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(c.id().to_string())
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        caller: Option<&str>,
+        body: Option<&str>,
+    ) -> Resp {
+        self.request_with(
+            method,
+            path,
+            &caller
+                .map(|c| vec![("X-Aware-Session", seg(c))])
+                .unwrap_or_default(),
+            body,
+        )
+    }
+
+    pub fn request_with(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, String)],
+        body: Option<&str>,
+    ) -> Resp {
+        let agent = ureq::AgentBuilder::new()
+            .timeout(Duration::from_secs(60))
+            .build();
+        let mut r = agent.request(method, &format!("{}{}", self.base, path));
+        if let Some(t) = &self.token {
+            r = r.set("Authorization", &format!("Bearer {t}"));
+        }
+        for (k, v) in headers {
+            r = r.set(k, v);
+        }
+        let result = match body {
+            Some(b) => r.set("Content-Type", "application/json").send_string(b),
+            None => r.call(),
+        };
+        let resp = match result {
+            Ok(r) => r,
+            Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => panic!("{method} {path}: {e}"),
+        };
+        let status = resp.status();
+        let headers = resp
+            .headers_names()
+            .into_iter()
+            .map(|n| {
+                let v = resp.header(&n).unwrap_or("").to_string();
+                (n, v)
+            })
+            .collect();
+        let mut text = String::new();
+        let _ = resp.into_reader().take(64 << 20).read_to_string(&mut text);
+        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        Resp {
+            status,
+            body,
+            headers,
+        }
+    }
+
+    pub fn get(&self, path: &str) -> Resp {
+        self.request("GET", path, None, None)
+    }
+    pub fn post(&self, path: &str, body: Value) -> Resp {
+        self.request("POST", path, None, Some(&body.to_string()))
+    }
+    pub fn post_as(&self, caller: &str, path: &str, body: Value) -> Resp {
+        self.request("POST", path, Some(caller), Some(&body.to_string()))
+    }
+    pub fn put(&self, path: &str, body: Value) -> Resp {
+        self.request("PUT", path, None, Some(&body.to_string()))
+    }
+    pub fn delete(&self, path: &str) -> Resp {
+        self.request("DELETE", path, None, None)
+    }
+    pub fn tool(&self, caller: &str, name: &str, args: Value) -> Resp {
+        self.post_as(caller, &format!("/v1/tools/{name}"), args)
+    }
+
+    /// Creates a session (operator) and asserts success.
+    pub fn create(&self, key: &str) -> Value {
+        let r = self.post("/v1/sessions", json!({"key": key}));
+        assert!(
+            r.status == 201 || r.status == 200,
+            "create {key}: {} {}",
+            r.status,
+            r.body
+        );
+        r.body["session"].clone()
+    }
+    pub fn create_child(&self, key: &str, parent: &str) -> Value {
+        let r = self.post(
+            "/v1/sessions",
+            json!({"key": key, "parentSessionKey": parent}),
+        );
+        assert_eq!(r.status, 201, "create {key}: {}", r.body);
+        r.body["session"].clone()
+    }
+    /// F: W, then C with parent W (sequence 1).
+    pub fn family() -> Self {
+        let s = Self::start();
+        s.create(W);
+        s.create_child(C, W);
+        s
+    }
+    /// hdm(S); returns the answer.
+    pub fn hdm(&self, s: &str) -> Resp {
+        let r = self.post(
+            &format!("/v1/sessions/{}/turns", seg(s)),
+            json!({"role":"user","text":"hello","channel":"telegram"}),
+        );
+        assert_eq!(r.status, 201, "hdm {s}: {}", r.body);
+        r
+    }
+    pub fn hdm_seq(&self, s: &str) -> i64 {
+        self.hdm(s).body["event"]["sequence"]
+            .as_i64()
+            .expect("event recorded")
+    }
+    pub fn cursor(&self, a: &str, b: &str) -> Option<Value> {
+        let r = self.get(&format!("/v1/sessions/{}/watches", seg(a)));
+        r.body["watches"]
+            .as_array()?
+            .iter()
+            .find(|c| c["targetSessionKey"] == b)
+            .cloned()
+    }
+    pub fn triple(&self, a: &str, b: &str) -> (i64, i64, i64) {
+        let c = self
+            .cursor(a, b)
+            .unwrap_or_else(|| panic!("no cursor ({a}, {b})"));
+        (
+            c["lastSeen"].as_i64().unwrap(),
+            c["notified"].as_i64().unwrap(),
+            c["material"].as_i64().unwrap(),
+        )
+    }
+    pub fn pending(&self, s: &str) -> Value {
+        self.get(&format!("/v1/sessions/{}/pending", seg(s))).body
+    }
+    pub fn drain(&self, s: &str) -> Value {
+        self.post(&format!("/v1/sessions/{}/drain", seg(s)), json!({}))
+            .body
+    }
+    pub fn notice_texts(&self, s: &str) -> Vec<String> {
+        self.pending(s)["notices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["text"].as_str().unwrap().to_string())
+            .collect()
+    }
+    pub fn watch(&self, a: &str, b: &str) -> Resp {
+        self.post(
+            &format!("/v1/sessions/{}/watches", seg(a)),
+            json!({"target": b}),
+        )
+    }
+    pub fn status(&self, caller: &str, key: &str, since: i64) -> Value {
+        let r = self.tool(
+            caller,
+            "session_status",
+            json!({"sessionKey": key, "changesSince": since}),
+        );
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.body
+    }
+    pub fn seqs(&self, key: &str, since: i64) -> Vec<i64> {
+        self.status(W, key, since)["stateChanges"]["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["sequence"].as_i64().unwrap())
+            .collect()
+    }
+    pub fn set_clock(&mut self, now: i64) {
+        let r = self.post("/v1/admin/clock", json!({"now": now}));
+        assert_eq!(r.status, 200, "{}", r.body);
+        self.now = now;
+    }
+    pub fn prune(&self) -> Value {
+        let r = self.post("/v1/admin/prune", json!({}));
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.body
+    }
+    pub fn metric(&self, line_prefix: &str) -> Option<f64> {
+        let text = self.get("/metrics").body.as_str().unwrap_or("").to_string();
+        text.lines().find_map(|l| {
+            l.strip_prefix(line_prefix)
+                .and_then(|rest| rest.trim().parse().ok())
+        })
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A subscription to `GET /v1/wakes` that collects wake objects on a thread.
+pub struct Wakes {
+    pub received: Arc<Mutex<Vec<Value>>>,
+}
+
+impl Wakes {
+    pub fn subscribe(server: &Server, query: &str, caller: Option<&str>) -> Self {
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let r2 = received.clone();
+        let url = format!("{}/v1/wakes{}", server.base, query);
+        let token = server.token.clone();
+        let caller = caller.map(seg);
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let agent = ureq::AgentBuilder::new()
+                .timeout_read(Duration::from_secs(300))
+                .build();
+            let mut req = agent.get(&url);
+            if let Some(t) = token {
+                req = req.set("Authorization", &format!("Bearer {t}"));
+            }
+            if let Some(c) = caller {
+                req = req.set("X-Aware-Session", &c);
+            }
+            let resp = match req.call() {
+                Ok(r) => r,
+                Err(_) => {
+                    let _ = ready_tx.send(());
+                    return;
+                }
+            };
+            let _ = ready_tx.send(());
+            for line in BufReader::new(resp.into_reader())
+                .lines()
+                .map_while(Result::ok)
+            {
+                if let Some(data) = line.strip_prefix("data: ") {
+                    if let Ok(v) = serde_json::from_str::<Value>(data) {
+                        r2.lock().unwrap().push(v);
+                    }
+                }
+            }
+        });
+        let _ = ready_rx.recv_timeout(Duration::from_secs(10));
+        // Let the stream deliver its catch-up wakes.
+        std::thread::sleep(Duration::from_millis(150));
+        Wakes { received }
+    }
+
+    /// Waits briefly for in-flight wakes, then returns everything received so far.
+    pub fn settle(&self) -> Vec<Value> {
+        std::thread::sleep(Duration::from_millis(200));
+        self.received.lock().unwrap().clone()
+    }
+}
