@@ -292,14 +292,16 @@ fn update_watchers(
             continue;
         };
         let watcher = key.as_str();
-        // Duplicates are removed before the drop rules (02 §2 step 2, then step 3).
-        if !seen.insert(watcher.to_string()) {
-            continue;
-        }
         let Some(agent) = key.qualified_agent() else {
             continue;
         };
+        // The orphaned child's parent is removed from the producer-passed list before
+        // duplicates are removed, so a re-created parent that explicitly registered on the
+        // child is still notified, whichever producer records the event (see ARCHITECTURE.md).
         if from_producer && orphaned_parent.as_deref() == Some(watcher) {
+            continue;
+        }
+        if !seen.insert(watcher.to_string()) {
             continue;
         }
         if watcher == event.session_key && agent.as_str() == event.agent_id {

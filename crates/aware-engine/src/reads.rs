@@ -8,7 +8,7 @@ use aware_core::SessionRef;
 pub const MAX_PAGE: u32 = 200;
 
 impl Engine {
-    fn read_failed(&self, what: &str, e: &dyn std::fmt::Display) {
+    pub(crate) fn read_failed(&self, what: &str, e: &dyn std::fmt::Display) {
         tracing::warn!(event = "read_failed", read = what, error = %e, "signal-log read failed");
         EngineMetrics::inc(&self.inner.metrics.read_failures, 1);
     }

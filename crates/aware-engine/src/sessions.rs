@@ -109,10 +109,15 @@ impl Engine {
         }
     }
 
+    /// A session with its state version; a failed head read degrades to 0 (01 §12).
     fn session_view(&self, tx: &dyn ReadTx, row: SessionRow) -> Result<Session> {
-        let state_version = tx
-            .head(&row.key, &row.agent_id)?
-            .map_or(0, |h| h.last_sequence);
+        let state_version = match tx.head(&row.key, &row.agent_id) {
+            Ok(h) => h.map_or(0, |h| h.last_sequence),
+            Err(e) => {
+                self.read_failed("version", &e);
+                0
+            }
+        };
         Ok(Session { row, state_version })
     }
 
@@ -143,12 +148,14 @@ impl Engine {
     /// Creates a session (03 §3.4, §4.1, §4.5). Returns `(created, session)`; an existing
     /// session is returned unchanged.
     pub fn create_session(&self, req: CreateSession) -> Result<(bool, Session)> {
-        let target = self.resolve(
-            &req.key,
-            req.agent
-                .as_ref()
-                .or(req.caller.session().map(|c| &c.agent)),
-        )?;
+        // The caller's agent is only a default for bare keys; an agent-qualified key names its
+        // own agent, whoever calls.
+        let caller_default = req
+            .caller
+            .session()
+            .map(|c| &c.agent)
+            .filter(|_| !req.key.is_agent_qualified());
+        let target = self.resolve(&req.key, req.agent.as_ref().or(caller_default))?;
         if let Some(label) = &req.label {
             validate_label(label)?;
         }

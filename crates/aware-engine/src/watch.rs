@@ -94,6 +94,9 @@ impl Engine {
             if !w.key.is_agent_qualified() {
                 return Ok(false);
             }
+            // A watcher is an existing session (02 §1): a deleted parent must not leave a muted
+            // row that a session re-created under its key would inherit.
+            load_session(tx, &w)?;
             let (wk, k, a) = (w.key.as_str(), t.key.as_str(), t.agent.as_str());
             let existing = tx.cursor(wk, k, a)?;
             if existing.as_ref().is_some_and(|c| c.state.muted) {

@@ -51,6 +51,8 @@ fn invalid_keys_name_the_rule() {
 }
 
 #[test]
+// Cases are pushed one by one because several need a request built first.
+#[allow(clippy::vec_init_then_push)]
 fn refused_calls_change_nothing() {
     let w = World::family();
     w.hdm(C);

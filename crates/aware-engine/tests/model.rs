@@ -310,6 +310,7 @@ impl Model {
     }
 
     /// 01 §4 steps 5–7 and 02 §2–§6 for an event the engine recorded with sequence `seq`.
+    #[allow(clippy::too_many_arguments)]
     fn record(
         &mut self,
         stream: usize,
@@ -351,20 +352,23 @@ impl Model {
                     .map(|(&(w, _), _)| w),
             );
         }
-        let mut seen = BTreeSet::new();
-        candidates.retain(|w| seen.insert(*w));
-        // The spec drops the parent of an orphaned target whatever its source. The engine drops
-        // it only when the producer passed it (a registered re-created parent is still
-        // notified when the producer did not pass it): mirrored here so the model keeps
-        // guarding everything else; the deviation is pinned by the ignored test
-        // `orphaned_child_event_never_notifies_recreated_parent_even_when_registered`.
+        // The orphaned target's parent leaves the producer-passed list before duplicates are
+        // removed, so an explicit registration by a re-created parent is honoured (the
+        // documented reading of 02 §2 step 3, see ARCHITECTURE.md).
         let orphan_parent = if self.orphaned(stream) {
-            parent_of(stream).filter(|p| passed.contains(p))
+            parent_of(stream)
         } else {
             None
         };
-        candidates
-            .retain(|&w| qualified(w) && self.exists(w) && orphan_parent != Some(w) && w != stream);
+        let n_passed = passed.len();
+        let mut index = 0;
+        candidates.retain(|w| {
+            index += 1;
+            !(index <= n_passed && orphan_parent == Some(*w))
+        });
+        let mut seen = BTreeSet::new();
+        candidates.retain(|w| seen.insert(*w));
+        candidates.retain(|&w| qualified(w) && self.exists(w) && w != stream);
         let now = self.now;
         for w in candidates {
             let existing = self.cursors.get(&(w, stream)).copied();
@@ -1139,25 +1143,25 @@ fn check(h: &Harness, m: &Model, prev: &Observed, op: Option<&Op>, ctx: &str) ->
     };
 
     // Heads: equal to the model, never lowered except by deleting the session.
-    for i in 0..N {
+    for (i, name) in KEYS.iter().enumerate() {
         let v = e.version(&sref(i));
-        assert_eq!(v, m.head(i), "{ctx}: head of {}", KEYS[i]);
+        assert_eq!(v, m.head(i), "{ctx}: head of {}", name);
         let deleted = matches!(op, Some(Op::Delete { s }) if *s == i);
         assert!(
             v >= prev.heads[i] || (deleted && v == 0),
             "{ctx}: head of {} lowered from {} to {v}",
-            KEYS[i],
+            name,
             prev.heads[i]
         );
         obs.heads[i] = v;
     }
 
     // Streams, earliest available sequence and the exact history gap.
-    for i in 0..N {
+    for (i, name) in KEYS.iter().enumerate() {
         let page = e.list_since(&sref(i), 0, 200).unwrap();
         let seqs: Vec<i64> = page.events.iter().map(|ev| ev.sequence).collect();
         let want = m.retained(i);
-        assert_eq!(seqs, want, "{ctx}: retained stream of {}", KEYS[i]);
+        assert_eq!(seqs, want, "{ctx}: retained stream of {}", name);
         assert!(!page.truncated, "{ctx}");
         let earliest =
             want.first()
@@ -1166,7 +1170,7 @@ fn check(h: &Harness, m: &Model, prev: &Observed, op: Option<&Op>, ctx: &str) ->
         assert_eq!(
             page.earliest_available_sequence, earliest,
             "{ctx}: earliestAvailableSequence of {}",
-            KEYS[i]
+            name
         );
         let pm = m.pruned(i);
         let mut afters: BTreeSet<i64> = [0, pm, pm + 1, m.head(i)].into_iter().collect();
@@ -1183,15 +1187,11 @@ fn check(h: &Harness, m: &Model, prev: &Observed, op: Option<&Op>, ctx: &str) ->
                 p.history_gap,
                 after < pm,
                 "{ctx}: historyGap of {} after {after} (pruned watermark {pm})",
-                KEYS[i]
+                name
             );
             let tail: Vec<i64> = p.events.iter().map(|ev| ev.sequence).collect();
             let want_tail: Vec<i64> = want.iter().copied().filter(|s| *s > after).collect();
-            assert_eq!(
-                tail, want_tail,
-                "{ctx}: listSince {} after {after}",
-                KEYS[i]
-            );
+            assert_eq!(tail, want_tail, "{ctx}: listSince {} after {after}", name);
         }
         if want.len() > 2 {
             let p = e.list_since(&sref(i), 0, 2).unwrap();
@@ -1213,7 +1213,7 @@ fn check(h: &Harness, m: &Model, prev: &Observed, op: Option<&Op>, ctx: &str) ->
 
     // Every cursor row, from both sides, and nothing else in the table.
     let mut seen_rows = 0usize;
-    for t in 0..N {
+    for (t, name) in KEYS.iter().enumerate() {
         if !m.exists(t) {
             assert!(
                 !m.cursors.keys().any(|&(w, tt)| w == t || tt == t),
@@ -1231,7 +1231,7 @@ fn check(h: &Harness, m: &Model, prev: &Observed, op: Option<&Op>, ctx: &str) ->
         want.sort_by_key(|(w, _)| KEYS[*w]);
         let got_ws: Vec<usize> = rows.iter().map(|r| index_of(&r.watcher)).collect();
         let want_ws: Vec<usize> = want.iter().map(|(w, _)| *w).collect();
-        assert_eq!(got_ws, want_ws, "{ctx}: watchers of {}", KEYS[t]);
+        assert_eq!(got_ws, want_ws, "{ctx}: watchers of {}", name);
         for (row, (w, c)) in rows.iter().zip(&want) {
             assert_cursor_eq(ctx, (*w, t), row, c);
         }
@@ -1239,7 +1239,7 @@ fn check(h: &Harness, m: &Model, prev: &Observed, op: Option<&Op>, ctx: &str) ->
         if qualified(t) {
             let rows = e.watches(&sref(t)).unwrap();
             let n_want = m.cursors.keys().filter(|&&(w, _)| w == t).count();
-            assert_eq!(rows.len(), n_want, "{ctx}: watches of {}", KEYS[t]);
+            assert_eq!(rows.len(), n_want, "{ctx}: watches of {}", name);
             for row in &rows {
                 let pair = (t, index_of(&row.target_key));
                 assert_cursor_eq(ctx, pair, row, &m.cursors[&pair]);
@@ -1322,16 +1322,37 @@ fn directed_sequences() -> Vec<(&'static str, Vec<Op>)> {
     vec![
         (
             "frozen watermark and one follow-up",
-            vec![human(C), human(C), human(C), Op::Peek { s: W }, drain(W), drain(W), drain(W)],
+            vec![
+                human(C),
+                human(C),
+                human(C),
+                Op::Peek { s: W },
+                drain(W),
+                drain(W),
+                drain(W),
+            ],
         ),
         (
             "self-suppression",
             vec![
                 Op::Register { w: X, t: C },
-                Op::SetGoal { t: C, text: 0, complete: false, actor: Some(W) },
-                Op::HumanTurn { t: C, human_id: Some(X) },
+                Op::SetGoal {
+                    t: C,
+                    text: 0,
+                    complete: false,
+                    actor: Some(W),
+                },
+                Op::HumanTurn {
+                    t: C,
+                    human_id: Some(X),
+                },
                 Op::InterSessionTurn { t: C, from: W },
-                Op::AdminAppend { t: C, kind: 0, actor: Some(X), watchers: vec![W, X, C, G, W] },
+                Op::AdminAppend {
+                    t: C,
+                    kind: 0,
+                    actor: Some(X),
+                    watchers: vec![W, X, C, G, W],
+                },
                 drain(W),
                 drain(X),
             ],
@@ -1397,27 +1418,73 @@ fn directed_sequences() -> Vec<(&'static str, Vec<Op>)> {
         ),
         (
             "reset watcher restarts at changesSince 0",
-            vec![human(C), Op::Reset { s: W }, human(C), human(C), drain(W), drain(W)],
+            vec![
+                human(C),
+                Op::Reset { s: W },
+                human(C),
+                human(C),
+                drain(W),
+                drain(W),
+            ],
         ),
         (
             "compaction dedupe ends when the first event is pruned",
-            [Op::Compaction { t: C, op: 0 }, Op::Compaction { t: C, op: 0 }]
-                .into_iter()
-                .chain(turns(D, 13))
-                .chain([Op::Prune, Op::Compaction { t: C, op: 0 }])
-                .collect(),
+            [
+                Op::Compaction { t: C, op: 0 },
+                Op::Compaction { t: C, op: 0 },
+            ]
+            .into_iter()
+            .chain(turns(D, 13))
+            .chain([Op::Prune, Op::Compaction { t: C, op: 0 }])
+            .collect(),
         ),
         (
             "explicit ack variants",
             vec![
                 human(C),
                 human(C),
-                Op::Ack { w: W, t: C, agent: 2, last_seen: 0, bad_key: false },
-                Op::Ack { w: W, t: C, agent: 0, last_seen: 0, bad_key: true },
-                Op::Ack { w: W, t: C, agent: 1, last_seen: 2, bad_key: false },
-                Op::Ack { w: W, t: C, agent: 1, last_seen: 1, bad_key: false },
-                Op::Ack { w: W, t: C, agent: 0, last_seen: 0, bad_key: false },
-                Op::Ack { w: W, t: C, agent: 0, last_seen: 0, bad_key: false },
+                Op::Ack {
+                    w: W,
+                    t: C,
+                    agent: 2,
+                    last_seen: 0,
+                    bad_key: false,
+                },
+                Op::Ack {
+                    w: W,
+                    t: C,
+                    agent: 0,
+                    last_seen: 0,
+                    bad_key: true,
+                },
+                Op::Ack {
+                    w: W,
+                    t: C,
+                    agent: 1,
+                    last_seen: 2,
+                    bad_key: false,
+                },
+                Op::Ack {
+                    w: W,
+                    t: C,
+                    agent: 1,
+                    last_seen: 1,
+                    bad_key: false,
+                },
+                Op::Ack {
+                    w: W,
+                    t: C,
+                    agent: 0,
+                    last_seen: 0,
+                    bad_key: false,
+                },
+                Op::Ack {
+                    w: W,
+                    t: C,
+                    agent: 0,
+                    last_seen: 0,
+                    bad_key: false,
+                },
             ],
         ),
         (
@@ -1432,10 +1499,26 @@ fn directed_sequences() -> Vec<(&'static str, Vec<Op>)> {
                 Op::Create { s: D },
                 Op::StartRun { t: D },
                 Op::EndRun { t: D, outcome: 0 },
-                Op::SetGoal { t: D, text: 1, complete: true, actor: None },
-                Op::SetGoal { t: D, text: 1, complete: true, actor: None },
-                Op::ClearGoal { t: D, actor: Some(X) },
-                Op::ClearGoal { t: D, actor: Some(X) },
+                Op::SetGoal {
+                    t: D,
+                    text: 1,
+                    complete: true,
+                    actor: None,
+                },
+                Op::SetGoal {
+                    t: D,
+                    text: 1,
+                    complete: true,
+                    actor: None,
+                },
+                Op::ClearGoal {
+                    t: D,
+                    actor: Some(X),
+                },
+                Op::ClearGoal {
+                    t: D,
+                    actor: Some(X),
+                },
                 drain(W),
             ],
         ),
@@ -1475,46 +1558,62 @@ fn model_engine_matches_reference() {
     }
 }
 
-
-/// 02 §2 step 3: a candidate that is the parent of an orphaned child is dropped, whatever its
-/// source (03 §3.6: a parent re-created under a deleted parent's key inherits nothing). The engine
-/// drops it only when the producer passed it, so a re-created parent that registered on the
-/// orphan is notified by an event whose producer passed no watcher (the admin append), while a
-/// human turn on the same child (producer passes the parent) notifies nothing.
+/// Regression (02 §2 step 3 as documented in ARCHITECTURE.md): a re-created parent inherits
+/// nothing from its orphaned child's spawn edge, but an explicit registration is honoured the
+/// same way whichever producer records the event. The engine once notified it for an admin
+/// append but not for a human turn.
 #[test]
-#[ignore = "engine deviation (02 §2 step 3): a registered re-created parent of an orphaned child \
-            is notified when the producer did not pass it"]
-fn orphaned_child_event_never_notifies_recreated_parent_even_when_registered() {
+fn recreated_parent_is_notified_only_through_its_explicit_registration() {
     let h = Harness::new();
     let e = h.e();
     e.create_session(CreateSession::new(key(W))).unwrap();
-    e.create_session(CreateSession::new(key(C)).parent(key(W))).unwrap();
+    e.create_session(CreateSession::new(key(C)).parent(key(W)))
+        .unwrap();
     e.delete_session(&sref(W)).unwrap();
     e.create_session(CreateSession::new(key(W))).unwrap();
-    let row = e.register_watch(&sref(W), &sref(C)).unwrap();
-    let h0 = row.state.last_seen;
-
-    // Human turn: the producer passes the parent; it is dropped (engine and spec agree).
-    e.post_turn(&sref(C), NewTurn::user("hi")).unwrap();
-    assert!(e.peek(&sref(W)).unwrap().notices.is_empty());
-
-    // Admin append without producer-passed watchers: the spec still drops W.
-    let out = e
-        .append(AppendRequest::new(
-            sref(C),
-            EventKind::HumanDirectMessage,
-            ActorType::Human,
-        ))
-        .unwrap();
-    assert!(matches!(out, AppendOutcome::Recorded(_)));
-    let cursor = &e.watches(&sref(W)).unwrap()[0];
-    assert_eq!(
-        (cursor.state.last_seen, cursor.state.notified, cursor.state.material),
-        (h0, h0, h0),
-        "the re-created parent's cursor on the orphaned child moved"
-    );
+    e.post_turn(&sref(C), NewTurn::user("before")).unwrap();
     assert!(
         e.peek(&sref(W)).unwrap().notices.is_empty(),
-        "the re-created parent got a notice for its orphaned child"
+        "the spawn edge was inherited"
+    );
+    let row = e.register_watch(&sref(W), &sref(C)).unwrap();
+    let h0 = row.state.last_seen;
+    e.post_turn(&sref(C), NewTurn::user("hi")).unwrap();
+    assert_eq!(e.peek(&sref(W)).unwrap().notices.len(), 1);
+    e.append(AppendRequest::new(
+        sref(C),
+        EventKind::HumanDirectMessage,
+        ActorType::Human,
+    ))
+    .unwrap();
+    let cursor = &e.watches(&sref(W)).unwrap()[0];
+    assert_eq!(cursor.state.last_seen, h0);
+    assert_eq!(e.peek(&sref(W)).unwrap().notices.len(), 1);
+}
+
+/// 02 §1: a watcher is the agent-qualified key of an *existing* session (registration refuses a
+/// missing watcher, 02 §7 step 1). Regression: `Engine::unwatch` once answered `true` for a
+/// deleted parent and wrote a muted row that a session re-created under that key inherited.
+#[test]
+fn unwatch_by_missing_watcher_writes_no_cursor() {
+    let h = Harness::new();
+    let e = h.e();
+    e.create_session(CreateSession::new(key(W))).unwrap();
+    e.create_session(CreateSession::new(key(C)).parent(key(W)))
+        .unwrap();
+    e.delete_session(&sref(W)).unwrap();
+    let r = e.unwatch(&sref(W), &sref(C));
+    assert!(
+        !matches!(r, Ok(true)),
+        "unwatch by a missing watcher answered {r:?}"
+    );
+    assert!(
+        e.watchers(&sref(C)).unwrap().is_empty(),
+        "a cursor row exists for a watcher session that does not exist"
+    );
+    e.create_session(CreateSession::new(key(W))).unwrap();
+    assert!(
+        e.watches(&sref(W)).unwrap().is_empty(),
+        "the re-created session inherited a cursor"
     );
 }

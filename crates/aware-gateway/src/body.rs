@@ -40,13 +40,10 @@ impl Obj {
         Obj { map }
     }
 
+    /// Removes a field. `null` is returned as is: each typed getter refuses it with the same
+    /// message as any other wrong value, since an optional field is omitted, never null.
     fn take(&mut self, field: &str) -> ApiResult<Option<Value>> {
-        match self.map.remove(field) {
-            Some(Value::Null) => Err(ApiError::invalid(format!(
-                "{field} must not be null (omit it instead)"
-            ))),
-            other => Ok(other),
-        }
+        Ok(self.map.remove(field))
     }
 
     pub fn has(&self, field: &str) -> bool {
@@ -83,17 +80,22 @@ impl Obj {
     ) -> ApiResult<Option<i64>> {
         match self.take(field)? {
             None => Ok(None),
-            Some(v) => match v.as_i64().filter(|_| v.is_i64() || v.is_u64()) {
-                Some(n) if range.contains(&n) && !v.to_string().contains(['.', 'e', 'E']) => {
-                    Ok(Some(n))
-                }
+            // `as_i64` is `Some` only for JSON integers: fractions, exponents (parsed as floats),
+            // strings, booleans and null all fall through to the error.
+            Some(v) => match v.as_i64() {
+                Some(n) if range.contains(&n) => Ok(Some(n)),
                 _ => Err(ApiError::invalid(msg.to_string())),
             },
         }
     }
 
     pub fn opt_value(&mut self, field: &str) -> ApiResult<Option<Value>> {
-        self.take(field)
+        match self.take(field)? {
+            Some(Value::Null) => Err(ApiError::invalid(format!(
+                "{field} must not be null (omit it instead)"
+            ))),
+            other => Ok(other),
+        }
     }
 
     pub fn opt_obj(&mut self, field: &str) -> ApiResult<Option<Obj>> {

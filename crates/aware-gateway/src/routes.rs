@@ -136,8 +136,13 @@ pub(crate) fn resolve_ref(
     agent: Option<&AgentId>,
     caller: Option<&SessionRef>,
 ) -> ApiResult<SessionRef> {
+    // The caller's agent is only a default for bare keys: an agent-qualified key names its
+    // own agent, whoever calls.
     let engine = req.state.engine()?;
-    Ok(engine.resolve(key, agent.or(caller.map(|c| &c.agent)))?)
+    let default = caller
+        .map(|c| &c.agent)
+        .filter(|_| !key.is_agent_qualified());
+    Ok(engine.resolve(key, agent.or(default))?)
 }
 
 /// The `{key}` of a session route: syntax, existence, then visibility.
@@ -168,9 +173,15 @@ async fn path_session(
 pub(crate) async fn handle(req: Req, s: &[&str], route: &'static str) -> ApiResult<Response> {
     match route {
         "/health" => return health(&req),
-        "/metrics" => return metrics::render(&req.state).await,
+        "/metrics" => {
+            req.state.engine()?;
+            return metrics::render(&req.state).await;
+        }
         "/v1/admin" => return admin::handle(req, s[2]).await,
-        "/v1/tools" => return ok(tools::list()),
+        "/v1/tools" => {
+            req.state.engine()?;
+            return ok(tools::list());
+        }
         _ => {}
     }
     let engine = req.state.engine()?;
@@ -219,7 +230,7 @@ pub(crate) async fn handle(req: Req, s: &[&str], route: &'static str) -> ApiResu
         ("/v1/sessions/{key}/turns", Method::GET) => {
             let after = q.int(
                 "after",
-                -1..=i64::MAX,
+                0..=i64::MAX,
                 "after must be a non-negative integer",
             )?;
             let limit = q
@@ -651,6 +662,11 @@ async fn list_sessions(
         filter.agents = visible_agents(req, c);
     }
     if let Some(k) = q.take("kind")? {
+        if SessionKind::parse(&k).is_none() {
+            return Err(ApiError::invalid(
+                "kind must be one of main, subagent, adopted, group, cron, other",
+            ));
+        }
         filter.kinds = vec![k];
     }
     filter.parent_key = q
