@@ -7,6 +7,16 @@ use aware_engine::*;
 use common::*;
 use serde_json::json;
 
+/// (sequence, kind, actorId, runId, summary, payload) of a compact event.
+type CompactRow = (
+    i64,
+    EventKind,
+    Option<String>,
+    Option<String>,
+    String,
+    Option<serde_json::Value>,
+);
+
 fn triple_of(w: &World, a: &str, b: &str) -> (i64, i64, i64) {
     w.triple(a, b)
 }
@@ -1206,14 +1216,7 @@ fn s065_compact_events() {
     req.payload = Some(json!({"catalogId":"claude","hostId":"gateway:local"}));
     w.engine.append(req).unwrap();
     let page = w.changes(C, 0);
-    let got: Vec<(
-        i64,
-        EventKind,
-        Option<String>,
-        Option<String>,
-        String,
-        Option<serde_json::Value>,
-    )> = page
+    let got: Vec<CompactRow> = page
         .events
         .iter()
         .map(|e| {

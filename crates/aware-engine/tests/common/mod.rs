@@ -15,6 +15,12 @@ pub const N: &str = "agent:main:subagent:n1";
 pub const E: &str = "agent:main:subagent:e1";
 pub const DAY: i64 = 86_400_000;
 
+impl Default for World {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 pub struct World {
     pub dir: tempfile::TempDir,
     pub clock: Arc<ManualClock>,
