@@ -9,6 +9,8 @@ use serde_json::{json, Value};
 mod bench;
 mod client;
 mod demo;
+mod hook;
+mod mcp;
 mod serve;
 
 #[derive(Parser, Debug)]
@@ -127,6 +129,10 @@ enum Command {
         #[arg(long)]
         include_tools: bool,
     },
+    /// MCP server over stdio exposing the six agent tools (needs --session).
+    Mcp(mcp::McpArgs),
+    /// Claude Code UserPromptSubmit hook: records the prompt, prints pending notices.
+    Hook(hook::HookArgs),
     /// Walk through spawn, a human stepping in, one notice, drain and reconciliation.
     Demo(demo::DemoArgs),
     /// Engine benchmarks, each printed next to a raw rusqlite floor run in the same process.
@@ -333,7 +339,11 @@ fn client_command(c: &Client, cmd: Command) -> client::CliResult<()> {
                 })
             });
         }
-        Command::Serve(_) | Command::Demo(_) | Command::Bench(_) => {}
+        Command::Serve(_)
+        | Command::Demo(_)
+        | Command::Bench(_)
+        | Command::Mcp(_)
+        | Command::Hook(_) => {}
     }
     Ok(())
 }
@@ -342,6 +352,27 @@ fn main() {
     let cli = Cli::parse();
     let result: Result<()> = match cli.command {
         Command::Serve(args) => serve::run(args, cli.token),
+        Command::Mcp(args) => mcp::run(
+            args,
+            mcp::Gateway {
+                url: cli.url,
+                token: cli.token,
+                session: cli.session,
+                agent: cli.agent,
+            },
+        ),
+        Command::Hook(args) => {
+            hook::run(
+                args,
+                mcp::Gateway {
+                    url: cli.url,
+                    token: cli.token,
+                    session: cli.session,
+                    agent: cli.agent,
+                },
+            );
+            Ok(())
+        }
         Command::Demo(args) => {
             init_quiet_logs();
             demo::run(args)
