@@ -155,6 +155,20 @@ impl Engine {
         let watchers = self.inner.store.read(|r| r.watchers_with_pending())?;
         let mut out = Vec::new();
         for w in watchers.into_iter().filter(|w| wake_eligible(w)) {
+            // Rows of watchers that no longer exist are left to expire (02 §12), never woken.
+            let exists = aware_core::SessionKey::parse(&w)
+                .ok()
+                .and_then(|k| k.qualified_agent().map(|a| (k, a)))
+                .map(|(k, a)| {
+                    self.inner
+                        .store
+                        .read(|r| r.session_exists(k.as_str(), a.as_str()))
+                })
+                .transpose()?
+                .unwrap_or(false);
+            if !exists {
+                continue;
+            }
             let pending = self.inner.store.read(|r| r.pending_by_watcher(&w))?;
             if pending.is_empty() {
                 continue;

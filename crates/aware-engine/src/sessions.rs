@@ -660,7 +660,9 @@ fn create_in(
     };
     tx.insert_session(&row)?;
     let caller = req.caller.session();
-    if let Some(c) = caller {
+    // Hook and adoption creations record no `created` even with a caller (03 §4.1).
+    let records_created = matches!(req.created_via, CreatedVia::Api | CreatedVia::Spawn);
+    if let Some(c) = caller.filter(|_| records_created) {
         let mut ev = AppendRequest::new(target.clone(), EventKind::Created, ActorType::Agent);
         ev.session_id = Some(row.session_id.clone());
         ev.actor_id = Some(c.key.as_str().into());

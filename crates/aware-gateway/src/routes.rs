@@ -53,7 +53,22 @@ fn created(v: Value) -> ApiResult<Response> {
     Ok((StatusCode::CREATED, axum::Json(v)).into_response())
 }
 
+/// Strict percent-decoding of a path segment or header value: every `%` must start a two-digit
+/// hex escape (a literal `%` is sent as `%25`, 03 §5.3) and the result must be UTF-8.
 pub(crate) fn decode_segment(seg: &str) -> ApiResult<String> {
+    let bytes = seg.as_bytes();
+    let broken = bytes.iter().enumerate().any(|(i, b)| {
+        *b == b'%'
+            && !(bytes.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
+                && bytes.get(i + 2).is_some_and(u8::is_ascii_hexdigit))
+    });
+    if broken {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_session_key",
+            "malformed percent-encoding: every % must be followed by two hex digits (send % as %25)",
+        ));
+    }
     percent_encoding::percent_decode_str(seg)
         .decode_utf8()
         .map(|c| c.into_owned())
@@ -561,7 +576,10 @@ fn parse_ack(body: &[u8]) -> ApiResult<(Vec<AckNotice>, Vec<i64>)> {
         let context_key = n
             .req_str("contextKey")
             .map_err(|_| ApiError::invalid("notices[].contextKey is required (a string)"))?;
-        let target_agent = n.opt_str("targetAgentId")?;
+        let target_agent = n
+            .opt_str("targetAgentId")?
+            .map(|a| parse_agent("notices[].targetAgentId", &a).map(|a| a.as_str().to_string()))
+            .transpose()?;
         let last_seen = n.opt_int(
             "lastSeen",
             0..=i64::MAX,
@@ -605,6 +623,12 @@ async fn create_session(req: &Req, caller: Option<&SessionRef>) -> ApiResult<Res
         Some(p) => Some(parse_key(&p)?),
         None => None,
     };
+    // Only the Claude Code hook (03 §8) sets this; every other create is `api`.
+    let created_via = match b.opt_str("createdVia")?.as_deref() {
+        None => CreatedVia::Api,
+        Some("hook") => CreatedVia::Hook,
+        Some(_) => return Err(ApiError::invalid("createdVia must be hook")),
+    };
     b.finish()?;
     let target = resolve_ref(req, &key, agent.as_ref(), caller)?;
     check_visible(req, caller, target.key.as_str(), target.agent.as_str())?;
@@ -627,7 +651,7 @@ async fn create_session(req: &Req, caller: Option<&SessionRef>) -> ApiResult<Res
         label,
         parent,
         caller: caller.cloned().map_or(Caller::Operator, Caller::Session),
-        created_via: CreatedVia::Api,
+        created_via,
     };
     let (was_created, s) = blocking(move || Ok(engine.create_session(create)?)).await?;
     let body = json!({"created": was_created, "session": wire::session(&s)});

@@ -204,6 +204,22 @@ fn w1(plan: &Plan) -> Result<String> {
         },
         |i| floor_append(&conn, &mut streams[(i % plan.sessions) as usize], true),
     )?;
+    // Fixed cost of one writer op: an empty op through the writer thread (two thread hand-offs,
+    // BEGIN IMMEDIATE, SAVEPOINT, RELEASE, COMMIT) against an empty BEGIN IMMEDIATE/COMMIT.
+    let calls = (READ_CALLS / plan.scale as usize).max(50);
+    let (mut e_noop, mut f_noop) = (Vec::with_capacity(calls), Vec::with_capacity(calls));
+    for _ in 0..calls {
+        let t = Instant::now();
+        engine
+            .store()
+            .write(|_tx| Ok(()))
+            .map_err(|e| anyhow!("{e}"))?;
+        e_noop.push(t.elapsed().as_nanos() as u64);
+        let t = Instant::now();
+        conn.execute_batch("BEGIN IMMEDIATE; COMMIT")?;
+        f_noop.push(t.elapsed().as_nanos() as u64);
+    }
+    let ((e_noop, _), (f_noop, _)) = (percentiles(&mut e_noop), percentiles(&mut f_noop));
     engine.close();
     drop(engine);
     let (eng_rate, floor_rate) = (n as f64 / engine_secs, n as f64 / floor_secs);
@@ -212,14 +228,17 @@ fn w1(plan: &Plan) -> Result<String> {
     Ok(format!(
         "W1 Engine::append human_direct_message (actor human/operator, watcher = parent), {} \
          sessions x 1 watcher, 1 caller [{}]: {} ev {} ev/s | floor {} ev/s (1 tx/event: event \
-         insert + head upsert + cursor upsert) | ratio {:.2}x | target >=20,000 ev/s & <=2x: {}",
+         insert + head upsert + cursor upsert) | ratio {:.2}x | target >=20,000 ev/s & <=2x: {} \
+         | empty writer op p50 {} vs empty BEGIN IMMEDIATE/COMMIT p50 {}",
         fmt_int(plan.sessions),
         durability.as_str(),
         fmt_int(n),
         fmt_int(eng_rate as u64),
         fmt_int(floor_rate as u64),
         ratio,
-        if pass { "PASS" } else { "FAIL" }
+        if pass { "PASS" } else { "FAIL" },
+        fmt_dur(e_noop),
+        fmt_dur(f_noop),
     ))
 }
 
@@ -304,7 +323,7 @@ fn w3(plan: &Plan) -> Result<String> {
         engine.store().metrics().commits(),
     );
     let barrier = Arc::new(Barrier::new(writers + 1));
-    let handles: Vec<JoinHandle<Result<Vec<u64>>>> = (0..writers)
+    let handles: Vec<Worker<u64>> = (0..writers)
         .map(|t| {
             let (engine, pairs, barrier) = (engine.clone(), pairs.clone(), barrier.clone());
             let count = share(n, writers, t);
@@ -352,7 +371,7 @@ fn w3(plan: &Plan) -> Result<String> {
     for (i, s) in streams.into_iter().enumerate() {
         per_thread[i % writers].push(s);
     }
-    let handles: Vec<JoinHandle<Result<Vec<u64>>>> = per_thread
+    let handles: Vec<Worker<u64>> = per_thread
         .into_iter()
         .enumerate()
         .map(|(t, mut mine)| {
@@ -499,21 +518,35 @@ fn w4(plan: &Plan) -> Result<String> {
         let (mut eng, mut flo) = (Vec::with_capacity(calls), Vec::with_capacity(calls));
         for round in 0..calls + calls / 10 {
             let i = pick();
-            let s = Instant::now();
-            let page = engine.list_since(&refs[i], 0, limit)?;
-            let e = s.elapsed().as_nanos() as u64;
-            if page.events.len() != limit as usize {
-                bail!(
-                    "listSince returned {} events, expected {limit}",
-                    page.events.len()
-                );
-            }
-            let s = Instant::now();
-            let got = floor_page(&keys[i], limit)?;
-            let f = s.elapsed().as_nanos() as u64;
-            if got != limit as usize {
-                bail!("floor page returned {got} rows, expected {limit}");
-            }
+            let engine_call = || -> Result<u64> {
+                let s = Instant::now();
+                let page = engine.list_since(&refs[i], 0, limit)?;
+                let e = s.elapsed().as_nanos() as u64;
+                if page.events.len() != limit as usize {
+                    bail!(
+                        "listSince returned {} events, expected {limit}",
+                        page.events.len()
+                    );
+                }
+                Ok(e)
+            };
+            let mut floor_call = || -> Result<u64> {
+                let s = Instant::now();
+                let got = floor_page(&keys[i], limit)?;
+                let f = s.elapsed().as_nanos() as u64;
+                if got != limit as usize {
+                    bail!("floor page returned {got} rows, expected {limit}");
+                }
+                Ok(f)
+            };
+            // Alternate who reads the stream first, so neither always finds it warm.
+            let (e, f) = if round % 2 == 0 {
+                let e = engine_call()?;
+                (e, floor_call()?)
+            } else {
+                let f = floor_call()?;
+                (engine_call()?, f)
+            };
             // The first 10% are warm-up.
             if round >= calls / 10 {
                 eng.push(e);
@@ -710,8 +743,14 @@ fn create(engine: &Engine, s: &SessionRef, parent: Option<&SessionRef>) -> Resul
     Ok(())
 }
 
+/// A thread returning its samples.
+type Worker<T> = JoinHandle<Result<Vec<T>>>;
+
+/// A child session and the key of its parent (its watcher).
+type Pair = (SessionRef, String);
+
 /// `n` parent/child pairs; the child's `child_spawned` event seeds the parent's cursor.
-fn create_pairs(engine: &Engine, n: u64) -> Result<Vec<(SessionRef, String)>> {
+fn create_pairs(engine: &Engine, n: u64) -> Result<Vec<Pair>> {
     (0..n)
         .map(|i| {
             let parent = session_ref(&format!("agent:main:p{i}"))?;
@@ -724,13 +763,9 @@ fn create_pairs(engine: &Engine, n: u64) -> Result<Vec<(SessionRef, String)>> {
 }
 
 /// Like [`create_pairs`], from `threads` threads so setup at `full` rides on group commit.
-fn create_pairs_concurrent(
-    engine: &Engine,
-    n: u64,
-    threads: usize,
-) -> Result<Vec<(SessionRef, String)>> {
+fn create_pairs_concurrent(engine: &Engine, n: u64, threads: usize) -> Result<Vec<Pair>> {
     let threads = threads.clamp(1, 16);
-    let handles: Vec<JoinHandle<Result<Vec<(u64, (SessionRef, String))>>>> = (0..threads)
+    let handles: Vec<Worker<(u64, Pair)>> = (0..threads)
         .map(|t| {
             let engine = engine.clone();
             std::thread::spawn(move || {
@@ -1129,7 +1164,7 @@ fn share(n: u64, threads: usize, t: usize) -> u64 {
     n / threads + u64::from((t as u64) < n % threads)
 }
 
-fn join_all<T>(handles: Vec<JoinHandle<Result<Vec<T>>>>) -> Result<Vec<T>> {
+fn join_all<T>(handles: Vec<Worker<T>>) -> Result<Vec<T>> {
     let mut all = Vec::new();
     let mut first_err = None;
     for h in handles {
@@ -1173,12 +1208,15 @@ fn fmt_dur(ns: u64) -> String {
 
 fn fmt_int(n: u64) -> String {
     let s = n.to_string();
+    let head = match s.len() % 3 {
+        0 => 3.min(s.len()),
+        r => r,
+    };
     let mut out = String::with_capacity(s.len() + s.len() / 3);
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
+    out.push_str(&s[..head]);
+    for chunk in s.as_bytes()[head..].chunks(3) {
+        out.push(',');
+        out.push_str(std::str::from_utf8(chunk).unwrap_or_default());
     }
     out
 }

@@ -7,6 +7,7 @@ use client::{seg, Client, Failure};
 use serde_json::{json, Value};
 
 mod bench;
+mod bench_http;
 mod client;
 mod demo;
 mod hook;
@@ -137,6 +138,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Engine benchmarks, each printed next to a raw rusqlite floor run in the same process.
     Bench(bench::BenchArgs),
+    /// Gateway benchmarks.
+    BenchHttp(bench_http::HttpBenchArgs),
 }
 
 fn put(v: &mut Value, k: &str, x: Option<impl Into<Value>>) {
@@ -342,6 +345,7 @@ fn client_command(c: &Client, cmd: Command) -> client::CliResult<()> {
         Command::Serve(_)
         | Command::Demo(_)
         | Command::Bench(_)
+        | Command::BenchHttp(_)
         | Command::Mcp(_)
         | Command::Hook(_) => {}
     }
@@ -349,7 +353,19 @@ fn client_command(c: &Client, cmd: Command) -> client::CliResult<()> {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // A Claude Code hook that exits non-zero blocks the user's prompt: even a flag error
+        // of `aware hook` is one warning line and exit 0 (03 §8).
+        Err(e) if subcommand_name().as_deref() == Some("hook") => {
+            eprintln!(
+                "aware hook: warning: {}",
+                e.to_string().lines().next().unwrap_or("bad arguments")
+            );
+            std::process::exit(0);
+        }
+        Err(e) => e.exit(),
+    };
     let result: Result<()> = match cli.command {
         Command::Serve(args) => serve::run(args, cli.token),
         Command::Mcp(args) => mcp::run(
@@ -381,6 +397,10 @@ fn main() {
             init_quiet_logs();
             bench::run(args)
         }
+        Command::BenchHttp(args) => {
+            init_quiet_logs();
+            bench_http::run(args)
+        }
         cmd => {
             let c = Client {
                 url: cli.url,
@@ -399,6 +419,21 @@ fn main() {
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }
+}
+
+/// The subcommand named on the command line, skipping global flags and their values.
+fn subcommand_name() -> Option<String> {
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--url" | "--token" | "--session" | "--agent" => {
+                args.next();
+            }
+            flag if flag.starts_with('-') => {}
+            name => return Some(name.to_string()),
+        }
+    }
+    None
 }
 
 fn init_quiet_logs() {
