@@ -109,12 +109,13 @@ impl Engine {
     pub fn restart_sweep(&self) -> Result<SweepReport> {
         let mut after = 0i64;
         let mut report = SweepReport::default();
+        let mut seen = std::collections::HashSet::new();
         loop {
             let (last, watchers) =
                 self.write(move |tx, ctx| Ok(tx.sweep_batch(after, SWEEP_BATCH, ctx.now)?))?;
             report.cursors += watchers.len() as u64;
             for w in watchers {
-                if !report.watchers.contains(&w) {
+                if seen.insert(w.clone()) {
                     report.watchers.push(w);
                 }
             }

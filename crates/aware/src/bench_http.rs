@@ -55,9 +55,11 @@ pub struct HttpBenchArgs {
 
 const ALL: [&str; 3] = ["1", "2", "3"];
 const AGENT: &str = "main";
-/// Workload 1: child streams (each with its own parent) before `--quick`.
-const W1_CHILDREN: u64 = 1000;
-/// Workload 1: human turns per child (so ~50,000 event rows at full scale).
+/// Workload 1: event rows in the store before `--quick`. This is also the default retention
+/// cap (`max_rows`), so the gateway's start-up prune leaves every row in place.
+const W1_EVENT_ROWS: u64 = 50_000;
+/// Workload 1: human turns per child; each child also holds its `child_spawned` event, so the
+/// store has `W1_EVENT_ROWS / 51` children (980 at full scale, 49,980 rows).
 const W1_TURNS_PER_CHILD: u64 = 50;
 /// Workload 1: the page size asked for (and returned).
 const W1_PAGE: u64 = 50;
@@ -205,16 +207,21 @@ struct Stream {
 
 fn w1(plan: &Plan, calls: u64) -> Result<Vec<String>> {
     let durability = Durability::Normal;
-    let children = (W1_CHILDREN / plan.scale).max(10);
+    let children = (W1_EVENT_ROWS / plan.scale / (W1_TURNS_PER_CHILD + 1)).max(10);
     let dir = plan.data_dir("w1")?;
     let db = GatewayConfig::for_data_dir(&dir).db_path();
     // The store is filled in-process (fast), then served by a gateway on the same file. The
     // engine handle stays open for the floor: a second reader of the same WAL file.
     let engine = open_engine(&db, durability)?;
-    let streams = Arc::new(fill_w1(&engine, children)?);
-    let event_rows = count_rows(&db, "session_state_events")?;
-
+    let streams = fill_w1(&engine, children)?;
     let gw = Gateway::start(&dir, durability)?;
+    let event_rows = count_rows(&db, "session_state_events")?;
+    if event_rows != children * (W1_TURNS_PER_CHILD + 1) {
+        bail!(
+            "the store holds {event_rows} event rows after the gateway's start-up, expected {}",
+            children * (W1_TURNS_PER_CHILD + 1)
+        );
+    }
     let agent = new_agent();
     let status_url = gw.url("/v1/tools/session_status");
     let health_url = gw.url("/health");
