@@ -1,0 +1,1 @@
+//! Claude row classifier (04 §9).

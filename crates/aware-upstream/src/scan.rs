@@ -1,0 +1,1 @@
+//! Window scanner (04 §8, §10).
