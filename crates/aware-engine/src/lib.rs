@@ -12,6 +12,7 @@
 mod append;
 mod clock;
 mod error;
+mod links;
 mod metrics;
 mod model;
 mod reads;
@@ -23,6 +24,10 @@ mod watch;
 pub use append::{Admission, AppendOutcome, AppendRequest, NotRecorded};
 pub use clock::{Clock, ClockBackwards, ManualClock, SystemClock};
 pub use error::{EngineError, Result};
+pub use links::{
+    adopted_key, canonical_json, source_key16, AdoptRequest, AdoptResult, ImportTurn, LinkDelete,
+    LinkInput, Settlement,
+};
 pub use metrics::EngineMetrics;
 pub use model::*;
 pub use wakes::{Wake, WakeReason};

@@ -64,6 +64,8 @@ impl CreatedVia {
 pub struct Session {
     pub row: SessionRow,
     pub state_version: i64,
+    /// The upstream link, for adopted sessions that still have one.
+    pub link: Option<aware_store::LinkRow>,
 }
 
 impl Session {

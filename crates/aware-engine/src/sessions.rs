@@ -118,7 +118,15 @@ impl Engine {
                 0
             }
         };
-        Ok(Session { row, state_version })
+        let link = match row.upstream {
+            Some(_) => tx.link(&row.key, &row.agent_id)?,
+            None => None,
+        };
+        Ok(Session {
+            row,
+            state_version,
+            link,
+        })
     }
 
     pub fn get_session(&self, s: &SessionRef) -> Result<Session> {
@@ -606,7 +614,7 @@ impl Engine {
 }
 
 /// Creation inside an op; `spawn_run` is the run id of a `sessions_spawn`.
-fn create_in(
+pub(crate) fn create_in(
     tx: &mut dyn WriteTx,
     ctx: &mut Ctx,
     target: &SessionRef,
@@ -655,6 +663,7 @@ fn create_in(
         active_run_id: None,
         goal: None,
         orphaned: false,
+        upstream: None,
         created_at: ctx.now,
         updated_at: ctx.now,
     };

@@ -33,6 +33,22 @@ pub fn session(s: &Session) -> Value {
             json!({"text": g.text, "status": g.status, "updatedAt": g.updated_at}),
         );
     }
+    if let Some(u) = &r.upstream {
+        let mut up = json!({"catalogId": u.catalog_id, "hostId": u.host_id, "threadId": u.thread_id, "linked": s.link.is_some()});
+        if let Some(l) = &s.link {
+            if let Some(marker) = l
+                .last_marker_json
+                .as_deref()
+                .and_then(|j| serde_json::from_str::<Value>(j).ok())
+            {
+                up["marker"] = marker;
+            }
+            if let Some(t) = l.last_scanned_at {
+                up["lastScannedAt"] = t.into();
+            }
+        }
+        m.insert("upstream".into(), up);
+    }
     m.insert("stateVersion".into(), s.state_version.into());
     m.insert("createdAt".into(), r.created_at.into());
     m.insert("updatedAt".into(), r.updated_at.into());

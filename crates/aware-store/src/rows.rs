@@ -66,6 +66,33 @@ pub struct SessionRow {
     pub orphaned: bool,
     pub created_at: i64,
     pub updated_at: i64,
+    /// Where an adopted session came from; kept after its link is removed.
+    pub upstream: Option<UpstreamSource>,
+}
+
+/// The catalog source of an adopted session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamSource {
+    pub catalog_id: String,
+    pub host_id: String,
+    pub thread_id: String,
+}
+
+/// A row of `session_upstream_links` (01 §2.5). `updated_at` is the optimistic-lock token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkRow {
+    pub session_key: String,
+    pub agent_id: String,
+    pub catalog_id: String,
+    pub host_id: String,
+    pub thread_id: String,
+    pub upstream_kind: String,
+    /// Canonical JSON (compact, keys sorted) of the physical source.
+    pub upstream_ref_json: String,
+    pub last_marker_json: Option<String>,
+    pub last_scanned_at: Option<i64>,
+    pub created_at: i64,
+    pub updated_at: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

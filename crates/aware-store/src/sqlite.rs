@@ -489,6 +489,9 @@ CREATE TABLE IF NOT EXISTS sessions (
     goal_status        TEXT,
     goal_updated_at    INTEGER,
     orphaned           INTEGER NOT NULL DEFAULT 0,
+    upstream_catalog   TEXT,
+    upstream_host      TEXT,
+    upstream_thread    TEXT,
     created_at         INTEGER NOT NULL,
     updated_at         INTEGER NOT NULL,
     PRIMARY KEY (session_key, agent_id)
@@ -634,7 +637,7 @@ fn cursor_from_row(row: &Row<'_>) -> rusqlite::Result<CursorRow> {
 
 const SESSION_COLS: &str = "session_key, agent_id, session_id, kind, label, parent_session_key, \
      created_via, active_run_id, goal_text, goal_status, goal_updated_at, orphaned, created_at, \
-     updated_at";
+     updated_at, upstream_catalog, upstream_host, upstream_thread";
 
 fn session_from_row(row: &Row<'_>) -> rusqlite::Result<SessionRow> {
     let goal_text: Option<String> = row.get(8)?;
@@ -661,6 +664,37 @@ fn session_from_row(row: &Row<'_>) -> rusqlite::Result<SessionRow> {
         orphaned: row.get::<_, i64>(11)? != 0,
         created_at: row.get(12)?,
         updated_at: row.get(13)?,
+        upstream: match (
+            row.get::<_, Option<String>>(14)?,
+            row.get::<_, Option<String>>(15)?,
+            row.get::<_, Option<String>>(16)?,
+        ) {
+            (Some(catalog_id), Some(host_id), Some(thread_id)) => Some(UpstreamSource {
+                catalog_id,
+                host_id,
+                thread_id,
+            }),
+            _ => None,
+        },
+    })
+}
+
+const LINK_COLS: &str = "session_key, agent_id, catalog_id, host_id, thread_id, upstream_kind, \
+     upstream_ref_json, last_marker_json, last_scanned_at, created_at, updated_at";
+
+fn link_from_row(row: &Row<'_>) -> rusqlite::Result<LinkRow> {
+    Ok(LinkRow {
+        session_key: row.get(0)?,
+        agent_id: row.get(1)?,
+        catalog_id: row.get(2)?,
+        host_id: row.get(3)?,
+        thread_id: row.get(4)?,
+        upstream_kind: row.get(5)?,
+        upstream_ref_json: row.get(6)?,
+        last_marker_json: row.get(7)?,
+        last_scanned_at: row.get(8)?,
+        created_at: row.get(9)?,
+        updated_at: row.get(10)?,
     })
 }
 
@@ -1047,6 +1081,26 @@ impl ReadTx for SqlTx<'_> {
         )
     }
 
+    fn link(&self, key: &str, agent: &str) -> Result<Option<LinkRow>> {
+        self.query_opt(
+            &format!("SELECT {LINK_COLS} FROM session_upstream_links WHERE session_key = ?1 AND agent_id = ?2"),
+            &[&key, &agent],
+            link_from_row,
+        )
+    }
+
+    fn watched_links(&self) -> Result<Vec<LinkRow>> {
+        self.query_vec(
+            &format!(
+                "SELECT {LINK_COLS} FROM session_upstream_links l WHERE EXISTS (SELECT 1 FROM \
+                 session_watch_cursors c WHERE c.target_session_key = l.session_key AND \
+                 c.target_agent_id = l.agent_id AND c.muted = 0) ORDER BY catalog_id, session_key, agent_id"
+            ),
+            &[],
+            link_from_row,
+        )
+    }
+
     fn run(&self, run_id: &str) -> Result<Option<RunRow>> {
         self.query_opt(
             &format!("SELECT {RUN_COLS} FROM runs WHERE run_id = ?1"),
@@ -1187,7 +1241,7 @@ impl WriteTx for SqlTx<'_> {
     fn insert_session(&mut self, s: &SessionRow) -> Result<()> {
         let goal = s.goal.as_ref();
         self.exec(
-            &format!("INSERT INTO sessions ({SESSION_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"),
+            &format!("INSERT INTO sessions ({SESSION_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"),
             &[
                 &s.key,
                 &s.agent_id,
@@ -1203,6 +1257,9 @@ impl WriteTx for SqlTx<'_> {
                 &i64::from(s.orphaned),
                 &s.created_at,
                 &s.updated_at,
+                &s.upstream.as_ref().map(|u| u.catalog_id.as_str()),
+                &s.upstream.as_ref().map(|u| u.host_id.as_str()),
+                &s.upstream.as_ref().map(|u| u.thread_id.as_str()),
             ],
         )?;
         Ok(())
@@ -1213,7 +1270,8 @@ impl WriteTx for SqlTx<'_> {
         self.exec(
             "UPDATE sessions SET session_id = ?3, kind = ?4, label = ?5, parent_session_key = ?6, \
              created_via = ?7, active_run_id = ?8, goal_text = ?9, goal_status = ?10, goal_updated_at = ?11, \
-             orphaned = ?12, created_at = ?13, updated_at = ?14 WHERE session_key = ?1 AND agent_id = ?2",
+             orphaned = ?12, created_at = ?13, updated_at = ?14, upstream_catalog = ?15, upstream_host = ?16, \
+             upstream_thread = ?17 WHERE session_key = ?1 AND agent_id = ?2",
             &[
                 &s.key,
                 &s.agent_id,
@@ -1229,6 +1287,9 @@ impl WriteTx for SqlTx<'_> {
                 &i64::from(s.orphaned),
                 &s.created_at,
                 &s.updated_at,
+                &s.upstream.as_ref().map(|u| u.catalog_id.as_str()),
+                &s.upstream.as_ref().map(|u| u.host_id.as_str()),
+                &s.upstream.as_ref().map(|u| u.thread_id.as_str()),
             ],
         )?;
         Ok(())
@@ -1258,6 +1319,42 @@ impl WriteTx for SqlTx<'_> {
             &[&key, &agent],
         )?;
         Ok(existed)
+    }
+
+    fn put_link(&mut self, l: &LinkRow) -> Result<()> {
+        if self.faults.link_settles_fail() {
+            return Err(StoreError::InjectedFault("link settles fail"));
+        }
+        self.exec(
+            &format!(
+                "INSERT INTO session_upstream_links ({LINK_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) \
+                 ON CONFLICT (session_key, agent_id) DO UPDATE SET catalog_id = excluded.catalog_id, \
+                 host_id = excluded.host_id, thread_id = excluded.thread_id, upstream_kind = excluded.upstream_kind, \
+                 upstream_ref_json = excluded.upstream_ref_json, last_marker_json = excluded.last_marker_json, \
+                 last_scanned_at = excluded.last_scanned_at, updated_at = excluded.updated_at"
+            ),
+            &[
+                &l.session_key,
+                &l.agent_id,
+                &l.catalog_id,
+                &l.host_id,
+                &l.thread_id,
+                &l.upstream_kind,
+                &l.upstream_ref_json,
+                &l.last_marker_json,
+                &l.last_scanned_at,
+                &l.created_at,
+                &l.updated_at,
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn delete_link(&mut self, key: &str, agent: &str) -> Result<bool> {
+        Ok(self.exec(
+            "DELETE FROM session_upstream_links WHERE session_key = ?1 AND agent_id = ?2",
+            &[&key, &agent],
+        )? > 0)
     }
 
     fn insert_turn(&mut self, key: &str, agent: &str, t: &TurnRow) -> Result<()> {

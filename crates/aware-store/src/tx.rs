@@ -60,6 +60,10 @@ pub trait ReadTx {
     /// The first assistant turn of the session carrying `run_id`.
     fn reply_for_run(&self, key: &str, agent: &str, run_id: &str) -> Result<Option<TurnRow>>;
 
+    fn link(&self, key: &str, agent: &str) -> Result<Option<LinkRow>>;
+    /// Links of sessions targeted by at least one non-muted cursor, by catalog then key.
+    fn watched_links(&self) -> Result<Vec<LinkRow>>;
+
     fn run(&self, run_id: &str) -> Result<Option<RunRow>>;
     /// Active runs whose deadline is at or before `now`, oldest deadline first.
     fn due_runs(&self, now: i64) -> Result<Vec<RunRow>>;
@@ -95,6 +99,10 @@ pub trait WriteTx: ReadTx {
     /// Removes the session row, turns, runs, FIFO, stream events and head, and upstream link,
     /// and marks its children orphaned. Cursors are removed by the engine.
     fn delete_session(&mut self, key: &str, agent: &str) -> Result<bool>;
+
+    /// Inserts or replaces the link of a session (fails when link settles are faulted).
+    fn put_link(&mut self, link: &LinkRow) -> Result<()>;
+    fn delete_link(&mut self, key: &str, agent: &str) -> Result<bool>;
 
     fn insert_turn(&mut self, key: &str, agent: &str, turn: &TurnRow) -> Result<()>;
     fn delete_turns(&mut self, key: &str, agent: &str) -> Result<u64>;
