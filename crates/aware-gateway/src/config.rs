@@ -29,14 +29,64 @@ struct FileConfig {
     retention: Option<FileRetention>,
     wakes: Option<FileWakes>,
     agents: Option<BTreeMap<String, FileAgent>>,
-    // Accepted so one config file serves every version; read by the upstream monitor, which
-    // is not built yet.
-    #[allow(dead_code)]
-    monitor: Option<toml::Value>,
-    #[allow(dead_code)]
-    claude: Option<toml::Value>,
-    #[allow(dead_code)]
-    nodes: Option<toml::Value>,
+    monitor: Option<FileMonitor>,
+    claude: Option<FileClaude>,
+    nodes: Option<Vec<FileNode>>,
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FileMonitor {
+    enabled: Option<bool>,
+    first_tick_secs: Option<u64>,
+    interval_secs: Option<u64>,
+    provider_timeout_secs: Option<u64>,
+    missing_threshold: Option<u32>,
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FileClaude {
+    root: Option<PathBuf>,
+    enabled: Option<bool>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileNode {
+    id: String,
+    url: String,
+    token: Option<String>,
+}
+
+/// `[monitor]` (04 §7).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MonitorSettings {
+    pub enabled: bool,
+    pub first_tick_secs: u64,
+    pub interval_secs: u64,
+    pub provider_timeout_secs: u64,
+    pub missing_threshold: u32,
+}
+
+impl Default for MonitorSettings {
+    fn default() -> Self {
+        MonitorSettings {
+            enabled: true,
+            first_tick_secs: 15,
+            interval_secs: 60,
+            provider_timeout_secs: 45,
+            missing_threshold: 3,
+        }
+    }
+}
+
+/// A paired node (`[[nodes]]`, 04 §2.2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeSettings {
+    pub id: String,
+    pub url: String,
+    pub token: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Default)]
@@ -102,6 +152,10 @@ pub struct GatewayConfig {
     pub agents: BTreeMap<String, AgentPolicy>,
     /// `Some(start)` in test mode (03 §9).
     pub test_clock_start: Option<i64>,
+    pub monitor: MonitorSettings,
+    /// `[claude] root`; `None` when the local provider is disabled.
+    pub claude_root: Option<PathBuf>,
+    pub nodes: Vec<NodeSettings>,
 }
 
 /// Flags of `aware serve` that override the file.
@@ -149,6 +203,9 @@ impl GatewayConfig {
             coalesce_secs: 20,
             agents: BTreeMap::new(),
             test_clock_start: None,
+            monitor: MonitorSettings::default(),
+            claude_root: Some(default_claude_root()),
+            nodes: Vec::new(),
         }
     }
 
@@ -240,6 +297,52 @@ impl GatewayConfig {
             }
             c.agents.insert(agent.as_str().into(), policy);
         }
+        if let Some(m) = &file.monitor {
+            let d = &mut c.monitor;
+            d.enabled = m.enabled.unwrap_or(d.enabled);
+            d.first_tick_secs = m.first_tick_secs.unwrap_or(d.first_tick_secs);
+            d.interval_secs = m.interval_secs.unwrap_or(d.interval_secs);
+            d.provider_timeout_secs = m.provider_timeout_secs.unwrap_or(d.provider_timeout_secs);
+            d.missing_threshold = m.missing_threshold.unwrap_or(d.missing_threshold);
+            if d.interval_secs == 0 {
+                return Err(bad("monitor.interval_secs must be at least 1"));
+            }
+            if d.provider_timeout_secs == 0 {
+                return Err(bad("monitor.provider_timeout_secs must be at least 1"));
+            }
+            if d.missing_threshold == 0 {
+                return Err(bad("monitor.missing_threshold must be at least 1"));
+            }
+        }
+        if let Some(cl) = &file.claude {
+            if cl.enabled == Some(false) {
+                c.claude_root = None;
+            } else if let Some(root) = &cl.root {
+                c.claude_root = Some(root.clone());
+            }
+        }
+        for n in file.nodes.clone().unwrap_or_default() {
+            AgentId::parse(&n.id).map_err(|_| {
+                bad(format!(
+                    "nodes.id {:?} must match [a-z0-9][a-z0-9_-]{{0,63}}",
+                    n.id
+                ))
+            })?;
+            if !(n.url.starts_with("http://") || n.url.starts_with("https://")) {
+                return Err(bad(format!(
+                    "nodes.url of node {:?} must be an http:// or https:// URL",
+                    n.id
+                )));
+            }
+            if c.nodes.iter().any(|x| x.id == n.id) {
+                return Err(bad(format!("nodes.id {:?} is listed twice", n.id)));
+            }
+            c.nodes.push(NodeSettings {
+                id: n.id,
+                url: n.url,
+                token: n.token,
+            });
+        }
         if o.test_clock {
             c.test_clock_start = Some(o.test_clock_start.unwrap_or_else(wall_ms));
         }
@@ -269,6 +372,14 @@ fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| bad(format!("cannot read {}: {e}", path.display())))?;
     toml::from_str(&text).map_err(|e| bad(format!("{}: {}", path.display(), e.message())))
+}
+
+/// `~/.claude/projects`.
+pub fn default_claude_root() -> PathBuf {
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."));
+    home.join(".claude/projects")
 }
 
 pub fn wall_ms() -> i64 {

@@ -3,8 +3,14 @@
 //!
 //! - [`classify`]: the Claude row classifier (04 §9), pure.
 //! - [`scan`]: the window scanner over transcript bytes (04 §8) and node items (04 §10), pure.
+//! - [`provider`]: the catalog provider seam; [`local`]: local Claude Code transcripts.
+//! - [`monitor`]: the tick on the engine clock (04 §7).
 //!
-//! Architecture invariant: classification and scanning do no I/O and never panic on any input.
+//! Architecture invariant: classification and scanning do no I/O and never panic on any input;
+//! providers never write the store; only the monitor records, through the engine.
 
 pub mod classify;
+pub mod local;
+pub mod monitor;
+pub mod provider;
 pub mod scan;

@@ -12,6 +12,7 @@ mod client;
 mod demo;
 mod hook;
 mod mcp;
+mod node;
 mod serve;
 
 #[derive(Parser, Debug)]
@@ -43,6 +44,12 @@ struct Cli {
     json: bool,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum NodeCommand {
+    /// Serve this machine's Claude Code transcripts to a gateway.
+    Serve(node::NodeServeArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -129,6 +136,11 @@ enum Command {
         offset: Option<i64>,
         #[arg(long)]
         include_tools: bool,
+    },
+    /// Paired node commands.
+    Node {
+        #[command(subcommand)]
+        command: NodeCommand,
     },
     /// MCP server over stdio exposing the six agent tools (needs --session).
     Mcp(mcp::McpArgs),
@@ -347,7 +359,8 @@ fn client_command(c: &Client, cmd: Command) -> client::CliResult<()> {
         | Command::Bench(_)
         | Command::BenchHttp(_)
         | Command::Mcp(_)
-        | Command::Hook(_) => {}
+        | Command::Hook(_)
+        | Command::Node { .. } => {}
     }
     Ok(())
 }
@@ -368,6 +381,9 @@ fn main() {
     };
     let result: Result<()> = match cli.command {
         Command::Serve(args) => serve::run(args, cli.token),
+        Command::Node {
+            command: NodeCommand::Serve(args),
+        } => node::run(args),
         Command::Mcp(args) => mcp::run(
             args,
             mcp::Gateway {

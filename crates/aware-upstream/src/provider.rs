@@ -1,0 +1,92 @@
+//! The catalog provider seam (04 §1–§2): one trait, implemented by the local Claude Code
+//! transcripts and by paired nodes, so a Codex rollout provider can be added later.
+
+use aware_engine::ImportTurn;
+use serde_json::Value;
+
+/// One request to a provider: "has anything happened after this marker?".
+#[derive(Debug, Clone, PartialEq)]
+pub struct Probe {
+    pub session_key: String,
+    pub agent_id: String,
+    pub host_id: String,
+    pub thread_id: String,
+    pub upstream_kind: String,
+    pub upstream_ref: Value,
+    pub marker: Value,
+    /// Normalised texts of the session's 10 newest non-imported user turns (04 §6).
+    pub own_recent_user_texts: Vec<String>,
+}
+
+/// A provider's answer for one probe; "no outcome" is simply absent.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Activity {
+        session_key: String,
+        human_turns: u32,
+        next_marker: Value,
+        occurred_at: Option<i64>,
+        dedupe_id: Option<String>,
+        rebased: bool,
+    },
+    Missing {
+        session_key: String,
+    },
+}
+
+impl Outcome {
+    pub fn session_key(&self) -> &str {
+        match self {
+            Outcome::Activity { session_key, .. } | Outcome::Missing { session_key } => session_key,
+        }
+    }
+}
+
+/// A browsable thread (not a signal-log event).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CatalogItem {
+    pub thread_id: String,
+    pub updated_at: i64,
+    pub size_bytes: Option<u64>,
+    pub cwd: Option<String>,
+    pub title: Option<String>,
+}
+
+/// What adoption needs from a provider about one thread.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThreadInfo {
+    pub upstream_kind: String,
+    pub upstream_ref: Value,
+    /// The link's starting marker; `None` declines the link (04 §3 step 6).
+    pub baseline: Option<Value>,
+    /// Bounded history, oldest first (only read when asked for).
+    pub history: Vec<ImportTurn>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProviderError {
+    #[error("transcript unavailable")]
+    ThreadNotFound,
+    #[error("node unavailable: {0}")]
+    Unavailable(String),
+    #[error("{0}")]
+    Io(String),
+}
+
+/// A catalog provider. Calls are blocking; the monitor bounds each one with a timeout.
+pub trait Provider: Send + Sync + 'static {
+    /// `gateway:local` or `node:<id>`.
+    fn host_id(&self) -> String;
+    /// Catalog page, newest first, with an opaque cursor for the next page.
+    fn list(
+        &self,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<(Vec<CatalogItem>, Option<String>), ProviderError>;
+    /// Thread details for adoption; `with_history` also reads the bounded history.
+    fn open_thread(&self, thread_id: &str, with_history: bool)
+        -> Result<ThreadInfo, ProviderError>;
+    /// Checks a batch of probes; an error for one probe never affects the others.
+    fn check(&self, probes: &[Probe]) -> Result<Vec<Outcome>, ProviderError>;
+}
