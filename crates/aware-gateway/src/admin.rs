@@ -44,6 +44,7 @@ pub(crate) async fn handle(req: Req, what: &str) -> ApiResult<Response> {
                 _ => return Err(ApiError::invalid("give exactly one of now and advanceMs")),
             };
             blocking(move || Ok(engine.run_timers()?)).await?;
+            crate::server::run_monitor(&req.state).await;
             ok(json!({"now": t}))
         }
         "prune" => {

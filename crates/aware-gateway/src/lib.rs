@@ -6,6 +6,7 @@
 
 mod admin;
 mod body;
+mod catalog;
 pub mod config;
 mod error;
 mod metrics;

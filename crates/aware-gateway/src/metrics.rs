@@ -45,6 +45,12 @@ pub(crate) async fn render(state: &Shared) -> ApiResult<Response> {
             v(&|m| m.appended_total(k))
         );
     }
+    let mon = crate::server::monitor(state);
+    let mv =
+        |f: &dyn Fn(&aware_upstream::monitor::MonitorMetrics) -> &std::sync::atomic::AtomicU64| {
+            mon.as_ref()
+                .map_or(0, |m| f(&m.metrics).load(Ordering::Relaxed))
+        };
     let counters: [(&str, &str, u64); 15] = [
         (
             "aware_event_append_failures_total",
@@ -96,26 +102,30 @@ pub(crate) async fn render(state: &Shared) -> ApiResult<Response> {
             "Cursors removed by expiry.",
             v(&|m| EngineMetrics::get(&m.cursors_expired)),
         ),
-        ("aware_monitor_ticks_total", "Upstream monitor ticks.", 0),
+        (
+            "aware_monitor_ticks_total",
+            "Upstream monitor ticks.",
+            mv(&|m| &m.ticks),
+        ),
         (
             "aware_monitor_ticks_skipped_total",
             "Monitor ticks skipped (previous still running).",
-            0,
+            mv(&|m| &m.ticks_skipped),
         ),
         (
             "aware_monitor_provider_timeouts_total",
             "Provider calls that timed out.",
-            0,
+            mv(&|m| &m.provider_timeouts),
         ),
         (
             "aware_upstream_human_turns_total",
             "Human turns detected upstream.",
-            0,
+            mv(&|m| &m.human_turns),
         ),
         (
             "aware_upstream_missing_total",
             "upstream_missing events recorded.",
-            0,
+            mv(&|m| &m.missing),
         ),
     ];
     for (name, help, value) in counters {

@@ -38,6 +38,8 @@ pub(crate) fn route_of(s: &[&str]) -> (&'static str, &'static [Method]) {
         ["v1", "sessions", _, "watchers"] => ("/v1/sessions/{key}/watchers", &[GET]),
         ["v1", "sessions", _, "watches", _] => ("/v1/sessions/{key}/watches/{target}", &[DELETE]),
         ["v1", "wakes"] => ("/v1/wakes", &[GET]),
+        ["v1", "catalog"] => ("/v1/catalog", &[GET]),
+        ["v1", "catalog", "continue"] => ("/v1/catalog/continue", &[POST]),
         ["v1", "tools"] => ("/v1/tools", &[GET]),
         ["v1", "tools", _] => ("/v1/tools/{name}", &[POST]),
         ["v1", "admin", "clock" | "prune" | "events" | "faults"] => ("/v1/admin", &[POST]),
@@ -205,6 +207,11 @@ pub(crate) async fn handle(req: Req, s: &[&str], route: &'static str) -> ApiResu
     let mut q = Query::parse(req.query.as_deref())?;
     match route {
         "/v1/wakes" => return wakes::sse(req.state.clone(), c.cloned(), q).await,
+        "/v1/catalog" => return crate::catalog::list(&req, c, q).await,
+        "/v1/catalog/continue" => {
+            q.finish()?;
+            return crate::catalog::continue_(&req, c).await;
+        }
         "/v1/tools/{name}" => {
             q.finish()?;
             return tools::call(&req, &decode_segment(s[2])?, c).await;

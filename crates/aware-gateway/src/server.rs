@@ -40,6 +40,12 @@ pub struct AppState {
     pub(crate) sse_delivered: AtomicU64,
     /// Serialises admin clock moves so due timers run in order before each answer.
     pub(crate) clock_lock: tokio::sync::Mutex<()>,
+    /// Catalog providers by host id (`gateway:local`, `node:<id>`).
+    pub(crate) providers: BTreeMap<String, Arc<dyn aware_upstream::provider::Provider>>,
+    /// The upstream monitor, once the engine is ready (when enabled).
+    pub(crate) monitor: RwLock<Option<Arc<aware_upstream::monitor::Monitor>>>,
+    /// Single flight of adoptions per source; a std mutex held only to get the source's lock.
+    pub(crate) adopt_locks: Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 pub type Shared = Arc<AppState>;
@@ -110,7 +116,19 @@ pub fn new_state(config: GatewayConfig) -> Shared {
         Some(c) => c.clone(),
         None => Arc::new(SystemClock),
     };
+    let mut providers: BTreeMap<String, Arc<dyn aware_upstream::provider::Provider>> =
+        BTreeMap::new();
+    if let Some(root) = &config.claude_root {
+        providers.insert(
+            "gateway:local".into(),
+            Arc::new(aware_upstream::local::LocalClaude::new(root.clone())),
+        );
+    }
+    // NODE-PROVIDERS: paired nodes are added here once the node provider lands.
     Arc::new(AppState {
+        providers,
+        monitor: RwLock::new(None),
+        adopt_locks: Mutex::new(BTreeMap::new()),
         config,
         phase: RwLock::new(Phase::Unavailable("opening".into())),
         clock,
@@ -156,6 +174,24 @@ async fn start_up(state: Shared) {
         Ok(Err(e)) => tracing::warn!(event = "startup_failed", error = %e, "restart sweep failed"),
         Err(e) => tracing::warn!(event = "startup_failed", error = %e, "start-up task failed"),
     }
+    if state.config.monitor.enabled && !state.providers.is_empty() {
+        let m = &state.config.monitor;
+        let config = aware_upstream::monitor::MonitorConfig {
+            first_tick_ms: (m.first_tick_secs as i64).saturating_mul(1000),
+            interval_ms: (m.interval_secs as i64).saturating_mul(1000),
+            provider_timeout: Duration::from_secs(m.provider_timeout_secs),
+            missing_threshold: m.missing_threshold,
+        };
+        let monitor = aware_upstream::monitor::Monitor::new(
+            engine.clone(),
+            state.providers.values().cloned().collect(),
+            config,
+            state.now(),
+        );
+        if let Ok(mut slot) = state.monitor.write() {
+            *slot = Some(Arc::new(monitor));
+        }
+    }
     state.set_phase(Phase::Ready(engine.clone()));
     if state.test_clock.is_none() {
         // Engine-clock timers on the wall clock. In test mode they run when the clock moves.
@@ -163,7 +199,19 @@ async fn start_up(state: Shared) {
             tokio::time::sleep(Duration::from_millis(250)).await;
             let e = engine.clone();
             let _ = tokio::task::spawn_blocking(move || e.run_timers()).await;
+            run_monitor(&state).await;
         }
+    }
+}
+
+pub(crate) fn monitor(state: &AppState) -> Option<Arc<aware_upstream::monitor::Monitor>> {
+    state.monitor.read().ok().and_then(|m| m.clone())
+}
+
+/// Runs the monitor's tick when it fell due on the engine clock.
+pub(crate) async fn run_monitor(state: &AppState) {
+    if let Some(m) = monitor(state) {
+        m.run_due(state.now()).await;
     }
 }
 

@@ -1,0 +1,183 @@
+//! Catalog routes (04 §2–§3): `GET /v1/catalog` and `POST /v1/catalog/continue` (adoption).
+
+use crate::body::{Obj, Query};
+use crate::error::{ApiError, ApiResult};
+use crate::routes::{check_visible, parse_agent};
+use crate::server::{blocking, Req};
+use aware_core::SessionRef;
+use aware_engine::{adopted_key, AdoptRequest, Caller, LinkInput};
+use aware_store::UpstreamSource;
+use aware_upstream::provider::{Provider, ProviderError};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+fn provider_for(req: &Req, catalog_id: &str, host_id: &str) -> ApiResult<Arc<dyn Provider>> {
+    if catalog_id != "claude" {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "unknown_catalog",
+            format!("unknown session catalog: {catalog_id}"),
+        ));
+    }
+    req.state
+        .providers
+        .get(host_id)
+        .cloned()
+        .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "invalid_host", "hostId is invalid"))
+}
+
+fn provider_error(e: ProviderError) -> ApiError {
+    match e {
+        ProviderError::ThreadNotFound => {
+            ApiError::not_found("thread_not_found", "transcript unavailable")
+        }
+        ProviderError::Unavailable(m) => {
+            ApiError::new(StatusCode::BAD_GATEWAY, "node_unavailable", m)
+        }
+        other => ApiError::internal(other.to_string()),
+    }
+}
+
+pub(crate) async fn list(
+    req: &Req,
+    caller: Option<&SessionRef>,
+    mut q: Query,
+) -> ApiResult<Response> {
+    let catalog_id = q.take("catalogId")?.unwrap_or_else(|| "claude".into());
+    let host_id = q.take("hostId")?.unwrap_or_else(|| "gateway:local".into());
+    let limit = q
+        .int(
+            "limit",
+            1..=200,
+            "limit must be an integer between 1 and 200",
+        )?
+        .unwrap_or(50) as usize;
+    let cursor = q.take("cursor")?;
+    q.finish()?;
+    let provider = provider_for(req, &catalog_id, &host_id)?;
+    let (items, next) = blocking(move || {
+        provider
+            .list(limit, cursor.as_deref())
+            .map_err(provider_error)
+    })
+    .await?;
+    let engine = req.state.engine()?;
+    let agent = caller
+        .map(|c| c.agent.clone())
+        .unwrap_or_else(|| req.state.config.default_agent.clone());
+    let mut out = Vec::new();
+    for item in items {
+        let mut v = json!({"catalogId": catalog_id, "hostId": host_id, "threadId": item.thread_id, "updatedAt": item.updated_at});
+        if let Some(n) = item.size_bytes {
+            v["sizeBytes"] = n.into();
+        }
+        if let Some(c) = item.cwd {
+            v["cwd"] = c.into();
+        }
+        if let Some(t) = item.title {
+            v["title"] = t.into();
+        }
+        let key = adopted_key(&agent, &host_id, &item.thread_id)?;
+        let sref = SessionRef {
+            key,
+            agent: agent.clone(),
+        };
+        let (e, s2) = (engine.clone(), sref.clone());
+        let source = UpstreamSource {
+            catalog_id: catalog_id.clone(),
+            host_id: host_id.clone(),
+            thread_id: item.thread_id.clone(),
+        };
+        let adopted = blocking(move || {
+            Ok(e.get_session(&s2)
+                .ok()
+                .is_some_and(|s| s.row.upstream.as_ref() == Some(&source)))
+        })
+        .await?;
+        if adopted {
+            v["adoptedSessionKey"] = sref.key.as_str().into();
+        }
+        out.push(v);
+    }
+    let mut body = json!({"items": out});
+    if let Some(n) = next {
+        body["nextCursor"] = n.into();
+    }
+    Ok((StatusCode::OK, axum::Json(body)).into_response())
+}
+
+pub(crate) async fn continue_(req: &Req, caller: Option<&SessionRef>) -> ApiResult<Response> {
+    let mut b = Obj::parse(&req.body, false)?;
+    let catalog_id = b.req_str("catalogId")?;
+    let host_id = b.req_str("hostId")?;
+    let thread_id = b.req_str("threadId")?;
+    let agent = b
+        .opt_str("agentId")?
+        .map(|a| parse_agent("agentId", &a))
+        .transpose()?;
+    b.finish()?;
+    let provider = provider_for(req, &catalog_id, &host_id)?;
+    let n = thread_id.chars().count();
+    if n == 0 || n > 256 || thread_id.chars().any(char::is_control) {
+        return Err(ApiError::invalid(
+            "threadId must be 1..=256 characters without control characters",
+        ));
+    }
+    let agent = agent
+        .or_else(|| caller.map(|c| c.agent.clone()))
+        .unwrap_or_else(|| req.state.config.default_agent.clone());
+    let key = adopted_key(&agent, &host_id, &thread_id)?;
+    check_visible(req, caller, key.as_str(), agent.as_str())?;
+    let session = SessionRef {
+        key,
+        agent: agent.clone(),
+    };
+    // Single flight per source: a second continue waits for the first.
+    let source_id = format!("{agent}\0{catalog_id}\0{host_id}\0{thread_id}");
+    let lock = {
+        let mut locks = req
+            .state
+            .adopt_locks
+            .lock()
+            .map_err(|_| ApiError::internal("adoption lock poisoned"))?;
+        locks.entry(source_id).or_default().clone()
+    };
+    let _guard = lock.lock().await;
+    let engine = req.state.engine()?;
+    let (e, s2) = (engine.clone(), session.clone());
+    let exists = blocking(move || Ok(e.session_exists(&s2)?)).await?;
+    let (p, t) = (provider.clone(), thread_id.clone());
+    let info = blocking(move || Ok(p.open_thread(&t, !exists))).await?;
+    let info = match info {
+        Ok(i) => Some(i),
+        Err(e) if !exists => return Err(provider_error(e)),
+        Err(_) => None,
+    };
+    let source = UpstreamSource {
+        catalog_id: catalog_id.clone(),
+        host_id: host_id.clone(),
+        thread_id: thread_id.clone(),
+    };
+    let link = info.as_ref().and_then(|i| {
+        i.baseline.clone().map(|marker| LinkInput {
+            catalog_id: catalog_id.clone(),
+            host_id: host_id.clone(),
+            thread_id: thread_id.clone(),
+            upstream_kind: i.upstream_kind.clone(),
+            upstream_ref: i.upstream_ref.clone(),
+            marker,
+        })
+    });
+    let adopt = AdoptRequest {
+        session: session.clone(),
+        source,
+        caller: caller.cloned().map_or(Caller::Operator, Caller::Session),
+        history: info.map(|i| i.history).unwrap_or_default(),
+        link,
+    };
+    let r = blocking(move || Ok(engine.adopt(adopt)?)).await?;
+    let body: Value = json!({"sessionKey": r.session_key, "agentId": r.agent_id, "created": r.created, "linked": r.linked});
+    Ok((StatusCode::OK, axum::Json(body)).into_response())
+}
