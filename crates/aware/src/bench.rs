@@ -61,7 +61,7 @@ impl From<BenchDurability> for Durability {
     }
 }
 
-const ALL: [&str; 6] = ["W1", "W2", "W3", "W4", "W5", "W6"];
+const ALL: [&str; 7] = ["W1", "W2", "W3", "W4", "W5", "W6", "W7"];
 /// Sessions (streams) of W1, W3 and W5 before `--quick`.
 const SESSIONS: u64 = 1000;
 /// Watchers of the one target of W2.
@@ -101,7 +101,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         for raw in &args.only {
             let up = raw.trim().to_ascii_uppercase();
             let Some(w) = ALL.iter().find(|w| **w == up) else {
-                bail!("unknown workload {raw:?} in --only (expected some of W1,W2,W3,W4,W5,W6)");
+                bail!("unknown workload {raw:?} in --only (expected some of W1,W2,W3,W4,W5,W6,W7)");
             };
             if !v.contains(w) {
                 v.push(*w);
@@ -166,7 +166,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
             "W3" => w3(&plan),
             "W4" => w4(&plan),
             "W5" => w5(&plan),
-            _ => w6(&plan),
+            "W6" => w6(&plan),
+            _ => w7(&plan),
         }
         .with_context(|| format!("workload {w}"))?;
         println!("{line}  ({:.1} s)", t.elapsed().as_secs_f64());
@@ -179,6 +180,73 @@ pub fn run(args: BenchArgs) -> Result<()> {
 // ---------------------------------------------------------------------------------------------
 // Workloads
 // ---------------------------------------------------------------------------------------------
+
+/// W7: the Claude transcript scanner over ~100 MB built from the real fixtures (or synthetic rows
+/// when `../shared/fixtures/claude-code` is not beside the checkout), in 1 MiB windows exactly
+/// as the monitor reads them, next to a plain newline count over the same bytes.
+fn w7(plan: &Plan) -> Result<String> {
+    use aware_upstream::scan::{scan_window, ScanInput, WINDOW_BYTES};
+    let target = (100u64 << 20) / plan.scale;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/fixtures/claude-code");
+    let mut corpus: Vec<u8> = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(&dir) {
+        let mut files: Vec<_> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+            .collect();
+        files.sort();
+        for f in files {
+            let mut bytes = std::fs::read(&f)?;
+            if !bytes.ends_with(b"\n") {
+                bytes.push(b'\n');
+            }
+            corpus.extend_from_slice(&bytes);
+        }
+    }
+    let source = if corpus.is_empty() {
+        for i in 0..2000 {
+            corpus.extend_from_slice(
+                format!("{{\"type\":\"user\",\"uuid\":\"u{i}\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"message\":{{\"role\":\"user\",\"content\":\"prompt {i}\"}}}}\n{{\"type\":\"assistant\",\"message\":{{\"role\":\"assistant\",\"content\":[{{\"type\":\"text\",\"text\":\"answer {i}\"}}]}}}}\n").as_bytes(),
+            );
+        }
+        "synthetic rows"
+    } else {
+        "the real fixtures"
+    };
+    let mut buf = Vec::with_capacity(target as usize + corpus.len());
+    while (buf.len() as u64) < target {
+        buf.extend_from_slice(&corpus);
+    }
+    let mb = buf.len() as f64 / (1u64 << 20) as f64;
+    let t = Instant::now();
+    let newlines = buf.iter().filter(|b| **b == b'\n').count();
+    let floor_secs = t.elapsed().as_secs_f64();
+    let input = ScanInput {
+        own_recent_user_texts: &[],
+        queued: &[],
+        fallback_time_ms: 0,
+    };
+    let t = Instant::now();
+    let (mut offset, mut turns, mut windows) = (0usize, 0u64, 0u64);
+    while offset < buf.len() {
+        let end = (offset + WINDOW_BYTES).min(buf.len());
+        let Some((consumed, out)) = scan_window(&buf[offset..end], &input) else {
+            break;
+        };
+        offset += consumed;
+        turns += u64::from(out.human_turns);
+        windows += 1;
+    }
+    let engine_secs = t.elapsed().as_secs_f64();
+    Ok(format!(
+        "W7 Claude window scan over {mb:.0} MB of {source} ({windows} windows of <= 1 MiB, {turns} human turns, {newlines} rows): {:.0} MB/s | floor newline count {:.0} MB/s | ratio {:.1}x",
+        mb / engine_secs.max(1e-9),
+        mb / floor_secs.max(1e-9),
+        engine_secs / floor_secs.max(1e-9)
+    ))
+}
 
 /// W1: appends round-robin over `sessions` children, each watched by its parent; one caller.
 fn w1(plan: &Plan) -> Result<String> {

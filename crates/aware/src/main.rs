@@ -146,6 +146,25 @@ enum Command {
     Mcp(mcp::McpArgs),
     /// Claude Code UserPromptSubmit hook: records the prompt, prints pending notices.
     Hook(hook::HookArgs),
+    /// Adopt a catalog thread (a Claude Code session) so a human typing into it is noticed.
+    Adopt {
+        thread: String,
+        #[arg(long, default_value = "claude")]
+        catalog: String,
+        #[arg(long, default_value = "gateway:local")]
+        host: String,
+        #[arg(long)]
+        into_agent: Option<String>,
+    },
+    /// List catalog threads, newest first.
+    Catalog {
+        #[arg(long, default_value = "claude")]
+        catalog: String,
+        #[arg(long, default_value = "gateway:local")]
+        host: String,
+        #[arg(long)]
+        limit: Option<i64>,
+    },
     /// Walk through spawn, a human stepping in, one notice, drain and reconciliation.
     Demo(demo::DemoArgs),
     /// Engine benchmarks, each printed next to a raw rusqlite floor run in the same process.
@@ -347,6 +366,67 @@ fn client_command(c: &Client, cmd: Command) -> client::CliResult<()> {
                                 x["index"],
                                 x["role"].as_str().unwrap_or(""),
                                 x["text"].as_str().unwrap_or("")
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                })
+            });
+        }
+        Command::Adopt {
+            thread,
+            catalog,
+            host,
+            into_agent,
+        } => {
+            let mut body = json!({"catalogId": catalog, "hostId": host, "threadId": thread});
+            put(&mut body, "agentId", into_agent);
+            let v = c.call("POST", "/v1/catalog/continue", Some(body))?;
+            c.print(&v, |v| {
+                format!(
+                    "{} {} ({})",
+                    if v["created"] == true {
+                        "adopted as"
+                    } else {
+                        "already adopted as"
+                    },
+                    v["sessionKey"].as_str().unwrap_or(""),
+                    if v["linked"] == true {
+                        "linked: new upstream prompts are watched"
+                    } else {
+                        "not linked"
+                    }
+                )
+            });
+        }
+        Command::Catalog {
+            catalog,
+            host,
+            limit,
+        } => {
+            let mut path = format!(
+                "/v1/catalog?catalogId={}&hostId={}",
+                seg(&catalog),
+                seg(&host)
+            );
+            if let Some(l) = limit {
+                path.push_str(&format!("&limit={l}"));
+            }
+            let v = c.call("GET", &path, None)?;
+            c.print(&v, |v| {
+                v["items"].as_array().map_or(String::new(), |items| {
+                    items
+                        .iter()
+                        .map(|i| {
+                            format!(
+                                "{}  {}  {}{}",
+                                i["threadId"].as_str().unwrap_or(""),
+                                i["title"].as_str().unwrap_or("(untitled)"),
+                                i["cwd"].as_str().unwrap_or(""),
+                                i["adoptedSessionKey"]
+                                    .as_str()
+                                    .map(|k| format!("  [adopted as {k}]"))
+                                    .unwrap_or_default()
                             )
                         })
                         .collect::<Vec<_>>()
