@@ -136,15 +136,55 @@ pub(crate) async fn continue_(req: &Req, caller: Option<&SessionRef>) -> ApiResu
     };
     // Single flight per source: a second continue waits for the first.
     let source_id = format!("{agent}\0{catalog_id}\0{host_id}\0{thread_id}");
-    let lock = {
+    let slot = {
         let mut locks = req
             .state
             .adopt_locks
             .lock()
             .map_err(|_| ApiError::internal("adoption lock poisoned"))?;
-        locks.entry(source_id).or_default().clone()
+        locks.entry(source_id.clone()).or_default().clone()
     };
-    let _guard = lock.lock().await;
+    let mut guard = slot.lock().await;
+    if let Some(answer) = guard.as_ref() {
+        // It was in flight when we arrived: its answer is ours (04 §3 step 3).
+        return Ok((StatusCode::OK, axum::Json(answer.clone())).into_response());
+    }
+    let answer = adopt_source(
+        req,
+        caller,
+        provider,
+        &catalog_id,
+        &host_id,
+        &thread_id,
+        session,
+    )
+    .await;
+    if let Ok(body) = &answer {
+        *guard = Some(body.clone());
+    }
+    // The next continue for this source starts afresh.
+    if let Ok(mut locks) = req.state.adopt_locks.lock() {
+        if locks.get(&source_id).is_some_and(|s| Arc::ptr_eq(s, &slot)) {
+            locks.remove(&source_id);
+        }
+    }
+    answer.map(|body| (StatusCode::OK, axum::Json(body)).into_response())
+}
+
+async fn adopt_source(
+    req: &Req,
+    caller: Option<&SessionRef>,
+    provider: Arc<dyn Provider>,
+    catalog_id: &str,
+    host_id: &str,
+    thread_id: &str,
+    session: SessionRef,
+) -> ApiResult<Value> {
+    let (catalog_id, host_id, thread_id) = (
+        catalog_id.to_string(),
+        host_id.to_string(),
+        thread_id.to_string(),
+    );
     let engine = req.state.engine()?;
     let (e, s2) = (engine.clone(), session.clone());
     let exists = blocking(move || Ok(e.session_exists(&s2)?)).await?;
@@ -178,6 +218,7 @@ pub(crate) async fn continue_(req: &Req, caller: Option<&SessionRef>) -> ApiResu
         link,
     };
     let r = blocking(move || Ok(engine.adopt(adopt)?)).await?;
-    let body: Value = json!({"sessionKey": r.session_key, "agentId": r.agent_id, "created": r.created, "linked": r.linked});
-    Ok((StatusCode::OK, axum::Json(body)).into_response())
+    Ok(
+        json!({"sessionKey": r.session_key, "agentId": r.agent_id, "created": r.created, "linked": r.linked}),
+    )
 }

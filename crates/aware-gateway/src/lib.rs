@@ -10,6 +10,7 @@ mod catalog;
 pub mod config;
 mod error;
 mod metrics;
+mod node_server;
 mod routes;
 mod server;
 pub mod tools;
@@ -18,4 +19,5 @@ mod wire;
 
 pub use config::{GatewayConfig, Overrides};
 pub use error::ApiError;
+pub use node_server::{run_node, NodeServerConfig};
 pub use server::{check_bind_policy, run};

@@ -44,8 +44,10 @@ pub struct AppState {
     pub(crate) providers: BTreeMap<String, Arc<dyn aware_upstream::provider::Provider>>,
     /// The upstream monitor, once the engine is ready (when enabled).
     pub(crate) monitor: RwLock<Option<Arc<aware_upstream::monitor::Monitor>>>,
-    /// Single flight of adoptions per source; a std mutex held only to get the source's lock.
-    pub(crate) adopt_locks: Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Single flight of adoptions per source: the in-flight continue's slot, where it leaves its
+    /// answer for the continues that waited on it. A std mutex held only to find the slot.
+    pub(crate) adopt_locks:
+        Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<Option<serde_json::Value>>>>>,
 }
 
 pub type Shared = Arc<AppState>;
@@ -124,7 +126,10 @@ pub fn new_state(config: GatewayConfig) -> Shared {
             Arc::new(aware_upstream::local::LocalClaude::new(root.clone())),
         );
     }
-    // NODE-PROVIDERS: paired nodes are added here once the node provider lands.
+    for n in &config.nodes {
+        let client = aware_upstream::node::NodeClient::new(&n.id, &n.url, n.token.as_deref());
+        providers.insert(format!("node:{}", n.id), Arc::new(client));
+    }
     Arc::new(AppState {
         providers,
         monitor: RwLock::new(None),

@@ -3,7 +3,8 @@
 //!
 //! - [`classify`]: the Claude row classifier (04 §9), pure.
 //! - [`scan`]: the window scanner over transcript bytes (04 §8) and node items (04 §10), pure.
-//! - [`provider`]: the catalog provider seam; [`local`]: local Claude Code transcripts.
+//! - [`provider`]: the catalog provider seam; [`local`]: local Claude Code transcripts;
+//!   [`node`]: paired nodes (the node's item builder and the gateway's HTTP client).
 //! - [`monitor`]: the tick on the engine clock (04 §7).
 //!
 //! Architecture invariant: classification and scanning do no I/O and never panic on any input;
@@ -12,5 +13,6 @@
 pub mod classify;
 pub mod local;
 pub mod monitor;
+pub mod node;
 pub mod provider;
 pub mod scan;

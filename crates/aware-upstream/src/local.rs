@@ -38,7 +38,7 @@ fn mtime_ms(meta: &std::fs::Metadata) -> i64 {
 }
 
 /// Reads `len` bytes at `offset`, looping on short reads.
-fn read_at(file: &mut File, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
+pub(crate) fn read_at(file: &mut File, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
     file.seek(SeekFrom::Start(offset))?;
     let mut buf = vec![0u8; len];
     let mut filled = 0;
@@ -118,7 +118,7 @@ impl LocalClaude {
         found.into_iter().map(|(id, (p, m))| (id, p, m)).collect()
     }
 
-    fn find(&self, thread_id: &str) -> Option<(PathBuf, std::fs::Metadata)> {
+    pub(crate) fn find(&self, thread_id: &str) -> Option<(PathBuf, std::fs::Metadata)> {
         self.threads()
             .into_iter()
             .find(|(id, _, _)| id == thread_id)
@@ -298,9 +298,7 @@ impl Provider for LocalClaude {
         });
         let start: usize = match cursor {
             None => 0,
-            Some(c) => c
-                .parse()
-                .map_err(|_| ProviderError::Io("cursor is invalid".into()))?,
+            Some(c) => c.parse().map_err(|_| ProviderError::InvalidCursor)?,
         };
         let page: Vec<CatalogItem> = all
             .iter()

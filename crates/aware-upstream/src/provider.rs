@@ -70,6 +70,8 @@ pub enum ProviderError {
     ThreadNotFound,
     #[error("node unavailable: {0}")]
     Unavailable(String),
+    #[error("cursor is invalid")]
+    InvalidCursor,
     #[error("{0}")]
     Io(String),
 }

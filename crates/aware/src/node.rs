@@ -1,8 +1,115 @@
 //! `aware node serve`: a paired node exposing this machine's Claude Code transcripts (04 §2.2).
 
-#[derive(clap::Args, Debug)]
-pub struct NodeServeArgs {}
+use anyhow::{Context, Result};
+use aware_gateway::{run_node, NodeServerConfig};
+use std::net::SocketAddr;
+use std::path::PathBuf;
 
-pub fn run(_args: NodeServeArgs) -> anyhow::Result<()> {
-    anyhow::bail!("aware node serve is not built yet")
+#[derive(clap::Args, Debug)]
+pub struct NodeServeArgs {
+    /// Listen address (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:7421")]
+    bind: String,
+    /// Bearer token the gateway must send (falls back to AWARE_TOKEN).
+    #[arg(long, env = "AWARE_NODE_TOKEN")]
+    token: Option<String>,
+    /// Claude Code projects directory (default ~/.claude/projects).
+    #[arg(long)]
+    claude_root: Option<PathBuf>,
+    /// Node id reported by /health (default: the host name, else "node").
+    #[arg(long)]
+    node_id: Option<String>,
+    /// Write the bound port to this file once listening.
+    #[arg(long)]
+    port_file: Option<PathBuf>,
+}
+
+/// Exit status 2 with a message: configuration or usage errors.
+fn config_error(msg: impl std::fmt::Display) -> ! {
+    eprintln!("error: {msg}");
+    std::process::exit(2);
+}
+
+/// The host name, from the kernel or the environment.
+fn host_name() -> Option<String> {
+    ["/proc/sys/kernel/hostname", "/etc/hostname"]
+        .iter()
+        .find_map(|p| std::fs::read_to_string(p).ok())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .or_else(|| std::env::var("COMPUTERNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+}
+
+pub fn run(args: NodeServeArgs) -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .init();
+    let bind: SocketAddr = args.bind.parse().unwrap_or_else(|_| {
+        config_error(format!(
+            "--bind {:?} must be an address such as 127.0.0.1:7421",
+            args.bind
+        ))
+    });
+    let token = args
+        .token
+        .or_else(|| std::env::var("AWARE_TOKEN").ok())
+        .filter(|t| !t.is_empty());
+    // The gateway's rule (03 §5.2): a non-loopback address needs a token.
+    if !bind.ip().is_loopback() && token.is_none() {
+        config_error(format!(
+            "refusing to listen on {bind} without a bearer token (set --token or AWARE_TOKEN)"
+        ));
+    }
+    let cfg = NodeServerConfig {
+        node_id: args
+            .node_id
+            .or_else(host_name)
+            .unwrap_or_else(|| "node".into()),
+        token,
+        claude_root: args
+            .claude_root
+            .unwrap_or_else(aware_gateway::config::default_claude_root),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("start the async runtime")?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(bind)
+            .await
+            .with_context(|| format!("bind {bind}"))?;
+        let addr = listener.local_addr()?;
+        tracing::info!(event = "listening", addr = %addr, node_id = %cfg.node_id, root = %cfg.claude_root.display(), "listening on {addr}");
+        if let Some(p) = &args.port_file {
+            std::fs::write(p, addr.port().to_string())
+                .with_context(|| format!("write {}", p.display()))?;
+        }
+        run_node(listener, cfg, shutdown_signal()).await?;
+        tracing::info!(event = "stopped", "node stopped");
+        Ok(())
+    })
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
 }

@@ -1,0 +1,313 @@
+//! The paired-node server of `aware node serve` (04 §2.2): this machine's Claude Code transcripts,
+//! read-only, for a gateway that lists the node in `[[nodes]]`.
+//!
+//! Routes: `GET /health` (open), `GET /v1/node/claude/threads?limit=&cursor=` and
+//! `GET /v1/node/claude/threads/{threadId}/items?limit=N`. With a token every route but
+//! `/health` needs `Authorization: Bearer <token>`, compared in constant time (03 §5.2). File
+//! reads run on the blocking pool.
+
+use crate::body::Query;
+use crate::error::{ApiError, ApiResult};
+use aware_upstream::node::{thread_items, thread_list, ITEMS_LIMIT};
+use aware_upstream::provider::ProviderError;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+
+/// What `aware node serve` runs with.
+#[derive(Debug, Clone)]
+pub struct NodeServerConfig {
+    /// Reported by `/health`; the gateway names the node by its own `[[nodes]] id`.
+    pub node_id: String,
+    /// Bearer token; `None` leaves the routes open (loopback only, checked by the caller).
+    pub token: Option<String>,
+    /// `~/.claude/projects` or `--claude-root`.
+    pub claude_root: PathBuf,
+}
+
+/// Serves on an already-bound listener until `shutdown` resolves.
+pub async fn run_node(
+    listener: TcpListener,
+    cfg: NodeServerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = axum::Router::new()
+        .fallback(dispatch)
+        .with_state(Arc::new(cfg));
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// Equal-length-independent comparison: the time depends only on the lengths, never on where
+/// the first difference is.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len().max(b.len());
+    let mut diff = u8::from(a.len() != b.len());
+    for i in 0..n {
+        diff |= a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0);
+    }
+    diff == 0
+}
+
+fn authorized(cfg: &NodeServerConfig, headers: &HeaderMap) -> bool {
+    let Some(token) = &cfg.token else {
+        return true;
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    constant_time_eq(given.as_bytes(), token.as_bytes())
+}
+
+enum Route {
+    Health,
+    Threads,
+    Items(String),
+}
+
+async fn dispatch(
+    State(cfg): State<Arc<NodeServerConfig>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    match handle(cfg, method, uri, headers).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn handle(
+    cfg: Arc<NodeServerConfig>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    let path = uri.path();
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let route = match segments.as_slice() {
+        ["health"] => Some(Route::Health),
+        ["v1", "node", "claude", "threads"] => Some(Route::Threads),
+        ["v1", "node", "claude", "threads", id, "items"] => Some(Route::Items(id.to_string())),
+        _ => None,
+    };
+    if !matches!(route, Some(Route::Health)) && !authorized(&cfg, &headers) {
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or wrong bearer token",
+        ));
+    }
+    let Some(route) = route else {
+        return Err(ApiError::not_found(
+            "not_found",
+            format!("no route for {path}"),
+        ));
+    };
+    if method != Method::GET {
+        let mut r = ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            format!("{method} is not allowed for {path}; use GET"),
+        )
+        .into_response();
+        r.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET"));
+        return Ok(r);
+    }
+    let mut query = Query::parse(uri.query())?;
+    match route {
+        Route::Health => {
+            query.finish()?;
+            Ok(json_ok(json!({"status": "ok", "nodeId": cfg.node_id})))
+        }
+        Route::Threads => {
+            let limit = query
+                .int("limit", 1..=200, "limit must be an integer in 1..=200")?
+                .unwrap_or(50) as usize;
+            let cursor = query.take("cursor")?;
+            query.finish()?;
+            let root = cfg.claude_root.clone();
+            let page = blocking(move || thread_list(&root, limit, cursor.as_deref())).await?;
+            Ok(json_ok(page))
+        }
+        Route::Items(raw_id) => {
+            let limit = query
+                .int(
+                    "limit",
+                    1..=ITEMS_LIMIT as i64,
+                    "limit must be an integer in 1..=50",
+                )?
+                .unwrap_or(ITEMS_LIMIT as i64) as usize;
+            query.finish()?;
+            let thread_id = percent_encoding::percent_decode_str(&raw_id)
+                .decode_utf8()
+                .map(|c| c.into_owned())
+                .map_err(|_| ApiError::invalid("threadId is not valid UTF-8"))?;
+            let root = cfg.claude_root.clone();
+            let items = blocking(move || thread_items(&root, &thread_id, limit)).await?;
+            Ok(json_ok(json!({ "items": items })))
+        }
+    }
+}
+
+fn json_ok(v: Value) -> Response {
+    (StatusCode::OK, axum::Json(v)).into_response()
+}
+
+/// Runs a blocking file read off the async runtime, mapping provider errors to the wire.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ProviderError> + Send + 'static,
+) -> ApiResult<T> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(ProviderError::ThreadNotFound)) => Err(ApiError::not_found(
+            "thread_not_found",
+            "transcript unavailable",
+        )),
+        Ok(Err(ProviderError::Io(m))) if m == "cursor is invalid" => Err(ApiError::invalid(m)),
+        Ok(Err(e)) => Err(ApiError::internal(e.to_string())),
+        Err(e) => Err(ApiError::internal(format!("worker task failed: {e}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constant_time_compare() {
+        assert!(constant_time_eq(b"nt", b"nt"));
+        assert!(!constant_time_eq(b"nt", b"nx"));
+        assert!(!constant_time_eq(b"nt", b"ntt"));
+        assert!(!constant_time_eq(b"", b"nt"));
+        assert!(constant_time_eq(b"", b""));
+    }
+
+    const THREAD: &str = "0b9f0c2e-1d3a-4c5b-8e7f-112233445566";
+
+    fn get(port: u16, path: &str, token: Option<&str>) -> (u16, Value, Option<String>) {
+        let mut req = ureq::get(&format!("http://127.0.0.1:{port}{path}"));
+        if let Some(t) = token {
+            req = req.set("Authorization", &format!("Bearer {t}"));
+        }
+        let resp = match req.call() {
+            Ok(r) => r,
+            Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => panic!("{path}: {e}"),
+        };
+        let status = resp.status();
+        let www = resp.header("WWW-Authenticate").map(str::to_string);
+        (status, resp.into_json().unwrap_or(Value::Null), www)
+    }
+
+    #[test]
+    fn routes_auth_and_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let project = dir.path().join("p");
+        std::fs::create_dir_all(&project).unwrap();
+        let rows = [
+            json!({"type": "user", "uuid": "u-1", "cwd": "/w",
+                   "message": {"role": "user", "content": "hello node"}}),
+            json!({"type": "assistant", "uuid": "a-1",
+                   "message": {"role": "assistant", "content": [{"type": "text", "text": "hi"}]}}),
+        ];
+        let text: String = rows.iter().map(|r| format!("{r}\n")).collect();
+        std::fs::write(project.join(format!("{THREAD}.jsonl")), text).unwrap();
+
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = rt.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let cfg = NodeServerConfig {
+            node_id: "laptop".into(),
+            token: Some("nt".into()),
+            claude_root: dir.path().to_path_buf(),
+        };
+        let server = rt.spawn(run_node(listener, cfg, async {
+            let _ = stop_rx.await;
+        }));
+
+        let (s, body, _) = get(port, "/health", None);
+        assert_eq!(
+            (s, body),
+            (200, json!({"status": "ok", "nodeId": "laptop"}))
+        );
+
+        let (s, body, www) = get(port, "/v1/node/claude/threads", None);
+        assert_eq!(
+            (s, body["error"]["code"].as_str()),
+            (401, Some("unauthorized"))
+        );
+        assert_eq!(www.as_deref(), Some("Bearer"));
+        let (s, _, _) = get(port, "/v1/node/claude/threads", Some("wrong"));
+        assert_eq!(s, 401);
+
+        let (s, body, _) = get(port, "/v1/node/claude/threads?limit=10", Some("nt"));
+        assert_eq!(s, 200, "{body}");
+        assert_eq!(body["items"][0]["threadId"], json!(THREAD));
+        assert_eq!(body["items"][0]["catalogId"], json!("claude"));
+        assert_eq!(body["items"][0]["title"], json!("hello node"));
+        assert_eq!(body["items"][0]["cwd"], json!("/w"));
+        assert!(body.get("nextCursor").is_none());
+
+        let items_path = format!("/v1/node/claude/threads/{THREAD}/items");
+        let (s, body, _) = get(port, &items_path, Some("nt"));
+        assert_eq!(s, 200, "{body}");
+        let uuids: Vec<&str> = body["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["uuid"].as_str().unwrap())
+            .collect();
+        assert_eq!(uuids, ["a-1", "u-1"]);
+        let (s, body, _) = get(port, &format!("{items_path}?limit=1"), Some("nt"));
+        assert_eq!((s, body["items"].as_array().map(Vec::len)), (200, Some(1)));
+        for bad in ["0", "51", "x"] {
+            let (s, body, _) = get(port, &format!("{items_path}?limit={bad}"), Some("nt"));
+            assert_eq!(
+                (s, body["error"]["code"].as_str()),
+                (400, Some("invalid_argument"))
+            );
+        }
+        let (s, body, _) = get(
+            port,
+            "/v1/node/claude/threads/0b9f0c2e-1d3a-4c5b-8e7f-000000000000/items",
+            Some("nt"),
+        );
+        assert_eq!(
+            (s, body["error"]["code"].as_str()),
+            (404, Some("thread_not_found"))
+        );
+        let (s, body, _) = get(port, "/v1/node/claude/threads/a%2Fb/items", Some("nt"));
+        assert_eq!(
+            (s, body["error"]["code"].as_str()),
+            (404, Some("thread_not_found"))
+        );
+        let (s, body, _) = get(port, "/v1/node/claude/threads?cursor=zz", Some("nt"));
+        assert_eq!(
+            (s, body["error"]["code"].as_str()),
+            (400, Some("invalid_argument"))
+        );
+        let (s, body, _) = get(port, "/v1/nope", Some("nt"));
+        assert_eq!(
+            (s, body["error"]["code"].as_str()),
+            (404, Some("not_found"))
+        );
+
+        let _ = stop_tx.send(());
+        rt.block_on(server).unwrap().unwrap();
+    }
+}

@@ -1,0 +1,688 @@
+//! Group P of the scenarios (04 upstream), paired nodes: S144–S146 end to end. A real
+//! `aware node serve` serves a temporary Claude root R2; a real `aware serve --test-clock` lists it
+//! as `[[nodes]] id = "laptop"` with `[monitor] enabled = true`, and adopts and monitors its
+//! threads over HTTP.
+//!
+//! The monitor ticks while `POST /v1/admin/clock` moves the clock (the request returns after the
+//! tick), so `tick n` is deterministic.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Thread T of the upstream conventions.
+const T: &str = "0b7c2a4e-5d6f-4a8b-9c0d-1e2f3a4b5c6d";
+/// `agent:main:claude:` + sha256 hex of `"node:laptop" + "\0" + T` (S144).
+const NA: &str =
+    "agent:main:claude:140eae5ade16053d451ec68047fabaea6b71aaaac0232d673187efff3a4752ad";
+const HOST: &str = "node:laptop";
+const NODE_TOKEN: &str = "nt";
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// `sourceKey16` of the node link of thread `thread` (04 §5), computed independently.
+fn source16(thread: &str) -> String {
+    let ref_json = format!("{{\"nodeId\":\"laptop\",\"threadId\":\"{thread}\"}}");
+    sha256_hex(format!("{HOST}\0{thread}\0{ref_json}").as_bytes())[..16].to_string()
+}
+
+fn line(v: &Value) -> String {
+    format!("{v}\n")
+}
+
+fn user_row(uuid: &str, text: &str, ts: &str) -> Value {
+    json!({"type":"user","uuid":uuid,"timestamp":ts,"message":{"role":"user","content":text}})
+}
+
+fn assistant_row(uuid: &str, text: &str) -> Value {
+    json!({"type":"assistant","uuid":uuid,"timestamp":"2026-01-01T00:00:11.000Z",
+        "message":{"role":"assistant","content":[{"type":"text","text":text}]}})
+}
+
+/// The 3 rows of the conventions (user `hi`, assistant `hello`, user `thanks`), the newest with
+/// uuid `u-thanks`.
+fn initial_transcript() -> String {
+    let mut s = line(&user_row("u-hi", "hi", "2025-12-31T23:00:00.000Z"));
+    s.push_str(&line(&assistant_row("a-hello", "hello")));
+    s.push_str(&line(&user_row(
+        "u-thanks",
+        "thanks",
+        "2025-12-31T23:00:02.000Z",
+    )));
+    s
+}
+
+/// A running `aware node serve` on a loopback port.
+struct Node {
+    child: Option<Child>,
+    port: u16,
+    logs: Arc<Mutex<String>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Node {
+    fn start(root: &Path, token: Option<&str>) -> Node {
+        let dir = tempfile::tempdir().unwrap();
+        let port_file = dir.path().join("port");
+        let mut cmd = Command::new(bin());
+        cmd.args([
+            "node",
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--node-id",
+            "laptop",
+        ])
+        .arg("--port-file")
+        .arg(&port_file)
+        .arg("--claude-root")
+        .arg(root)
+        .env_remove("AWARE_TOKEN")
+        .env_remove("AWARE_NODE_TOKEN")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+        if let Some(t) = token {
+            cmd.arg("--token").arg(t);
+        }
+        let mut child = cmd.spawn().expect("start aware node serve");
+        let logs = Arc::new(Mutex::new(String::new()));
+        let (stderr, l2) = (child.stderr.take().unwrap(), logs.clone());
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Ok(mut l) = l2.lock() {
+                    l.push_str(&line);
+                    l.push('\n');
+                }
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let port = loop {
+            if let Some(port) = std::fs::read_to_string(&port_file)
+                .ok()
+                .and_then(|p| p.trim().parse().ok())
+            {
+                break port;
+            }
+            assert!(Instant::now() < deadline, "node did not start: {logs:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let node = Node {
+            child: Some(child),
+            port,
+            logs,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while node.get("/health", None).0 != 200 {
+            assert!(Instant::now() < deadline, "node not healthy");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        node
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn get(&self, path: &str, token: Option<&str>) -> (u16, Value) {
+        let mut req = ureq::get(&format!("{}{path}", self.url())).timeout(Duration::from_secs(20));
+        if let Some(t) = token {
+            req = req.set("Authorization", &format!("Bearer {t}"));
+        }
+        match req.call() {
+            Ok(r) => (r.status(), r.into_json().unwrap_or(Value::Null)),
+            Err(ureq::Error::Status(code, r)) => (code, r.into_json().unwrap_or(Value::Null)),
+            Err(_) => (0, Value::Null),
+        }
+    }
+
+    /// SIGTERM, and waits for the exit.
+    fn stop(&mut self) -> Option<i32> {
+        let mut c = self.child.take()?;
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(c.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = c.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+        None
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The gateway configuration: the monitor on, an empty local root, and node `laptop`.
+fn config(node_url: &str, token: &str) -> String {
+    format!(
+        "notify_on_create = false\n[retention]\nprune_interval_secs = 31536000\n[monitor]\nenabled = true\n\
+         [claude]\nroot = \"/nonexistent/aware-upstream-node-test\"\n\
+         [[nodes]]\nid = \"laptop\"\nurl = {node_url:?}\ntoken = {token:?}\n"
+    )
+}
+
+/// The paired-node world: root R2 with `R2/p1/T.jsonl`, the node serving it with token `nt`,
+/// the gateway configured with it, and X.
+struct Up {
+    s: Server,
+    node: Node,
+    _root: tempfile::TempDir,
+    file: PathBuf,
+}
+
+impl Up {
+    fn new() -> Self {
+        Self::with_transcript(&initial_transcript())
+    }
+
+    fn with_transcript(text: &str) -> Self {
+        let root = tempfile::tempdir().unwrap();
+        let file = root.path().join("p1").join(format!("{T}.jsonl"));
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, text).unwrap();
+        let node = Node::start(root.path(), Some(NODE_TOKEN));
+        let s = Server::with_config(&config(&node.url(), NODE_TOKEN));
+        s.create(X);
+        Up {
+            s,
+            node,
+            _root: root,
+            file,
+        }
+    }
+
+    /// Given a node-adopted session NA watched by X.
+    fn adopted_and_watched(text: &str) -> Self {
+        let u = Self::with_transcript(text);
+        let r = u.adopt();
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!(r.body["linked"], true, "{}", r.body);
+        let w = u.s.watch(X, NA);
+        assert!(w.status == 200 || w.status == 201, "{}", w.body);
+        u
+    }
+
+    fn adopt_thread(&self, thread: &str) -> Resp {
+        self.s.post(
+            "/v1/catalog/continue",
+            json!({"catalogId":"claude","hostId":HOST,"threadId":thread}),
+        )
+    }
+
+    fn adopt(&self) -> Resp {
+        self.adopt_thread(T)
+    }
+
+    /// tick n: T0 + 15 s + (n − 1) × 60 s.
+    fn tick(&mut self, n: i64) {
+        self.s.set_clock(T0 + 15_000 + (n - 1) * 60_000);
+    }
+
+    fn append(&self, rows: &[Value]) {
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.file)
+            .unwrap();
+        for r in rows {
+            f.write_all(line(r).as_bytes()).unwrap();
+        }
+    }
+
+    fn upstream(&self) -> Value {
+        let r = self.s.get(&format!("/v1/sessions/{}", seg(NA)));
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.body["upstream"].clone()
+    }
+
+    fn marker(&self) -> Value {
+        self.upstream()["marker"].clone()
+    }
+
+    fn events(&self) -> Vec<Value> {
+        self.s.status(X, NA, 0)["stateChanges"]["events"]
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    fn of_kind(&self, kind: &str) -> Vec<Value> {
+        self.events()
+            .into_iter()
+            .filter(|e| e["kind"] == kind)
+            .collect()
+    }
+
+    fn db(&self) -> rusqlite::Connection {
+        rusqlite::Connection::open_with_flags(
+            self.s.db_path(),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .unwrap()
+    }
+
+    fn stored(&self, seq: i64) -> (Option<String>, Option<String>) {
+        self.db()
+            .query_row(
+                "SELECT dedupe_key, payload_json FROM session_state_events WHERE sequence = ?1",
+                [seq],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap()
+    }
+
+    fn links(&self) -> i64 {
+        self.db()
+            .query_row("SELECT COUNT(*) FROM session_upstream_links", [], |r| {
+                r.get(0)
+            })
+            .unwrap()
+    }
+}
+
+fn turns(s: &Server, key: &str) -> Vec<Value> {
+    let r = s.get(&format!("/v1/sessions/{}/turns", seg(key)));
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.body["turns"].as_array().unwrap().clone()
+}
+
+/// A stand-in node that answers every request with `body` (a node that sends items without
+/// uuids, which `aware node serve` never does).
+fn fake_node(body: Value) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let body = body.to_string();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+                head.push(byte[0]);
+            }
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    format!("http://127.0.0.1:{port}")
+}
+
+// --- S144 ---------------------------------------------------------------------------------------
+
+#[test]
+fn s144_paired_node_adoption() {
+    let u = Up::new();
+    let r = u.adopt();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        r.body,
+        json!({"sessionKey":NA,"agentId":"main","created":true,"linked":true})
+    );
+    assert_eq!(
+        u.upstream(),
+        json!({"catalogId":"claude","hostId":HOST,"threadId":T,"linked":true,
+            "marker":{"uuid":"u-thanks"}})
+    );
+    let r = u.s.get(&format!("/v1/sessions/{}", seg(NA)));
+    assert_eq!(r.body["kind"], "adopted");
+    assert_eq!(r.body["createdVia"], "adoption");
+    let t = turns(&u.s, NA);
+    let texts: Vec<&str> = t.iter().map(|t| t["text"].as_str().unwrap()).collect();
+    assert_eq!(texts, ["hi", "hello", "thanks"]);
+    assert!(t.iter().all(|t| t["origin"] == "import"), "{t:?}");
+    let ev = u.events();
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!(ev[0]["kind"], "adopted");
+    let (dedupe, payload) = u.stored(1);
+    assert_eq!(dedupe.as_deref(), Some(format!("adopted:{NA}").as_str()));
+    let payload: Value = serde_json::from_str(&payload.unwrap()).unwrap();
+    assert_eq!(payload, json!({"catalogId":"claude","hostId":HOST}));
+    let link_ref: String = u
+        .db()
+        .query_row(
+            "SELECT upstream_ref_json FROM session_upstream_links",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let link_ref: Value = serde_json::from_str(&link_ref).unwrap();
+    assert_eq!(link_ref, json!({"nodeId":"laptop","threadId":T}));
+
+    // Re-continuing keeps the marker, even after the thread grew.
+    u.append(&[user_row("u-more", "more", "2026-01-01T00:00:10.000Z")]);
+    let r = u.adopt();
+    assert_eq!(
+        r.body,
+        json!({"sessionKey":NA,"agentId":"main","created":false,"linked":true})
+    );
+    assert_eq!(u.marker(), json!({"uuid":"u-thanks"}));
+    assert_eq!(u.of_kind("adopted").len(), 1);
+
+    // The catalog of the node, with the gateway's host id.
+    let r = u.s.get("/v1/catalog?hostId=node:laptop");
+    assert_eq!(r.status, 200, "{}", r.body);
+    let items = r.body["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{}", r.body);
+    assert_eq!(items[0]["threadId"], T);
+    assert_eq!(items[0]["hostId"], HOST);
+    assert_eq!(items[0]["catalogId"], "claude");
+    assert_eq!(items[0]["title"], "hi");
+    assert_eq!(items[0]["adoptedSessionKey"], NA);
+    assert_eq!(
+        items[0]["sizeBytes"],
+        std::fs::metadata(&u.file).unwrap().len()
+    );
+
+    // An unknown thread on the node.
+    let r = u.adopt_thread("0b7c2a4e-5d6f-4a8b-9c0d-000000000000");
+    assert_eq!(
+        (r.status, r.code()),
+        (404, "thread_not_found"),
+        "{}",
+        r.body
+    );
+}
+
+#[test]
+fn s144_a_node_item_without_uuid_declines_the_link() {
+    let url = fake_node(json!({"items": [
+        {"type": "queueOperation", "operation": "enqueue", "content": "typed while busy"},
+        {"uuid": "u-1", "type": "userMessage", "content": "hello"}
+    ]}));
+    let s = Server::with_config(&config(&url, NODE_TOKEN));
+    let r = s.post(
+        "/v1/catalog/continue",
+        json!({"catalogId":"claude","hostId":HOST,"threadId":T}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        r.body,
+        json!({"sessionKey":NA,"agentId":"main","created":true,"linked":false})
+    );
+    let db = rusqlite::Connection::open(s.db_path()).unwrap();
+    let links: i64 = db
+        .query_row("SELECT COUNT(*) FROM session_upstream_links", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(links, 0, "no link exists");
+    let sess = s.get(&format!("/v1/sessions/{}", seg(NA))).body;
+    assert_eq!(sess["upstream"]["linked"], false, "{sess}");
+    assert!(sess["upstream"].get("marker").is_none(), "{sess}");
+}
+
+#[test]
+fn s144_a_real_node_gives_uuid_less_rows_a_row_id() {
+    // `aware node serve` gives every item a uuid (04 §2.2): a newest row without one (a queue
+    // operation) is `row:` + 32 hex of SHA-256 of the line, so the link is seeded.
+    let queue = json!({"type":"queue-operation","operation":"enqueue","content":"later",
+        "timestamp":"2025-12-31T23:00:03.000Z"});
+    let mut text = initial_transcript();
+    text.push_str(&line(&queue));
+    let u = Up::with_transcript(&text);
+    let r = u.adopt();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["linked"], true, "{}", r.body);
+    let row_id = format!("row:{}", &sha256_hex(queue.to_string().as_bytes())[..32]);
+    assert_eq!(u.marker(), json!({ "uuid": row_id }));
+}
+
+#[test]
+fn s144_an_empty_thread_baselines_null_and_reports_its_first_prompt() {
+    let mut u = Up::with_transcript("");
+    let r = u.adopt();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["linked"], true, "{}", r.body);
+    assert_eq!(u.marker(), json!({"uuid": null}));
+    let w = u.s.watch(X, NA);
+    assert!(w.status == 200 || w.status == 201, "{}", w.body);
+    u.tick(1);
+    assert_eq!(u.of_kind("human_direct_message").len(), 0);
+    u.append(&[user_row("u-1", "first", "2026-01-01T00:00:20.000Z")]);
+    u.tick(2);
+    let hdm = u.of_kind("human_direct_message");
+    assert_eq!(hdm.len(), 1, "{:?}", u.events());
+    assert_eq!(hdm[0]["occurredAt"], T0 + 20_000);
+    assert_eq!(u.marker(), json!({"uuid": "u-1"}));
+}
+
+// --- S145 ---------------------------------------------------------------------------------------
+
+#[test]
+fn s145_paired_node_window_and_the_50_item_rule() {
+    let first = line(&user_row("item-1", "first", "2025-12-31T23:00:00.000Z"));
+    let mut u = Up::adopted_and_watched(&first);
+    assert_eq!(u.marker(), json!({"uuid":"item-1"}));
+    assert_eq!(u.events().len(), 1);
+
+    // Items (newest first): agentMessage item-3, userMessage item-2 "native prompt" at T0+5 s,
+    // userMessage item-1.
+    u.append(&[
+        user_row("item-2", "native prompt", "2026-01-01T00:00:05.000Z"),
+        assistant_row("item-3", "on it"),
+    ]);
+    u.tick(1);
+    let ev = u.events();
+    assert_eq!(ev.len(), 2, "{ev:?}");
+    assert_eq!(ev[1]["kind"], "human_direct_message");
+    assert_eq!(ev[1]["actorType"], "human");
+    assert_eq!(ev[1]["summary"], "human message via claude");
+    assert_eq!(ev[1]["occurredAt"], T0 + 5_000);
+    assert!(ev[1].get("payload").is_none(), "{}", ev[1]);
+    assert_eq!(u.marker(), json!({"uuid":"item-3"}));
+    let seq = ev[1]["sequence"].as_i64().unwrap();
+    assert_eq!(
+        u.stored(seq).0.as_deref(),
+        Some(format!("upstream:{NA}:{}:item-3", source16(T)).as_str())
+    );
+    assert_eq!(u.s.notice_texts(X), vec![nt(NA, 1)]);
+
+    // User rows flagged sidechain, meta or task-notification are not counted; the marker moves.
+    let mut side = user_row("item-4", "side", "2026-01-01T00:01:00.000Z");
+    side["isSidechain"] = json!(true);
+    let mut meta = user_row("item-5", "meta", "2026-01-01T00:01:00.000Z");
+    meta["isMeta"] = json!(true);
+    let mut note = user_row("item-6", "done", "2026-01-01T00:01:00.000Z");
+    note["origin"] = json!({"kind": "task-notification"});
+    u.append(&[side, meta, note]);
+    u.tick(2);
+    assert_eq!(u.events().len(), 2, "{:?}", u.events());
+    assert_eq!(u.marker(), json!({"uuid":"item-6"}));
+
+    // 60 new rows after the marker: only the 50 newest are classified (one event of 50 turns),
+    // and the marker becomes the newest uuid.
+    let burst: Vec<Value> = (1..=60)
+        .map(|i| {
+            user_row(
+                &format!("burst-{i}"),
+                &format!("burst prompt {i}"),
+                &format!("2026-01-01T00:01:{:02}.000Z", i - 1),
+            )
+        })
+        .collect();
+    u.append(&burst);
+    u.tick(3);
+    let hdm = u.of_kind("human_direct_message");
+    assert_eq!(hdm.len(), 2, "{:?}", u.events());
+    assert_eq!(hdm[1]["payload"], json!({"turns": 50}));
+    assert_eq!(hdm[1]["occurredAt"], T0 + 119_000);
+    assert_eq!(u.marker(), json!({"uuid":"burst-60"}));
+
+    // Nothing new: nothing recorded, the marker stays.
+    u.tick(4);
+    assert_eq!(u.of_kind("human_direct_message").len(), 2);
+    assert_eq!(u.marker(), json!({"uuid":"burst-60"}));
+}
+
+// --- S146 ---------------------------------------------------------------------------------------
+
+#[test]
+fn s146_nodes_never_report_missing() {
+    let mut u = Up::adopted_and_watched(&initial_transcript());
+    let marker = u.marker();
+
+    // The thread is deleted on the node: 5 ticks, no `upstream_missing`, the link is kept.
+    std::fs::remove_file(&u.file).unwrap();
+    for n in 1..=5 {
+        u.tick(n);
+    }
+    assert!(u.of_kind("upstream_missing").is_empty(), "{:?}", u.events());
+    assert_eq!(u.upstream()["linked"], true);
+    assert_eq!(u.marker(), marker);
+    assert_eq!(u.links(), 1);
+
+    // The node is stopped: 5 more ticks, still nothing.
+    std::fs::write(&u.file, initial_transcript()).unwrap();
+    assert_eq!(u.node.stop(), Some(0), "SIGTERM stops the node cleanly");
+    for n in 6..=10 {
+        u.tick(n);
+    }
+    assert!(u.of_kind("upstream_missing").is_empty(), "{:?}", u.events());
+    assert_eq!(u.upstream()["linked"], true);
+    assert_eq!(u.marker(), marker);
+    assert_eq!(u.links(), 1);
+
+    // Adoption needs the node: a stopped node is 502 node_unavailable.
+    let r = u.adopt_thread("0b7c2a4e-5d6f-4a8b-9c0d-000000000001");
+    assert_eq!(
+        (r.status, r.code()),
+        (502, "node_unavailable"),
+        "{}",
+        r.body
+    );
+    let r = u.s.get("/v1/catalog?hostId=node:laptop");
+    assert_eq!(
+        (r.status, r.code()),
+        (502, "node_unavailable"),
+        "{}",
+        r.body
+    );
+}
+
+#[test]
+fn s146_a_wrong_node_token_is_node_unavailable() {
+    let root = tempfile::tempdir().unwrap();
+    let file = root.path().join("p1").join(format!("{T}.jsonl"));
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, initial_transcript()).unwrap();
+    let node = Node::start(root.path(), Some(NODE_TOKEN));
+    let s = Server::with_config(&config(&node.url(), "wrong"));
+    let r = s.get("/v1/catalog?hostId=node:laptop");
+    assert_eq!(
+        (r.status, r.code()),
+        (502, "node_unavailable"),
+        "{}",
+        r.body
+    );
+    let r = s.post(
+        "/v1/catalog/continue",
+        json!({"catalogId":"claude","hostId":HOST,"threadId":T}),
+    );
+    assert_eq!(
+        (r.status, r.code()),
+        (502, "node_unavailable"),
+        "{}",
+        r.body
+    );
+
+    // The node itself: health is open, everything else needs the token.
+    assert_eq!(
+        node.get("/health", None),
+        (200, json!({"status":"ok","nodeId":"laptop"}))
+    );
+    let (status, body) = node.get("/v1/node/claude/threads", Some("wrong"));
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (401, &json!("unauthorized"))
+    );
+    let (status, body) = node.get(
+        &format!("/v1/node/claude/threads/{T}/items?limit=2"),
+        Some(NODE_TOKEN),
+    );
+    assert_eq!(status, 200, "{body}");
+    let uuids: Vec<&str> = body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["uuid"].as_str().unwrap())
+        .collect();
+    assert_eq!(uuids, ["u-thanks", "a-hello"]);
+    let logs = node.logs.lock().unwrap().clone();
+    assert!(logs.contains("listening on 127.0.0.1:"), "{logs}");
+}
+
+#[test]
+fn s146_a_public_bind_needs_a_token() {
+    let out = Command::new(bin())
+        .args(["node", "serve", "--bind", "0.0.0.0:7421"])
+        .env_remove("AWARE_TOKEN")
+        .env_remove("AWARE_NODE_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("refusing to listen on 0.0.0.0:7421 without a bearer token"),
+        "{stderr}"
+    );
+
+    // With a token a public address starts.
+    let dir = tempfile::tempdir().unwrap();
+    let port_file = dir.path().join("port");
+    let mut child = Command::new(bin())
+        .args(["node", "serve", "--bind", "0.0.0.0:0", "--token", "x"])
+        .arg("--port-file")
+        .arg(&port_file)
+        .arg("--claude-root")
+        .arg(dir.path())
+        .env_remove("AWARE_TOKEN")
+        .env_remove("AWARE_NODE_TOKEN")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let port: u16 = loop {
+        if let Some(p) = std::fs::read_to_string(&port_file)
+            .ok()
+            .and_then(|p| p.trim().parse().ok())
+        {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "node did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let health = ureq::get(&format!("http://127.0.0.1:{port}/health"))
+        .call()
+        .map(|r| r.status());
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(health.ok(), Some(200));
+}
