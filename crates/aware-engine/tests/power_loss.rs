@@ -263,6 +263,24 @@ fn check_survived(r: &Recovered, answered: &[i64], i: usize) {
 
 // ---------------------------------------------------------------------------------------------
 // A pass-through VFS that remembers each file's contents at its last successful xSync.
+//
+// SAFETY (why the `unsafe` below is sound; test-only code):
+// - Registration happens once (`Once`). The real VFS comes from `sqlite3_vfs_find` and is never
+//   unregistered, so its pointer stays valid for the process. The shim's `sqlite3_vfs` struct and
+//   its name are leaked on purpose: SQLite keeps pointers to both for as long as the VFS is
+//   registered, i.e. forever.
+// - SQLite allocates `szOsFile` bytes per open file and passes that block to `xOpen`; we declare
+//   `szOsFile = real + HEADER`, so the block holds our `ShimFile` header followed by the real
+//   VFS's file. `ShimFile` is `repr(C)` and made of pointer-sized fields, so `HEADER` is a
+//   multiple of the pointer alignment and the real file at offset `HEADER` is aligned as SQLite
+//   aligns the whole block (8 bytes).
+// - `pMethods` is set only after the real `xOpen` succeeded, so SQLite calls our methods only on
+//   files whose `real` half is open, and calls `xClose` exactly once (after which it never touches
+//   the file). Every method forwards to the real file's own method table with the real file
+//   pointer, exactly as SQLite would have called it.
+// - `path` is a `Box<PathBuf>` owned by the open file: created in `xOpen`, freed once in `xClose`.
+// - SQLite never calls two methods of one file at the same time (it holds the connection's
+//   mutex); the shared `synced()` map is behind a `Mutex`.
 
 use rusqlite::ffi;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
