@@ -12,6 +12,9 @@ pub struct FaultPlan {
     fail_reads: AtomicBool,
     fail_link_settles: AtomicBool,
     fail_commits: AtomicU32,
+    /// Statements the writer runs on its own connection before its next batch (the test seams
+    /// `SqliteStore::set_max_page_count` and `SqliteStore::set_writer_query_only`).
+    writer_pragmas: Mutex<Vec<String>>,
 }
 
 impl FaultPlan {
@@ -54,6 +57,17 @@ impl FaultPlan {
     }
     pub fn link_settles_fail(&self) -> bool {
         self.fail_link_settles.load(Ordering::SeqCst)
+    }
+    pub(crate) fn queue_writer_pragma(&self, sql: String) {
+        if let Ok(mut q) = self.writer_pragmas.lock() {
+            q.push(sql);
+        }
+    }
+    pub(crate) fn take_writer_pragmas(&self) -> Vec<String> {
+        self.writer_pragmas
+            .lock()
+            .map(|mut q| std::mem::take(&mut *q))
+            .unwrap_or_default()
     }
     pub(crate) fn take_commit_failure(&self) -> bool {
         self.fail_commits

@@ -75,11 +75,13 @@ impl StoreOptions {
 
 type Hook = Box<dyn FnOnce() + Send>;
 type Completion = Box<dyn FnOnce(Result<()>) + Send>;
-/// One writer op: `run` executes it inside its savepoint and says whether it succeeded;
+/// Runs an op inside its savepoint; returns the op's error text when it failed.
+type RunOp = Box<dyn FnOnce(&mut SqlTx<'_>) -> Option<String> + Send>;
+/// One writer op: `run` executes it inside its savepoint and returns its error text, if any;
 /// `complete` answers the caller with the commit outcome (and the op's own result, which `run`
 /// left in a slot they share). An op whose transaction never started is only completed.
 struct Job {
-    run: Box<dyn FnOnce(&mut SqlTx<'_>) -> bool + Send>,
+    run: RunOp,
     complete: Completion,
 }
 
@@ -220,11 +222,11 @@ impl SqliteStore {
                     Ok(r) => r,
                     Err(panic) => Err(StoreError::Panicked(panic_text(&panic))),
                 };
-                let ok = result.is_ok();
+                let failed = result.as_ref().err().map(|e| e.to_string());
                 if let Ok(mut s) = run_slot.lock() {
                     *s = Some(result);
                 }
-                ok
+                failed
             }),
             complete: Box::new(move |commit: Result<()>| {
                 let result = slot.lock().ok().and_then(|mut s| s.take());
@@ -334,6 +336,14 @@ fn writer_loop(
     metrics: &StoreMetrics,
 ) {
     while let Ok(first) = rx.recv() {
+        for sql in faults.take_writer_pragmas() {
+            let applied = conn
+                .prepare(&sql)
+                .and_then(|mut stmt| stmt.query([]).and_then(|mut rows| rows.next().map(|_| ())));
+            if let Err(e) = applied {
+                tracing::warn!(event = "writer_pragma_failed", sql = %sql, error = %e, "test seam pragma failed");
+            }
+        }
         let mut batch = vec![first];
         while batch.len() < MAX_GROUP {
             match rx.try_recv() {
@@ -350,7 +360,15 @@ fn writer_loop(
             continue;
         }
         let mut done: Vec<(Completion, Vec<Hook>)> = Vec::with_capacity(batch.len());
+        // Set when SQLite itself rolled the batch's transaction back (SQLITE_FULL, SQLITE_IOERR
+        // and the like abort the whole transaction, not just the statement): every op so far is
+        // gone, and ops run now would commit one by one outside the batch, so none runs.
+        let mut lost: Option<String> = None;
         for job in batch {
+            if let Some(msg) = &lost {
+                (job.complete)(Err(StoreError::CommitFailed(msg.clone())));
+                continue;
+            }
             let mut tx = SqlTx {
                 conn: &conn,
                 faults,
@@ -361,10 +379,21 @@ fn writer_loop(
                 (job.complete)(Err(StoreError::CommitFailed(e.to_string())));
                 continue;
             }
-            let ok = (job.run)(&mut tx);
+            let failed = (job.run)(&mut tx);
             let complete = job.complete;
             let mut hooks = std::mem::take(&mut tx.hooks);
-            if !ok {
+            if conn.is_autocommit() {
+                hooks.clear();
+                lost = Some(format!(
+                    "{TXN_LOST}: {}",
+                    failed.as_deref().unwrap_or(
+                        "a statement failed with a disk-full, I/O or out-of-memory error"
+                    )
+                ));
+                done.push((complete, hooks));
+                continue;
+            }
+            if failed.is_some() {
                 hooks.clear();
                 let _ = conn.execute_batch("ROLLBACK TO op; RELEASE op");
             } else if run_cached(&conn, "RELEASE op").is_err() {
@@ -372,7 +401,9 @@ fn writer_loop(
             }
             done.push((complete, hooks));
         }
-        let commit = if faults.take_commit_failure() {
+        let commit = if let Some(msg) = lost {
+            Err(StoreError::CommitFailed(msg))
+        } else if faults.take_commit_failure() {
             Err(StoreError::CommitFailed("injected commit failure".into()))
         } else {
             run_cached(&conn, "COMMIT").map_err(|e| StoreError::CommitFailed(e.to_string()))
@@ -393,7 +424,10 @@ fn writer_loop(
                     .commit_failures
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 tracing::warn!(event = "commit_failed", error = %e, ops = done.len(), "commit failed");
-                let msg = e.to_string();
+                let msg = match e {
+                    StoreError::CommitFailed(m) => m,
+                    other => other.to_string(),
+                };
                 for (complete, _) in done {
                     complete(Err(StoreError::CommitFailed(msg.clone())));
                 }
@@ -738,7 +772,19 @@ fn run_from_row(row: &Row<'_>) -> rusqlite::Result<RunRow> {
     })
 }
 
+/// Why every op of a batch fails after SQLite rolled its transaction back.
+const TXN_LOST: &str = "SQLite rolled back the batch's transaction";
+
 impl SqlTx<'_> {
+    /// The writer's statements run only inside the batch's transaction: once SQLite rolled it
+    /// back (see `writer_loop`), a statement would autocommit on its own, half-writing the op.
+    fn live(&self) -> Result<()> {
+        if !self.reader && self.conn.is_autocommit() {
+            return Err(StoreError::CommitFailed(TXN_LOST.into()));
+        }
+        Ok(())
+    }
+
     fn check_log_read(&self) -> Result<()> {
         if self.reader && self.faults.reads_fail() {
             return Err(StoreError::InjectedFault("signal-log reads fail"));
@@ -752,6 +798,7 @@ impl SqlTx<'_> {
         params: &[&dyn ToSql],
         map: impl FnMut(&Row<'_>) -> rusqlite::Result<T>,
     ) -> Result<Vec<T>> {
+        self.live()?;
         let mut stmt = self.conn.prepare_cached(sql)?;
         let rows = stmt.query_map(params, map)?;
         Ok(rows.collect::<rusqlite::Result<Vec<T>>>()?)
@@ -763,11 +810,13 @@ impl SqlTx<'_> {
         params: &[&dyn ToSql],
         map: impl FnOnce(&Row<'_>) -> rusqlite::Result<T>,
     ) -> Result<Option<T>> {
+        self.live()?;
         let mut stmt = self.conn.prepare_cached(sql)?;
         Ok(stmt.query_row(params, map).optional()?)
     }
 
     fn exec(&self, sql: &str, params: &[&dyn ToSql]) -> Result<usize> {
+        self.live()?;
         let mut stmt = self.conn.prepare_cached(sql)?;
         Ok(stmt.execute(params)?)
     }
@@ -851,6 +900,7 @@ impl ReadTx for SqlTx<'_> {
             args.len()
         ));
         let refs: Vec<&dyn ToSql> = args.iter().map(|b| b.as_ref()).collect();
+        self.live()?;
         let mut stmt = self.conn.prepare(&sql)?;
         let rows = stmt.query_map(refs.as_slice(), session_from_row)?;
         Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
@@ -1133,9 +1183,11 @@ impl ReadTx for SqlTx<'_> {
 
 impl WriteTx for SqlTx<'_> {
     fn savepoint(&mut self, name: &str) -> Result<()> {
+        self.live()?;
         Ok(run_cached(self.conn, &format!("SAVEPOINT \"{name}\""))?)
     }
     fn release(&mut self, name: &str) -> Result<()> {
+        self.live()?;
         Ok(run_cached(self.conn, &format!("RELEASE \"{name}\""))?)
     }
     fn rollback_to(&mut self, name: &str) -> Result<()> {
@@ -1151,6 +1203,7 @@ impl WriteTx for SqlTx<'_> {
         if self.faults.append_fails(&e.session_key) {
             return Err(StoreError::InjectedFault("signal-log appends fail"));
         }
+        self.live()?;
         let payload = payload_text(e);
         let mut stmt = self.conn.prepare_cached(
             "INSERT INTO session_state_events (dedupe_key, session_key, session_id, agent_id, kind, \
@@ -1562,6 +1615,34 @@ impl SqlTx<'_> {
             )? as u64;
         }
         Ok(BatchResult { deleted })
+    }
+}
+
+/// Test seams of the failure-model tests (01 §12); aware itself never calls them. Each queues a
+/// pragma for the writer's own connection, which runs it before its next batch (outside any
+/// transaction), then pushes an empty op through so the pragma is in force on return.
+impl SqliteStore {
+    /// Simulates a full disk: `PRAGMA max_page_count = pages` on the writer's connection
+    /// (SQLite never lowers it below the current size, so `1` means "no room from now on").
+    /// Writes that need a new page then fail with `database or disk is full`; pass a large value
+    /// (e.g. `u32::MAX - 1`) to lift the limit again.
+    #[doc(hidden)]
+    pub fn set_max_page_count(&self, pages: u32) {
+        self.inner
+            .faults
+            .queue_writer_pragma(format!("PRAGMA max_page_count = {pages}"));
+        let _ = self.write(|_| Ok(()));
+    }
+
+    /// Simulates a data dir that became read-only under a running server (root ignores file
+    /// modes, so tests cannot use chmod): `PRAGMA query_only` on the writer's connection, under
+    /// which every batch fails to begin its transaction.
+    #[doc(hidden)]
+    pub fn set_writer_query_only(&self, on: bool) {
+        self.inner
+            .faults
+            .queue_writer_pragma(format!("PRAGMA query_only = {}", u8::from(on)));
+        let _ = self.write(|_| Ok(()));
     }
 }
 
