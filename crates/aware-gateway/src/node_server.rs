@@ -173,7 +173,7 @@ async fn blocking<T: Send + 'static>(
             "thread_not_found",
             "transcript unavailable",
         )),
-        Ok(Err(ProviderError::Io(m))) if m == "cursor is invalid" => Err(ApiError::invalid(m)),
+        Ok(Err(ProviderError::InvalidCursor)) => Err(ApiError::invalid("cursor is invalid")),
         Ok(Err(e)) => Err(ApiError::internal(e.to_string())),
         Err(e) => Err(ApiError::internal(format!("worker task failed: {e}"))),
     }
