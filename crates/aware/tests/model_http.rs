@@ -1,0 +1,1199 @@
+//! Model-based test over HTTP (issue 5): random operation sequences against a real
+//! `aware serve --test-clock` on loopback, compared after every step with a small reference model
+//! of spec 01 (signal log, heads, pruned watermarks, retention) and spec 02 (cursor triples,
+//! notices, drain/ack, registration, unwatch, restart sweep).
+//!
+//! The model follows the shape of the engine's model test (crates/aware-engine/tests/model.rs),
+//! restricted to what the HTTP surface shows. Operations: human turns, goal PUT/DELETE as the
+//! operator and as a watcher session (`X-Aware-Session`, self-suppression), run start/end on the
+//! children, compaction, watch (POST watches) and unwatch (`sessions_unwatch` tool or DELETE),
+//! drain, pending, explicit ack, reset, delete and re-create, clock advance, admin prune (with a
+//! small `[retention] max_rows`), graceful restart and `kill -9` restart.
+//!
+//! After every step: every cursor triple from `GET /v1/sessions/{w}/watches` equals the model and
+//! satisfies `lastSeen ≤ notified ≤ material`; pending notices are exact (one per pair, exact
+//! text); heads (`stateVersion`) are never lowered (except by deleting the session); every
+//! retained stream and the exact `historyGap` of `session_status changesSince` match the model;
+//! sequences are never reused.
+//!
+//! One server per proptest case. `AWARE_HTTP_MODEL_CASES` (default 16) sets the number of cases.
+
+mod common;
+
+use aware_core::notice::{encode_context_key, notice_text};
+use common::{seg, Resp, Server};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+
+const DAY: i64 = 86_400_000;
+const MAX_ROWS: usize = 12;
+const CONFIG: &str = "notify_on_create = false\n[retention]\nmax_age_days = 1\nmax_rows = 12\ncursor_expiry_days = 1\nprune_interval_secs = 31536000\nbatch_rows = 5\n[monitor]\nenabled = false\n";
+
+const W: usize = 0;
+const X: usize = 1;
+const C: usize = 2;
+const D: usize = 3;
+const G: usize = 4;
+const N: usize = 5;
+const KEYS: [&str; N] = [
+    "agent:main:main",
+    "agent:main:coord",
+    "agent:main:subagent:c",
+    "agent:main:subagent:d",
+    "global",
+];
+
+fn qualified(i: usize) -> bool {
+    i != G
+}
+
+fn parent_of(i: usize) -> Option<usize> {
+    matches!(i, C | D).then_some(W)
+}
+
+fn index_of(k: &str) -> usize {
+    KEYS.iter()
+        .position(|x| *x == k)
+        .unwrap_or_else(|| panic!("unknown key {k}"))
+}
+
+fn path(s: usize, rest: &str) -> String {
+    format!("/v1/sessions/{}{rest}", seg(KEYS[s]))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Operations
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+enum Op {
+    HumanTurn {
+        t: usize,
+    },
+    /// Goal PUT; `actor` is the calling session (`X-Aware-Session`), else the operator.
+    SetGoal {
+        t: usize,
+        text: u8,
+        complete: bool,
+        actor: Option<usize>,
+    },
+    ClearGoal {
+        t: usize,
+        actor: Option<usize>,
+    },
+    StartRun {
+        t: usize,
+    },
+    EndRun {
+        t: usize,
+        outcome: u8,
+    },
+    Compaction {
+        t: usize,
+        op: u8,
+    },
+    Watch {
+        w: usize,
+        t: usize,
+    },
+    /// `tool`: the `sessions_unwatch` tool, else `DELETE /v1/sessions/{w}/watches/{t}`.
+    Unwatch {
+        w: usize,
+        t: usize,
+        tool: bool,
+    },
+    Drain {
+        s: usize,
+    },
+    Pending {
+        s: usize,
+    },
+    Ack {
+        w: usize,
+        t: usize,
+        last_seen: u8,
+    },
+    Reset {
+        s: usize,
+    },
+    Delete {
+        s: usize,
+    },
+    Create {
+        s: usize,
+    },
+    Advance {
+        ms: i64,
+    },
+    Prune,
+    Restart,
+    Kill9Restart,
+}
+
+fn op_strategy() -> impl Strategy<Value = Op> {
+    let s = 0..N;
+    let child = prop_oneof![Just(C), Just(D)];
+    let actor = prop::option::of(0..4usize);
+    let biased = prop_oneof![3 => Just(W), 1 => Just(X), 1 => Just(C), 1 => Just(D), 1 => Just(G)];
+    prop_oneof![
+        10 => s.clone().prop_map(|t| Op::HumanTurn { t }),
+        5 => (s.clone(), 0..2u8, any::<bool>(), actor.clone())
+            .prop_map(|(t, text, complete, actor)| Op::SetGoal { t, text, complete, actor }),
+        1 => (s.clone(), actor).prop_map(|(t, actor)| Op::ClearGoal { t, actor }),
+        2 => child.clone().prop_map(|t| Op::StartRun { t }),
+        2 => (child, 0..4u8).prop_map(|(t, outcome)| Op::EndRun { t, outcome }),
+        2 => (s.clone(), 0..3u8).prop_map(|(t, op)| Op::Compaction { t, op }),
+        5 => (0..N, s.clone()).prop_map(|(w, t)| Op::Watch { w, t }),
+        2 => (0..4usize, s.clone(), any::<bool>()).prop_map(|(w, t, tool)| Op::Unwatch { w, t, tool }),
+        5 => s.clone().prop_map(|s| Op::Drain { s }),
+        1 => s.clone().prop_map(|s| Op::Pending { s }),
+        3 => (0..4usize, s.clone(), 0..3u8).prop_map(|(w, t, last_seen)| Op::Ack { w, t, last_seen }),
+        1 => s.clone().prop_map(|s| Op::Reset { s }),
+        2 => biased.clone().prop_map(|s| Op::Delete { s }),
+        3 => biased.prop_map(|s| Op::Create { s }),
+        3 => prop_oneof![4 => 0i64..20_000, 1 => (DAY / 2)..(DAY + DAY / 2)]
+            .prop_map(|ms| Op::Advance { ms }),
+        2 => Just(Op::Prune),
+        1 => Just(Op::Restart),
+        1 => Just(Op::Kill9Restart),
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reference model
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Class {
+    Material,
+    Seeds,
+    LogOnly,
+}
+
+#[derive(Debug, Clone)]
+struct MSession {
+    orphaned: bool,
+    goal: Option<(u8, bool)>,
+    run: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct MCursor {
+    ls: i64,
+    n: i64,
+    m: i64,
+    muted: bool,
+    updated: i64,
+}
+
+impl MCursor {
+    fn settled(at: i64, muted: bool, now: i64) -> Self {
+        MCursor {
+            ls: at,
+            n: at,
+            m: at,
+            muted,
+            updated: now,
+        }
+    }
+    fn pending(&self) -> bool {
+        !self.muted && self.n > self.ls
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct MHead {
+    last: i64,
+    pruned: i64,
+}
+
+#[derive(Debug, Clone)]
+struct MEvent {
+    stream: usize,
+    dedupe: Option<String>,
+    at: i64,
+}
+
+#[derive(Debug, Clone)]
+struct Model {
+    now: i64,
+    sessions: [Option<MSession>; N],
+    heads: [Option<MHead>; N],
+    events: BTreeMap<i64, MEvent>,
+    cursors: BTreeMap<(usize, usize), MCursor>,
+    max_seq: i64,
+    runs: u64,
+}
+
+#[derive(Debug, Default, PartialEq, Eq)]
+struct MPrune {
+    age: u64,
+    cap: u64,
+    cursors: u64,
+}
+
+impl Model {
+    fn new(now: i64) -> Self {
+        Model {
+            now,
+            sessions: Default::default(),
+            heads: [None; N],
+            events: BTreeMap::new(),
+            cursors: BTreeMap::new(),
+            max_seq: 0,
+            runs: 0,
+        }
+    }
+    fn exists(&self, i: usize) -> bool {
+        self.sessions[i].is_some()
+    }
+    fn head(&self, i: usize) -> i64 {
+        self.heads[i].map_or(0, |h| h.last)
+    }
+    fn pruned(&self, i: usize) -> i64 {
+        self.heads[i].map_or(0, |h| h.pruned)
+    }
+    fn orphaned(&self, i: usize) -> bool {
+        self.sessions[i].as_ref().is_some_and(|s| s.orphaned)
+    }
+    fn human_turn_records(&self, t: usize) -> bool {
+        parent_of(t).is_some() || self.cursors.iter().any(|(&(_, tt), c)| tt == t && !c.muted)
+    }
+    fn retained(&self, i: usize) -> Vec<i64> {
+        self.events
+            .iter()
+            .filter(|(_, e)| e.stream == i)
+            .map(|(s, _)| *s)
+            .collect()
+    }
+    fn event_by_dedupe(&self, dedupe: &str) -> Option<i64> {
+        self.events
+            .iter()
+            .find(|(_, e)| e.dedupe.as_deref() == Some(dedupe))
+            .map(|(s, _)| *s)
+    }
+
+    /// 01 §4 steps 5–7 and 02 §2–§6 for an event recorded with sequence `seq`.
+    #[allow(clippy::too_many_arguments)]
+    fn record(
+        &mut self,
+        stream: usize,
+        seq: i64,
+        dedupe: Option<String>,
+        class: Class,
+        actor_id: Option<&str>,
+        passed: &[usize],
+        ctx: &str,
+    ) {
+        assert!(
+            seq > self.max_seq,
+            "{ctx}: sequence {seq} reused or not increasing (max issued so far {})",
+            self.max_seq
+        );
+        self.max_seq = seq;
+        self.events.insert(
+            seq,
+            MEvent {
+                stream,
+                dedupe,
+                at: self.now,
+            },
+        );
+        let head = self.heads[stream].get_or_insert(MHead { last: 0, pruned: 0 });
+        assert!(seq > head.last, "{ctx}: head would be lowered");
+        head.last = seq;
+        if class == Class::LogOnly {
+            return;
+        }
+        let mut candidates: Vec<usize> = passed.to_vec();
+        if class == Class::Material {
+            candidates.extend(
+                self.cursors
+                    .iter()
+                    .filter(|(&(_, t), c)| t == stream && !c.muted)
+                    .map(|(&(w, _), _)| w),
+            );
+        }
+        // An orphaned target's parent leaves the producer-passed list (ARCHITECTURE.md).
+        let orphan_parent = if self.orphaned(stream) {
+            parent_of(stream)
+        } else {
+            None
+        };
+        let n_passed = passed.len();
+        let mut index = 0;
+        candidates.retain(|w| {
+            index += 1;
+            !(index <= n_passed && orphan_parent == Some(*w))
+        });
+        let mut seen = BTreeSet::new();
+        candidates.retain(|w| seen.insert(*w));
+        candidates.retain(|&w| qualified(w) && self.exists(w) && w != stream);
+        let now = self.now;
+        for w in candidates {
+            let existing = self.cursors.get(&(w, stream)).copied();
+            if existing.is_some_and(|c| c.muted) {
+                continue;
+            }
+            match class {
+                Class::Seeds => {
+                    self.cursors
+                        .insert((w, stream), MCursor::settled(seq, false, now));
+                }
+                Class::Material => {
+                    if actor_id == Some(KEYS[w]) {
+                        continue;
+                    }
+                    let mut c = existing.unwrap_or(MCursor::settled(0, false, now));
+                    if c.n == c.ls {
+                        c.n = seq;
+                    }
+                    c.m = seq;
+                    c.updated = now;
+                    self.cursors.insert((w, stream), c);
+                }
+                Class::LogOnly => unreachable!(),
+            }
+        }
+    }
+
+    /// Pending notices of `w` in 02 §8.1 order: notified, then target key.
+    fn pending_of(&self, w: usize) -> Vec<(usize, MCursor)> {
+        let mut v: Vec<(usize, MCursor)> = self
+            .cursors
+            .iter()
+            .filter(|(&(ww, _), c)| ww == w && c.pending())
+            .map(|(&(_, t), c)| (t, *c))
+            .collect();
+        v.sort_by(|a, b| (a.1.n, KEYS[a.0]).cmp(&(b.1.n, KEYS[b.0])));
+        v
+    }
+
+    /// 02 §9 step 3; returns whether a follow-up opened.
+    fn ack(&mut self, w: usize, t: usize) -> bool {
+        let now = self.now;
+        let c = self.cursors.get_mut(&(w, t)).unwrap();
+        let (n, m) = (c.n, c.m);
+        c.ls = n;
+        c.n = m.max(n);
+        c.updated = now;
+        m > n
+    }
+
+    fn delete(&mut self, s: usize) {
+        self.sessions[s] = None;
+        self.cursors.retain(|&(w, t), _| w != s && t != s);
+        self.events.retain(|_, e| e.stream != s);
+        self.heads[s] = None;
+        for child in 0..N {
+            if parent_of(child) == Some(s) {
+                if let Some(cs) = self.sessions[child].as_mut() {
+                    cs.orphaned = true;
+                }
+            }
+        }
+    }
+
+    /// 01 §9 phases 1–3.
+    fn prune(&mut self) -> MPrune {
+        let mut report = MPrune::default();
+        let cutoff = self.now - DAY;
+        let by_age: Vec<i64> = self
+            .events
+            .iter()
+            .filter(|(_, e)| e.at < cutoff)
+            .map(|(s, _)| *s)
+            .collect();
+        for s in by_age {
+            self.prune_one(s);
+            report.age += 1;
+        }
+        while self.events.len() > MAX_ROWS {
+            let lowest = *self.events.keys().next().unwrap();
+            self.prune_one(lowest);
+            report.cap += 1;
+        }
+        let ccut = self.now - DAY;
+        let before = self.cursors.len();
+        self.cursors.retain(|_, c| c.muted || c.updated >= ccut);
+        report.cursors = (before - self.cursors.len()) as u64;
+        report
+    }
+
+    fn prune_one(&mut self, seq: i64) {
+        let e = self.events.remove(&seq).unwrap();
+        if let Some(h) = self.heads[e.stream].as_mut() {
+            h.pruned = h.pruned.max(seq);
+        }
+    }
+
+    /// 02 §12 steps 1–2: pending notices are re-frozen at the material watermark.
+    fn sweep(&mut self) {
+        let now = self.now;
+        let exists: Vec<bool> = (0..N).map(|i| self.exists(i)).collect();
+        for (&(w, _), c) in self.cursors.iter_mut() {
+            if c.pending() && exists[w] {
+                c.n = c.m;
+                c.updated = now;
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Applying one operation to both sides
+// ---------------------------------------------------------------------------------------------
+
+fn expect_status(ctx: &str, r: &Resp, want: &[u16]) {
+    assert!(
+        want.contains(&r.status),
+        "{ctx}: status {} (wanted {want:?}): {}",
+        r.status,
+        r.body
+    );
+}
+
+fn expect_refused(ctx: &str, r: &Resp) {
+    assert!(
+        (400..500).contains(&r.status),
+        "{ctx}: expected a 4xx refusal, got {}: {}",
+        r.status,
+        r.body
+    );
+}
+
+fn seq_of(ctx: &str, ev: &Value) -> i64 {
+    ev["sequence"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("{ctx}: event without sequence: {ev}"))
+}
+
+fn call(h: &Server, method: &str, p: &str, caller: Option<usize>, body: Option<Value>) -> Resp {
+    let b = body.map(|b| b.to_string());
+    h.request(method, p, caller.map(|c| KEYS[c]), b.as_deref())
+}
+
+fn check_notices(ctx: &str, w: usize, got: &Value, want: &[(usize, MCursor)]) {
+    let got = got["notices"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{ctx}: no notices array: {got}"));
+    let got_v: Vec<(String, i64, String, String)> = got
+        .iter()
+        .map(|n| {
+            (
+                n["targetSessionKey"].as_str().unwrap().to_string(),
+                n["lastSeen"].as_i64().unwrap(),
+                n["contextKey"].as_str().unwrap().to_string(),
+                n["text"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let want_v: Vec<(String, i64, String, String)> = want
+        .iter()
+        .map(|(t, c)| {
+            (
+                KEYS[*t].to_string(),
+                c.ls,
+                encode_context_key(KEYS[*t]),
+                notice_text(KEYS[*t], c.ls),
+            )
+        })
+        .collect();
+    assert_eq!(got_v, want_v, "{ctx}: notices of {}", KEYS[w]);
+    let pairs: BTreeSet<(&str, &str)> = got
+        .iter()
+        .map(|n| {
+            (
+                n["targetSessionKey"].as_str().unwrap(),
+                n["targetAgentId"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(pairs.len(), got.len(), "{ctx}: two notices for one pair");
+}
+
+fn apply(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
+    match *op {
+        Op::HumanTurn { t } => {
+            let r = call(
+                h,
+                "POST",
+                &path(t, "/turns"),
+                None,
+                Some(json!({"role": "user", "text": "hello", "channel": "telegram"})),
+            );
+            if !m.exists(t) {
+                return expect_status(ctx, &r, &[404]);
+            }
+            expect_status(ctx, &r, &[201]);
+            let ev = r.body.get("event");
+            assert_eq!(
+                ev.is_some(),
+                m.human_turn_records(t),
+                "{ctx}: human turn recorded? {}",
+                r.body
+            );
+            if let Some(ev) = ev {
+                assert_eq!(ev["kind"], "human_direct_message", "{ctx}");
+                let passed: Vec<usize> = parent_of(t).into_iter().collect();
+                m.record(
+                    t,
+                    seq_of(ctx, ev),
+                    None,
+                    Class::Material,
+                    None,
+                    &passed,
+                    ctx,
+                );
+            }
+        }
+        Op::SetGoal {
+            t,
+            text,
+            complete,
+            actor,
+        } => {
+            let status = if complete { "complete" } else { "active" };
+            let r = call(
+                h,
+                "PUT",
+                &path(t, "/goal"),
+                actor,
+                Some(json!({"text": format!("goal text {text}"), "status": status})),
+            );
+            if !m.exists(t) || actor.is_some_and(|a| !m.exists(a)) {
+                return expect_status(ctx, &r, &[404]);
+            }
+            expect_status(ctx, &r, &[200]);
+            let sess = m.sessions[t].as_mut().unwrap();
+            let changed = sess.goal != Some((text, complete));
+            sess.goal = Some((text, complete));
+            assert_eq!(
+                r.body["changed"], changed,
+                "{ctx}: goal changed? {}",
+                r.body
+            );
+            assert_eq!(r.body.get("event").is_some(), changed, "{ctx}: goal event?");
+            if let Some(ev) = r.body.get("event") {
+                assert_eq!(
+                    ev["actorId"].as_str(),
+                    actor.map(|a| KEYS[a]),
+                    "{ctx}: goal actor"
+                );
+                let passed: Vec<usize> = parent_of(t).into_iter().collect();
+                m.record(
+                    t,
+                    seq_of(ctx, ev),
+                    None,
+                    Class::Material,
+                    actor.map(|a| KEYS[a]),
+                    &passed,
+                    ctx,
+                );
+            }
+        }
+        Op::ClearGoal { t, actor } => {
+            let r = call(h, "DELETE", &path(t, "/goal"), actor, None);
+            if !m.exists(t) || actor.is_some_and(|a| !m.exists(a)) {
+                return expect_status(ctx, &r, &[404]);
+            }
+            expect_status(ctx, &r, &[200]);
+            let changed = m.sessions[t].as_mut().unwrap().goal.take().is_some();
+            assert_eq!(r.body["changed"], changed, "{ctx}: goal cleared?");
+            assert_eq!(r.body.get("event").is_some(), changed, "{ctx}: goal event?");
+            if let Some(ev) = r.body.get("event") {
+                let passed: Vec<usize> = parent_of(t).into_iter().collect();
+                m.record(
+                    t,
+                    seq_of(ctx, ev),
+                    None,
+                    Class::Material,
+                    actor.map(|a| KEYS[a]),
+                    &passed,
+                    ctx,
+                );
+            }
+        }
+        Op::StartRun { t } => {
+            m.runs += 1;
+            let run_id = format!("run-{}", m.runs);
+            let r = call(
+                h,
+                "POST",
+                &path(t, "/runs"),
+                None,
+                Some(json!({"runId": run_id})),
+            );
+            match m.sessions[t].as_mut() {
+                None => expect_status(ctx, &r, &[404]),
+                Some(s) if s.run.is_some() => expect_status(ctx, &r, &[409]),
+                Some(s) => {
+                    expect_status(ctx, &r, &[201]);
+                    s.run = Some(run_id);
+                }
+            }
+        }
+        Op::EndRun { t, outcome } => {
+            let Some(run_id) = m.sessions[t].as_ref().and_then(|s| s.run.clone()) else {
+                return;
+            };
+            let outcome = ["ok", "error", "timeout", "cancelled"][outcome as usize];
+            let r = call(
+                h,
+                "POST",
+                &path(t, &format!("/runs/{}/end", seg(&run_id))),
+                None,
+                Some(json!({"outcome": outcome})),
+            );
+            expect_status(ctx, &r, &[200]);
+            m.sessions[t].as_mut().unwrap().run = None;
+            let ev = r
+                .body
+                .get("event")
+                .unwrap_or_else(|| panic!("{ctx}: a child's run end recorded nothing"));
+            let want = if outcome == "ok" {
+                "run_completed"
+            } else {
+                "run_failed"
+            };
+            assert_eq!(ev["kind"], want, "{ctx}");
+            let passed: Vec<usize> = parent_of(t).into_iter().collect();
+            m.record(t, seq_of(ctx, ev), None, Class::LogOnly, None, &passed, ctx);
+        }
+        Op::Compaction { t, op } => {
+            let op_id = format!("op{op}");
+            let r = call(
+                h,
+                "POST",
+                &path(t, "/compaction"),
+                None,
+                Some(json!({"operationId": op_id})),
+            );
+            if !m.exists(t) {
+                return expect_status(ctx, &r, &[404]);
+            }
+            let dedupe = format!("compacted:main:{}:{op_id}", KEYS[t]);
+            let ev = r.body["event"].clone();
+            match m.event_by_dedupe(&dedupe) {
+                Some(seq) => {
+                    expect_status(ctx, &r, &[200]);
+                    assert_eq!(r.body["duplicate"], true, "{ctx}: not a duplicate");
+                    assert_eq!(seq_of(ctx, &ev), seq, "{ctx}: duplicate answers the first");
+                }
+                None => {
+                    expect_status(ctx, &r, &[201]);
+                    assert_eq!(ev["kind"], "compacted", "{ctx}");
+                    m.record(
+                        t,
+                        seq_of(ctx, &ev),
+                        Some(dedupe),
+                        Class::LogOnly,
+                        None,
+                        &[],
+                        ctx,
+                    );
+                }
+            }
+        }
+        Op::Watch { w, t } => {
+            let r = call(
+                h,
+                "POST",
+                &path(w, "/watches"),
+                None,
+                Some(json!({"target": KEYS[t]})),
+            );
+            if !(qualified(w) && w != t && m.exists(w) && m.exists(t)) {
+                return expect_refused(ctx, &r);
+            }
+            expect_status(ctx, &r, &[200]);
+            let now = m.now;
+            let head = m.head(t);
+            let c = *m
+                .cursors
+                .entry((w, t))
+                .and_modify(|c| {
+                    if c.muted {
+                        *c = MCursor::settled(head, false, now);
+                    } else {
+                        c.updated = now;
+                    }
+                })
+                .or_insert(MCursor::settled(head, false, now));
+            let got = &r.body["cursor"];
+            assert_eq!(
+                (
+                    got["lastSeen"].as_i64(),
+                    got["notified"].as_i64(),
+                    got["material"].as_i64()
+                ),
+                (Some(c.ls), Some(c.n), Some(c.m)),
+                "{ctx}: registration cursor"
+            );
+        }
+        Op::Unwatch { w, t, tool } => {
+            let r = if tool {
+                h.tool(KEYS[w], "sessions_unwatch", json!({"sessionKey": KEYS[t]}))
+            } else {
+                call(
+                    h,
+                    "DELETE",
+                    &path(w, &format!("/watches/{}", seg(KEYS[t]))),
+                    None,
+                    None,
+                )
+            };
+            if !m.exists(w) || !m.exists(t) {
+                return expect_status(ctx, &r, &[404]);
+            }
+            expect_status(ctx, &r, &[200]);
+            let existing = m.cursors.get(&(w, t)).copied();
+            let want = qualified(w)
+                && !existing.is_some_and(|c| c.muted)
+                && (existing.is_some() || parent_of(t) == Some(w));
+            assert_eq!(r.body["unwatched"], want, "{ctx}: unwatched? {}", r.body);
+            if want {
+                let c = MCursor::settled(m.head(t), true, m.now);
+                m.cursors.insert((w, t), c);
+            }
+        }
+        Op::Drain { s } => {
+            let r = call(h, "POST", &path(s, "/drain"), None, Some(json!({})));
+            if !m.exists(s) {
+                return expect_status(ctx, &r, &[404]);
+            }
+            expect_status(ctx, &r, &[200]);
+            let pending = m.pending_of(s);
+            check_notices(ctx, s, &r.body, &pending);
+            let mut follow = 0;
+            for (t, _) in &pending {
+                if m.ack(s, *t) {
+                    follow += 1;
+                }
+            }
+            assert_eq!(r.body["pendingAfter"], follow, "{ctx}: drain pendingAfter");
+        }
+        Op::Pending { s } => {
+            let r = call(h, "GET", &path(s, "/pending"), None, None);
+            if !m.exists(s) {
+                return expect_status(ctx, &r, &[404]);
+            }
+            expect_status(ctx, &r, &[200]);
+            check_notices(ctx, s, &r.body, &m.pending_of(s));
+        }
+        Op::Ack { w, t, last_seen } => {
+            let existing = m.cursors.get(&(w, t)).copied().filter(|c| c.pending());
+            let ls_given = match last_seen {
+                0 => None,
+                1 => Some(existing.map_or(0, |c| c.ls)),
+                _ => Some(existing.map_or(12_345, |c| c.ls + 1)),
+            };
+            let context_key = encode_context_key(KEYS[t]);
+            let mut notice = json!({"contextKey": context_key});
+            if let Some(ls) = ls_given {
+                notice["lastSeen"] = ls.into();
+            }
+            let r = call(
+                h,
+                "POST",
+                &path(w, "/ack"),
+                None,
+                Some(json!({"notices": [notice]})),
+            );
+            if !m.exists(w) {
+                return expect_status(ctx, &r, &[404]);
+            }
+            expect_status(ctx, &r, &[200]);
+            let (mut acked, mut follow, mut ignored) = (0, 0, Vec::<String>::new());
+            if let Some(c) = existing {
+                if ls_given.is_some_and(|ls| ls != c.ls) {
+                    ignored.push(context_key);
+                } else {
+                    acked = 1;
+                    if m.ack(w, t) {
+                        follow = 1;
+                    }
+                }
+            }
+            assert_eq!(
+                (&r.body["acked"], &r.body["followUps"], &r.body["ignored"]),
+                (&json!(acked), &json!(follow), &json!(ignored)),
+                "{ctx}: ack answer"
+            );
+        }
+        Op::Reset { s } => {
+            let r = call(h, "POST", &path(s, "/reset"), None, Some(json!({})));
+            match m.sessions[s].as_ref() {
+                None => expect_status(ctx, &r, &[404]),
+                Some(ss) if ss.run.is_some() => expect_status(ctx, &r, &[409]),
+                Some(_) => {
+                    expect_status(ctx, &r, &[200]);
+                    assert_eq!(
+                        r.body["session"]["stateVersion"],
+                        m.head(s),
+                        "{ctx}: head kept by reset"
+                    );
+                    m.cursors.retain(|&(w, _), _| w != s);
+                }
+            }
+        }
+        Op::Delete { s } => {
+            let r = call(h, "DELETE", &path(s, ""), None, None);
+            if !m.exists(s) {
+                return expect_status(ctx, &r, &[404]);
+            }
+            expect_status(ctx, &r, &[200]);
+            m.delete(s);
+        }
+        Op::Create { s } => {
+            let mut body = json!({"key": KEYS[s]});
+            if let Some(p) = parent_of(s) {
+                body["parentSessionKey"] = KEYS[p].into();
+            }
+            let r = call(h, "POST", "/v1/sessions", None, Some(body));
+            // The route checks the named parent before looking for an existing session: an
+            // existing child whose parent is gone is answered 404 (the engine alone says 200).
+            if parent_of(s).is_some_and(|p| !m.exists(p)) {
+                return expect_status(ctx, &r, &[404]);
+            }
+            if m.exists(s) {
+                return expect_status(ctx, &r, &[200]);
+            }
+            expect_status(ctx, &r, &[201]);
+            let sess = &r.body["session"];
+            assert!(
+                sess.get("orphaned").is_none(),
+                "{ctx}: new session orphaned"
+            );
+            m.sessions[s] = Some(MSession {
+                orphaned: false,
+                goal: None,
+                run: None,
+            });
+            let version = sess["stateVersion"].as_i64().unwrap();
+            if let Some(p) = parent_of(s) {
+                m.record(s, version, None, Class::Seeds, None, &[p], ctx);
+            } else {
+                assert_eq!(version, 0, "{ctx}: a new stream has no head");
+            }
+        }
+        Op::Advance { ms } => {
+            let now = m.now + ms;
+            h.set_clock(now);
+            m.now = now;
+        }
+        Op::Prune => {
+            let report = h.prune();
+            let want = m.prune();
+            let got = MPrune {
+                age: report["deletedByAge"].as_u64().unwrap(),
+                cap: report["deletedByCap"].as_u64().unwrap(),
+                cursors: report["expiredCursors"].as_u64().unwrap(),
+            };
+            assert_eq!(got, want, "{ctx}: prune report");
+        }
+        Op::Restart | Op::Kill9Restart => {
+            if matches!(op, Op::Restart) {
+                h.restart();
+            } else {
+                h.kill9_restart();
+            }
+            // Start-up: restart sweep, then the first prune pass (before /health is 200).
+            m.sweep();
+            m.prune();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checks after every step
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Default, Clone)]
+struct Observed {
+    heads: [i64; N],
+    seqs: BTreeSet<i64>,
+    max_seq: i64,
+}
+
+fn status(h: &Server, caller: usize, t: usize, since: i64, ctx: &str) -> Value {
+    let r = h.tool(
+        KEYS[caller],
+        "session_status",
+        json!({"sessionKey": KEYS[t], "changesSince": since}),
+    );
+    expect_status(ctx, &r, &[200]);
+    r.body
+}
+
+fn check(h: &Server, m: &Model, prev: &Observed, ctx: &str) -> Observed {
+    let mut obs = Observed {
+        max_seq: prev.max_seq,
+        ..Default::default()
+    };
+    // Heads, retained streams and exact history gaps through session_status changesSince.
+    for (i, name) in KEYS.iter().enumerate() {
+        if !m.exists(i) {
+            let r = h.get(&path(i, ""));
+            expect_status(ctx, &r, &[404]);
+            continue;
+        }
+        let st = status(h, i, i, 0, ctx);
+        let v = st["stateVersion"].as_i64().unwrap();
+        assert_eq!(v, m.head(i), "{ctx}: head of {name}");
+        assert!(
+            v >= prev.heads[i],
+            "{ctx}: head of {name} lowered from {} to {v}",
+            prev.heads[i]
+        );
+        obs.heads[i] = v;
+        let want = m.retained(i);
+        let pm = m.pruned(i);
+        let mut afters: BTreeSet<i64> = [0, pm, pm + 1, m.head(i)].into_iter().collect();
+        if pm > 0 {
+            afters.insert(pm - 1);
+        }
+        for after in afters {
+            let p = if after == 0 {
+                st.clone()
+            } else {
+                status(h, i, i, after, ctx)
+            };
+            let changes = &p["stateChanges"];
+            assert_eq!(
+                changes["historyGap"],
+                after < pm,
+                "{ctx}: historyGap of {name} after {after} (pruned watermark {pm})"
+            );
+            let got: Vec<i64> = changes["events"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["sequence"].as_i64().unwrap())
+                .collect();
+            let want_tail: Vec<i64> = want.iter().copied().filter(|s| *s > after).collect();
+            assert_eq!(got, want_tail, "{ctx}: changesSince {after} of {name}");
+            if after == 0 {
+                let earliest =
+                    want.first()
+                        .copied()
+                        .unwrap_or(if m.head(i) > 0 { m.head(i) + 1 } else { 0 });
+                assert_eq!(
+                    changes["earliestAvailableSequence"], earliest,
+                    "{ctx}: earliestAvailableSequence of {name}"
+                );
+            }
+        }
+        for s in want {
+            if !prev.seqs.contains(&s) {
+                assert!(
+                    s > prev.max_seq,
+                    "{ctx}: new sequence {s} not above every earlier one ({})",
+                    prev.max_seq
+                );
+            }
+            obs.max_seq = obs.max_seq.max(s);
+            obs.seqs.insert(s);
+        }
+    }
+    // Every cursor of every existing watcher; invariant and equality with the model.
+    let mut total = 0;
+    for (w, wkey) in KEYS.iter().enumerate() {
+        if !m.exists(w) {
+            continue;
+        }
+        let r = h.get(&path(w, "/watches"));
+        expect_status(ctx, &r, &[200]);
+        let rows = r.body["watches"].as_array().unwrap();
+        let mut got = BTreeMap::new();
+        for row in rows {
+            let t = index_of(row["targetSessionKey"].as_str().unwrap());
+            let c = (
+                row["lastSeen"].as_i64().unwrap(),
+                row["notified"].as_i64().unwrap(),
+                row["material"].as_i64().unwrap(),
+                row["muted"].as_bool().unwrap(),
+            );
+            assert!(
+                c.0 <= c.1 && c.1 <= c.2,
+                "{ctx}: cursor invariant broken for ({} -> {}): {row}",
+                wkey,
+                KEYS[t]
+            );
+            assert_eq!(
+                row["pending"],
+                !c.3 && c.1 > c.0,
+                "{ctx}: pending flag {row}"
+            );
+            assert!(got.insert(t, c).is_none(), "{ctx}: two rows for one pair");
+        }
+        let want: BTreeMap<usize, (i64, i64, i64, bool)> = m
+            .cursors
+            .iter()
+            .filter(|(&(ww, _), _)| ww == w)
+            .map(|(&(_, t), c)| (t, (c.ls, c.n, c.m, c.muted)))
+            .collect();
+        assert_eq!(got, want, "{ctx}: cursors of {}", wkey);
+        total += got.len();
+        // Pending notices: exact text, one per pair.
+        let r = h.get(&path(w, "/pending"));
+        expect_status(ctx, &r, &[200]);
+        check_notices(ctx, w, &r.body, &m.pending_of(w));
+    }
+    assert_eq!(total, m.cursors.len(), "{ctx}: cursor count");
+    obs
+}
+
+fn run_case(ops: &[Op]) {
+    let mut h = Server::with_config(CONFIG);
+    let mut m = Model::new(h.now);
+    let mut obs = Observed::default();
+    for s in [W, X, G, C, D] {
+        let op = Op::Create { s };
+        let ctx = format!("setup {op:?}");
+        apply(&mut h, &mut m, &op, &ctx);
+        obs = check(&h, &m, &obs, &ctx);
+    }
+    for (i, op) in ops.iter().enumerate() {
+        let ctx = format!("step {i} {op:?}");
+        apply(&mut h, &mut m, op, &ctx);
+        if let Op::Delete { s } = op {
+            obs.heads[*s] = 0;
+        }
+        obs = check(&h, &m, &obs, &ctx);
+    }
+}
+
+/// Hand-written sequences for the paths random generation reaches rarely.
+fn directed_sequences() -> Vec<(&'static str, Vec<Op>)> {
+    let human = |t| Op::HumanTurn { t };
+    let drain = |s| Op::Drain { s };
+    vec![
+        (
+            "self-suppression, restart sweep and kill -9",
+            vec![
+                Op::Watch { w: X, t: C },
+                Op::SetGoal {
+                    t: C,
+                    text: 0,
+                    complete: false,
+                    actor: Some(W),
+                },
+                Op::SetGoal {
+                    t: C,
+                    text: 1,
+                    complete: false,
+                    actor: Some(X),
+                },
+                human(C),
+                human(C),
+                Op::Restart,
+                Op::Pending { s: W },
+                drain(W),
+                human(C),
+                Op::Kill9Restart,
+                drain(W),
+                drain(X),
+            ],
+        ),
+        (
+            "row cap, age, cursor expiry and history gaps",
+            (0..14)
+                .map(|_| human(C))
+                .chain([
+                    Op::Prune,
+                    Op::Watch { w: W, t: X },
+                    human(X),
+                    Op::Advance { ms: DAY + 1 },
+                    human(D),
+                    Op::Prune,
+                    human(C),
+                    Op::Kill9Restart,
+                ])
+                .collect(),
+        ),
+        (
+            "unwatch, orphans, reset, ack",
+            vec![
+                Op::Unwatch {
+                    w: W,
+                    t: C,
+                    tool: true,
+                },
+                human(C),
+                Op::Watch { w: W, t: C },
+                human(C),
+                human(C),
+                Op::Ack {
+                    w: W,
+                    t: C,
+                    last_seen: 2,
+                },
+                Op::Ack {
+                    w: W,
+                    t: C,
+                    last_seen: 1,
+                },
+                Op::Delete { s: W },
+                human(C),
+                Op::Create { s: W },
+                Op::Watch { w: W, t: D },
+                human(D),
+                Op::Reset { s: W },
+                Op::StartRun { t: D },
+                Op::Reset { s: D },
+                Op::EndRun { t: D, outcome: 1 },
+                Op::Compaction { t: D, op: 0 },
+                Op::Compaction { t: D, op: 0 },
+                Op::Unwatch {
+                    w: X,
+                    t: D,
+                    tool: false,
+                },
+                drain(W),
+            ],
+        ),
+    ]
+}
+
+#[test]
+fn model_http_matches_reference() {
+    let started = std::time::Instant::now();
+    let cases = std::env::var("AWARE_HTTP_MODEL_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(16);
+    for (name, ops) in directed_sequences() {
+        let outcome = std::panic::catch_unwind(|| run_case(&ops));
+        if let Err(e) = outcome {
+            let msg = e
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            panic!("directed sequence {name:?} failed: {msg}\nops: {ops:?}");
+        }
+    }
+    let config = Config {
+        cases,
+        failure_persistence: None,
+        // Each shrink step starts a server: keep shrinking bounded.
+        max_shrink_iters: 200,
+        ..Config::default()
+    };
+    let mut runner = TestRunner::new(config);
+    let result = runner.run(&prop::collection::vec(op_strategy(), 1..40), |ops| {
+        run_case(&ops);
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    println!(
+        "model_http: {} directed + {cases} random cases in {:.1} s",
+        directed_sequences().len(),
+        started.elapsed().as_secs_f64()
+    );
+}
