@@ -640,7 +640,11 @@ async fn create_session(req: &Req, caller: Option<&SessionRef>) -> ApiResult<Res
     let target = resolve_ref(req, &key, agent.as_ref(), caller)?;
     check_visible(req, caller, target.key.as_str(), target.agent.as_str())?;
     let engine = req.state.engine()?;
-    if let Some(p) = &parent {
+    // An existing session is answered as it is (idempotent create, 03 §3.4), even when the
+    // parent named in the repeat has since been deleted.
+    let (e, t2) = (engine.clone(), target.clone());
+    let already = blocking(move || Ok(e.session_exists(&t2)?)).await?;
+    if let Some(p) = parent.as_ref().filter(|_| !already) {
         let pref = SessionRef::with_default(p.clone(), &target.agent);
         let (e, pr) = (engine.clone(), pref.clone());
         if !blocking(move || Ok(e.session_exists(&pr)?)).await? {

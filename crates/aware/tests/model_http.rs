@@ -853,13 +853,13 @@ fn apply(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
                 body["parentSessionKey"] = KEYS[p].into();
             }
             let r = call(h, "POST", "/v1/sessions", None, Some(body));
-            // The route checks the named parent before looking for an existing session: an
-            // existing child whose parent is gone is answered 404 (the engine alone says 200).
-            if parent_of(s).is_some_and(|p| !m.exists(p)) {
-                return expect_status(ctx, &r, &[404]);
-            }
+            // An existing session is answered as it is (idempotent create), even when the
+            // parent named in the repeat is gone; a new child needs its parent.
             if m.exists(s) {
                 return expect_status(ctx, &r, &[200]);
+            }
+            if parent_of(s).is_some_and(|p| !m.exists(p)) {
+                return expect_status(ctx, &r, &[404]);
             }
             expect_status(ctx, &r, &[201]);
             let sess = &r.body["session"];
