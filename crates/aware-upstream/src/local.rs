@@ -18,6 +18,8 @@ const HISTORY_MESSAGES: usize = 200;
 
 pub struct LocalClaude {
     root: PathBuf,
+    /// Transcript bytes read by checks, so tests can prove a tick reads only what was appended.
+    check_bytes_read: std::sync::atomic::AtomicU64,
 }
 
 /// A thread id is the stem of `<uuid>.jsonl`.
@@ -75,7 +77,10 @@ fn assistant_text(row: &Value) -> Option<String> {
 
 impl LocalClaude {
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        LocalClaude { root: root.into() }
+        LocalClaude {
+            root: root.into(),
+            check_bytes_read: std::sync::atomic::AtomicU64::new(0),
+        }
     }
 
     /// Every thread file, the newest per thread id when several projects hold it.
@@ -257,6 +262,8 @@ impl LocalClaude {
         }
         let len = ((size - offset) as usize).min(WINDOW_BYTES);
         let window = read_at(&mut file, offset, len).ok()?;
+        self.check_bytes_read
+            .fetch_add(window.len() as u64, std::sync::atomic::Ordering::Relaxed);
         let input = ScanInput {
             own_recent_user_texts: &probe.own_recent_user_texts,
             queued: &queued,
@@ -340,5 +347,76 @@ impl Provider for LocalClaude {
 
     fn check(&self, probes: &[Probe]) -> Result<Vec<Outcome>, ProviderError> {
         Ok(probes.iter().filter_map(|p| self.check_one(p)).collect())
+    }
+}
+
+impl LocalClaude {
+    /// Total transcript bytes the checks have read so far.
+    pub fn check_bytes_read(&self) -> u64 {
+        self.check_bytes_read
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn probe(path: &Path, offset: u64) -> Probe {
+        Probe {
+            session_key: "agent:main:claude:x".into(),
+            agent_id: "main".into(),
+            host_id: "gateway:local".into(),
+            thread_id: "t".into(),
+            upstream_kind: "claude-cli".into(),
+            upstream_ref: json!({"filePath": path.to_string_lossy()}),
+            marker: json!({"offset": offset}),
+            own_recent_user_texts: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn incremental_ticks_read_only_the_new_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        let old_row = format!(
+            "{{\"type\":\"assistant\",\"message\":{{\"content\":\"{}\"}}}}\n",
+            "x".repeat(50_000)
+        );
+        std::fs::write(&path, old_row.repeat(20)).unwrap();
+        let size = std::fs::metadata(&path).unwrap().len();
+        let p = LocalClaude::new(dir.path());
+        assert!(
+            p.check(&[probe(&path, size)]).unwrap().is_empty(),
+            "no growth, no outcome"
+        );
+        assert_eq!(p.check_bytes_read(), 0);
+        let new_row = b"{\"type\":\"user\",\"message\":{\"role\":\"user\",\"content\":\"more\"}}\n";
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(new_row)
+            .unwrap();
+        let out = p.check(&[probe(&path, size)]).unwrap();
+        assert_eq!(
+            p.check_bytes_read(),
+            new_row.len() as u64,
+            "only the appended bytes were read"
+        );
+        match &out[0] {
+            Outcome::Activity {
+                human_turns,
+                next_marker,
+                ..
+            } => {
+                assert_eq!(
+                    (*human_turns, next_marker["offset"].as_u64()),
+                    (1, Some(size + new_row.len() as u64))
+                );
+            }
+            other => panic!("unexpected {other:?}"),
+        }
     }
 }
