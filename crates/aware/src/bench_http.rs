@@ -22,7 +22,7 @@ use aware_gateway::GatewayConfig;
 use aware_store::Durability;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -68,7 +68,7 @@ const W3_SESSIONS: u64 = 10_000;
 const W3_CURSORS: u64 = 100_000;
 /// Workload 3: watcher sessions (each registers on cursors / watchers targets).
 const W3_WATCHERS: u64 = 100;
-/// Client threads used to populate (workload 3) and to set up (workload 1).
+/// Client threads that set up sessions (workloads 1 and 2) and populate workload 3.
 const SETUP_THREADS: usize = 8;
 const TURN_BODY: &str =
     r#"{"role":"user","text":"please use the staging database","channel":"bench"}"#;
@@ -145,7 +145,7 @@ pub fn run(args: HttpBenchArgs) -> Result<()> {
     println!(
         "aware bench-http{}: in-process gateways on 127.0.0.1:0 (wall clock, notify_on_create \
          off), blocking ureq clients with keep-alive connections; calls={} turns={} clients={} \
-         dir={}",
+         cpus={} loadavg={} dir={}",
         if args.quick {
             " --quick (counts / 10)"
         } else {
@@ -154,6 +154,14 @@ pub fn run(args: HttpBenchArgs) -> Result<()> {
         fmt_int(calls),
         fmt_int(turns),
         args.clients,
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|l| {
+                let v: Vec<&str> = l.split_whitespace().take(3).collect();
+                (v.len() == 3).then(|| v.join("/"))
+            })
+            .unwrap_or_else(|| "?".into()),
         plan.dir.display()
     );
     println!(
@@ -252,6 +260,7 @@ fn w1(plan: &Plan, calls: u64) -> Result<Vec<String>> {
         );
     }
     let answer_bytes = text.len();
+    let status_text_bytes = answer["statusText"].as_str().map_or(0, str::len);
     let (_, bare) = send(
         &agent,
         "POST",
@@ -266,18 +275,23 @@ fn w1(plan: &Plan, calls: u64) -> Result<Vec<String>> {
     let picks: Vec<usize> = (0..calls)
         .map(|_| (rng.next() % streams.len() as u64) as usize)
         .collect();
-    let http_status = |s: &Stream| -> Result<()> {
-        let (code, body) = send(
-            &agent,
-            "POST",
-            &status_url,
-            Some(s.parent.key.as_str()),
-            Some(&s.body),
-        )?;
+    // Returns when the status line and headers had arrived (the rest is reading the body).
+    let http_status = |s: &Stream, start: Instant| -> Result<Duration> {
+        let resp = agent
+            .post(&status_url)
+            .set("X-Aware-Session", s.parent.key.as_str())
+            .set("Content-Type", "application/json")
+            .send_string(&s.body);
+        let headers = start.elapsed();
+        let (code, body) = match resp {
+            Ok(r) => (r.status(), r.into_string()?),
+            Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap_or_default()),
+            Err(e) => bail!("session_status: {e}"),
+        };
         if code != 200 || body.len() < 100 {
             bail!("session_status answered {code}: {body}");
         }
-        Ok(())
+        Ok(headers)
     };
     let engine_page = |s: &Stream| -> Result<()> {
         let p = engine.list_since(&s.child, s.since, W1_PAGE as u32)?;
@@ -322,7 +336,7 @@ fn w1(plan: &Plan, calls: u64) -> Result<Vec<String>> {
     };
     // Warm-up: connection, reader pool, page cache.
     for (i, s) in streams.iter().enumerate().take(200) {
-        http_status(s)?;
+        http_status(s, Instant::now())?;
         engine_page(s)?;
         if i < 50 {
             health(s)?;
@@ -332,6 +346,7 @@ fn w1(plan: &Plan, calls: u64) -> Result<Vec<String>> {
     }
     let cap = plan.cap(90);
     let t0 = Instant::now();
+    let mut hh = Vec::new();
     let (mut h, mut e, mut eh, mut hf, mut hb) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for chunk in picks.chunks(100) {
@@ -340,8 +355,9 @@ fn w1(plan: &Plan, calls: u64) -> Result<Vec<String>> {
         }
         for &i in chunk {
             let t = Instant::now();
-            http_status(&streams[i])?;
+            let headers = http_status(&streams[i], t)?;
             h.push(t.elapsed().as_nanos() as u64);
+            hh.push(headers.as_nanos() as u64);
         }
         for &i in chunk {
             let t = Instant::now();
@@ -370,20 +386,23 @@ fn w1(plan: &Plan, calls: u64) -> Result<Vec<String>> {
     let (eh50, _) = percentiles(&mut eh);
     let (hf50, hf99) = percentiles(&mut hf);
     let (hb50, _) = percentiles(&mut hb);
+    let (hh50, _) = percentiles(&mut hh);
     drop(agent);
     gw.stop()?;
     engine.close();
     let residual = h50 as i64 - hf50 as i64 - eh50 as i64;
     Ok(vec![format!(
-        "1 POST /v1/tools/session_status changesSince -> {W1_PAGE}-event page ({} B answer) of \
-         one of {} parent-watched child streams ({} event rows in the store), 1 client, 1 \
-         keep-alive connection [{}]: {} calls{} p50 {} p99 {} | engine floor Engine::list_since \
-         same page: p50 {} p99 {} -> ratio {:.1}x | HTTP floor GET /health: p50 {} p99 {} -> \
-         ratio {:.1}x | the handler's engine reads in-process (caller + target exists, \
-         get_session, version, list_since) p50 {}; left for HTTP framing, JSON and the 3 \
-         spawn_blocking hops: {} | the same call without changesSince (no page, {} B answer) \
-         p50 {} | target p50 <= 300 us: {}",
+        "1 POST /v1/tools/session_status changesSince -> {W1_PAGE}-event page ({} B answer, {} \
+         B of it statusText) of one of {} parent-watched child streams ({} event rows in the \
+         store), 1 client, 1 keep-alive connection [{}]: {} calls{} p50 {} p99 {} (status line \
+         and headers in after p50 {}) | engine floor Engine::list_since same page: p50 {} p99 {} \
+         -> ratio {:.1}x | HTTP floor GET /health: p50 {} p99 {} -> ratio {:.1}x | the \
+         handler's engine reads in-process (caller + target exists, get_session, version, \
+         list_since) p50 {}; left for HTTP framing, JSON and the 3 spawn_blocking hops: {} | \
+         the same call without changesSince (no page, {} B answer) p50 {} | target p50 <= 300 \
+         us: {}",
         fmt_int(answer_bytes as u64),
+        fmt_int(status_text_bytes as u64),
         fmt_int(children),
         fmt_int(event_rows),
         durability.as_str(),
@@ -395,6 +414,7 @@ fn w1(plan: &Plan, calls: u64) -> Result<Vec<String>> {
         },
         fmt_dur(h50),
         fmt_dur(h99),
+        fmt_dur(hh50),
         fmt_dur(e50),
         fmt_dur(e99),
         h50 as f64 / e50.max(1) as f64,
@@ -472,16 +492,24 @@ fn w2(plan: &Plan, turns: u64, clients: usize) -> Result<Vec<String>> {
     let mut lines = Vec::new();
     for (durability, target) in [(Durability::Normal, 10_000.0), (Durability::Full, 5_000.0)] {
         let name = durability.as_str();
-        let http = w2_http(plan, durability, turns, clients)?;
+        let (http, health) = w2_http(
+            plan,
+            durability,
+            turns,
+            clients,
+            durability == Durability::Normal,
+        )?;
         let floor = w2_engine(plan, durability, turns, clients)?;
         let (h50, h99) = (http.p50, http.p99);
         let ratio = floor.rate / http.rate.max(f64::MIN_POSITIVE);
         lines.push(format!(
             "2 [{name}] {clients} clients x POST /v1/sessions/{{child}}/turns (human user turn on \
              its own parent-watched child, 1 keep-alive connection each), fresh gateway: {} \
-             turns{} in {:.2} s = {} turns/s, p50 {} p99 {}, {:.1} ops/commit ({} commits) | \
-             engine floor {clients} threads x Engine::post_turn, same sessions and count: {} \
-             turns/s, p50 {} p99 {}, {:.1} ops/commit | ratio {:.2}x | target >= {} turns/s: {}",
+             turns{} in {:.2} s = {} turns/s, p50 {} p99 {}, {:.1} ops/commit ({} commits), CPU \
+             per turn: gateway {} + load clients {} (kernel {:.0}% of all), {} threads after \
+             the run | engine floor {clients} threads x Engine::post_turn, same sessions and \
+             count: {} turns/s, p50 {} p99 {}, {:.1} ops/commit, CPU per turn {} (kernel {:.0}%) \
+             | ratio {:.2}x | target >= {} turns/s: {}",
             fmt_int(http.done),
             if http.done < turns {
                 format!(" (stopped at the {} s cap)", plan.cap(120).as_secs())
@@ -494,14 +522,36 @@ fn w2(plan: &Plan, turns: u64, clients: usize) -> Result<Vec<String>> {
             fmt_dur(h99),
             http.group,
             fmt_int(http.commits),
+            fmt_dur(http.cpu_per_turn),
+            fmt_dur(http.client_cpu_per_turn),
+            http.kernel_share * 100.0,
+            http.threads,
             fmt_int(floor.rate as u64),
             fmt_dur(floor.p50),
             fmt_dur(floor.p99),
             floor.group,
+            fmt_dur(floor.cpu_per_turn),
+            floor.kernel_share * 100.0,
             ratio,
             fmt_int(target as u64),
             pass(http.rate >= target && http.done == turns),
         ));
+        if let Some(h) = health {
+            lines.push(format!(
+                "2 HTTP floor, same gateway: {clients} clients x GET /health, {} requests in {:.2} \
+                 s = {} req/s, p50 {} p99 {}, CPU per request: gateway {} + load clients {} \
+                 (kernel {:.0}% of all) | turns cost {:.2}x a /health round trip",
+                fmt_int(h.done),
+                h.secs,
+                fmt_int(h.rate as u64),
+                fmt_dur(h.p50),
+                fmt_dur(h.p99),
+                fmt_dur(h.cpu_per_turn),
+                fmt_dur(h.client_cpu_per_turn),
+                h.kernel_share * 100.0,
+                h.rate / http.rate.max(f64::MIN_POSITIVE),
+            ));
+        }
     }
     Ok(lines)
 }
@@ -515,9 +565,25 @@ struct Throughput {
     /// Mean ops per writer commit during the run.
     group: f64,
     commits: u64,
+    /// CPU per turn (ns) of everything but the load clients: the gateway (or the engine).
+    cpu_per_turn: u64,
+    /// CPU per turn (ns) of the load clients' threads (0 for the engine floor).
+    client_cpu_per_turn: u64,
+    /// Kernel share of the process's CPU time during the run.
+    kernel_share: f64,
+    /// Threads of the process right after the run (the clients have exited).
+    threads: u64,
 }
 
-fn w2_http(plan: &Plan, durability: Durability, turns: u64, clients: usize) -> Result<Throughput> {
+/// The turns over HTTP on a fresh gateway, and optionally the HTTP floor (`GET /health` from
+/// the same clients) on the same gateway afterwards.
+fn w2_http(
+    plan: &Plan,
+    durability: Durability,
+    turns: u64,
+    clients: usize,
+    with_health_floor: bool,
+) -> Result<(Throughput, Option<Throughput>)> {
     let dir = plan.data_dir(&format!("w2-http-{}", durability.as_str()))?;
     let gw = Gateway::start(&dir, durability)?;
     // Sessions: one parent and one child per client (a few threads, so `full` rides on group
@@ -556,43 +622,99 @@ fn w2_http(plan: &Plan, durability: Durability, turns: u64, clients: usize) -> R
     join_all(setup)?;
     let metrics_agent = new_agent();
     let before = commit_metrics(&metrics_agent, &gw)?;
-    let barrier = Arc::new(Barrier::new(clients + 1));
-    let stop = Arc::new(AtomicBool::new(false));
-    let handles: Vec<Worker<u64>> = (0..clients)
-        .map(|t| {
-            let (barrier, stop) = (barrier.clone(), stop.clone());
-            let url = gw.url(&format!(
+    let turn_load = (0..clients)
+        .map(|t| Load {
+            method: "POST",
+            url: gw.url(&format!(
                 "/v1/sessions/{}/turns",
                 crate::client::seg(&format!("agent:main:subagent:c{t}"))
-            ));
-            let count = share(turns, clients, t);
+            )),
+            body: Some(TURN_BODY),
+            expect: (201, "\"human_direct_message\""),
+        })
+        .collect();
+    let mut t = http_load(plan, turn_load, turns)?;
+    let after = commit_metrics(&metrics_agent, &gw)?;
+    (t.commits, t.group) = {
+        let (ops, commits) = (after.0 - before.0, after.1 - before.1);
+        (commits, ops as f64 / commits.max(1) as f64)
+    };
+    // The HTTP floor: the same clients and count on GET /health (no engine call at all).
+    let health = if with_health_floor {
+        let load = (0..clients)
+            .map(|_| Load {
+                method: "GET",
+                url: gw.url("/health"),
+                body: None,
+                expect: (200, "\"ok\""),
+            })
+            .collect();
+        Some(http_load(plan, load, turns)?)
+    } else {
+        None
+    };
+    drop(metrics_agent);
+    gw.stop()?;
+    Ok((t, health))
+}
+
+/// What one load client sends, over and over, and what it expects back.
+struct Load {
+    method: &'static str,
+    url: String,
+    body: Option<&'static str>,
+    /// Status and a substring of the answer.
+    expect: (u16, &'static str),
+}
+
+/// One client thread per `Load` (own agent, one keep-alive connection), `total` requests shared
+/// out, all released together; stops at the time cap.
+fn http_load(plan: &Plan, loads: Vec<Load>, total: u64) -> Result<Throughput> {
+    let clients = loads.len();
+    let barrier = Arc::new(Barrier::new(clients + 1));
+    let stop = Arc::new(AtomicBool::new(false));
+    let client_cpu = Arc::new(AtomicU64::new(0));
+    let handles: Vec<Worker<u64>> = loads
+        .into_iter()
+        .enumerate()
+        .map(|(t, load)| {
+            let (barrier, stop, client_cpu) = (barrier.clone(), stop.clone(), client_cpu.clone());
+            let count = share(total, clients, t);
             std::thread::spawn(move || {
                 let agent = new_agent();
                 // Open the connection before the clock starts.
-                let _ = send(&agent, "GET", &url.replace("/turns", ""), None, None);
+                let origin_end = load.url[7..].find('/').map_or(load.url.len(), |i| i + 7);
+                let _ = send(
+                    &agent,
+                    "GET",
+                    &format!("{}/health", &load.url[..origin_end]),
+                    None,
+                    None,
+                );
                 let mut lat = Vec::with_capacity(count as usize);
                 barrier.wait();
+                let cpu0 = thread_cpu_ns();
                 for _ in 0..count {
                     if stop.load(Ordering::Relaxed) {
                         break;
                     }
                     let s = Instant::now();
-                    let (code, body) = send(&agent, "POST", &url, None, Some(TURN_BODY))?;
+                    let (code, body) = send(&agent, load.method, &load.url, None, load.body)?;
                     lat.push(s.elapsed().as_nanos() as u64);
-                    if code != 201 || !body.contains("\"human_direct_message\"") {
-                        bail!("a turn answered {code} without a recorded event: {body}");
+                    if code != load.expect.0 || !body.contains(load.expect.1) {
+                        bail!("{} {} answered {code}: {body}", load.method, load.url);
                     }
                 }
+                client_cpu.fetch_add(thread_cpu_ns().saturating_sub(cpu0), Ordering::Relaxed);
                 Ok(lat)
             })
         })
         .collect();
-    let (lat, secs) = timed_join(handles, &barrier, &stop, plan.cap(120))?;
-    let after = commit_metrics(&metrics_agent, &gw)?;
-    drop(metrics_agent);
-    gw.stop()?;
-    let (ops, commits) = (after.0 - before.0, after.1 - before.1);
-    Ok(summarise(lat, secs, ops, commits))
+    let (lat, secs, cpu) = timed_join(handles, &barrier, &stop, plan.cap(120))?;
+    let threads = ProcStatus::read()?.threads;
+    let mut t = summarise(lat, secs, 0, 0, cpu, client_cpu.load(Ordering::Relaxed));
+    t.threads = threads;
+    Ok(t)
 }
 
 fn w2_engine(
@@ -652,20 +774,26 @@ fn w2_engine(
             })
         })
         .collect();
-    let (lat, secs) = timed_join(handles, &barrier, &stop, plan.cap(120))?;
+    let (lat, secs, cpu) = timed_join(handles, &barrier, &stop, plan.cap(120))?;
+    let threads = ProcStatus::read()?.threads;
     let m = engine.store().metrics();
     let (ops, commits) = (m.ops() - before.0, m.commits() - before.1);
     engine.close();
-    Ok(summarise(lat, secs, ops, commits))
+    let mut t = summarise(lat, secs, ops, commits, cpu, 0);
+    t.threads = threads;
+    Ok(t)
 }
 
-/// Releases the barrier, starts the clock, stops the workers at `cap`, and joins them.
+/// Releases the barrier, starts the clock, stops the workers at `cap`, and joins them. Returns
+/// the samples, the wall seconds and the CPU time `(user, kernel)` the whole process used
+/// meanwhile (ns).
 fn timed_join(
     handles: Vec<Worker<u64>>,
     barrier: &Barrier,
     stop: &Arc<AtomicBool>,
     cap: Duration,
-) -> Result<(Vec<u64>, f64)> {
+) -> Result<(Vec<u64>, f64, (u64, u64))> {
+    let cpu0 = process_cpu_ns();
     barrier.wait();
     let t = Instant::now();
     let stopper = {
@@ -680,15 +808,53 @@ fn timed_join(
     };
     let joined = join_all(handles);
     let secs = t.elapsed().as_secs_f64();
+    let cpu1 = process_cpu_ns();
+    let cpu = (cpu1.0.saturating_sub(cpu0.0), cpu1.1.saturating_sub(cpu0.1));
     stop.store(true, Ordering::Relaxed);
     let _ = stopper.join();
-    Ok((joined?, secs))
+    Ok((joined?, secs, cpu))
 }
 
-fn summarise(mut lat: Vec<u64>, secs: f64, ops: u64, commits: u64) -> Throughput {
+/// CPU time `(user, kernel)` of the whole process, live and exited threads (utime and stime
+/// of `/proc/self/stat`, in USER_HZ = 100 ticks per second), in ns.
+fn process_cpu_ns() -> (u64, u64) {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            let f: Vec<&str> = s[s.rfind(')')? + 1..].split_whitespace().collect();
+            // Field 3 (state) is f[0]; utime and stime are fields 14 and 15.
+            Some((
+                f.get(11)?.parse::<u64>().ok()?,
+                f.get(12)?.parse::<u64>().ok()?,
+            ))
+        })
+        .map_or((0, 0), |(u, k)| (u * 10_000_000, k * 10_000_000))
+}
+
+/// CPU time of the calling thread in ns (`/proc/thread-self/schedstat`, first field).
+fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn summarise(
+    mut lat: Vec<u64>,
+    secs: f64,
+    ops: u64,
+    commits: u64,
+    (user_ns, kernel_ns): (u64, u64),
+    client_cpu_ns: u64,
+) -> Throughput {
     let done = lat.len() as u64;
     let (p50, p99) = percentiles(&mut lat);
+    let per = |ns: u64| ns / done.max(1);
     Throughput {
+        cpu_per_turn: per((user_ns + kernel_ns).saturating_sub(client_cpu_ns)),
+        kernel_share: kernel_ns as f64 / (user_ns + kernel_ns).max(1) as f64,
+        threads: 0,
+        client_cpu_per_turn: per(client_cpu_ns),
         done,
         secs,
         rate: done as f64 / secs.max(1e-9),
