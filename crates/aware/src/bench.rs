@@ -812,7 +812,7 @@ fn create(engine: &Engine, s: &SessionRef, parent: Option<&SessionRef>) -> Resul
 }
 
 /// A thread returning its samples.
-type Worker<T> = JoinHandle<Result<Vec<T>>>;
+pub(crate) type Worker<T> = JoinHandle<Result<Vec<T>>>;
 
 /// A child session and the key of its parent (its watcher).
 type Pair = (SessionRef, String);
@@ -1227,12 +1227,12 @@ fn floor_sweep(conn: &Connection, batch: i64) -> Result<(u64, usize)> {
 // ---------------------------------------------------------------------------------------------
 
 /// Thread `t`'s share of `n` items over `threads` threads.
-fn share(n: u64, threads: usize, t: usize) -> u64 {
+pub(crate) fn share(n: u64, threads: usize, t: usize) -> u64 {
     let threads = threads as u64;
     n / threads + u64::from((t as u64) < n % threads)
 }
 
-fn join_all<T>(handles: Vec<Worker<T>>) -> Result<Vec<T>> {
+pub(crate) fn join_all<T>(handles: Vec<Worker<T>>) -> Result<Vec<T>> {
     let mut all = Vec::new();
     let mut first_err = None;
     for h in handles {
@@ -1253,7 +1253,7 @@ fn join_all<T>(handles: Vec<Worker<T>>) -> Result<Vec<T>> {
 }
 
 /// p50 and p99 of nanosecond samples (sorts in place).
-fn percentiles(v: &mut [u64]) -> (u64, u64) {
+pub(crate) fn percentiles(v: &mut [u64]) -> (u64, u64) {
     if v.is_empty() {
         return (0, 0);
     }
@@ -1262,7 +1262,7 @@ fn percentiles(v: &mut [u64]) -> (u64, u64) {
     (at(0.50), at(0.99))
 }
 
-fn fmt_dur(ns: u64) -> String {
+pub(crate) fn fmt_dur(ns: u64) -> String {
     if ns < 10_000 {
         format!("{:.1} us", ns as f64 / 1e3)
     } else if ns < 1_000_000 {
@@ -1274,7 +1274,7 @@ fn fmt_dur(ns: u64) -> String {
     }
 }
 
-fn fmt_int(n: u64) -> String {
+pub(crate) fn fmt_int(n: u64) -> String {
     let s = n.to_string();
     let head = match s.len() % 3 {
         0 => 3.min(s.len()),

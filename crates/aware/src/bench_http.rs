@@ -15,6 +15,7 @@
 //!    against the RSS before the gateway started. Runs first, so that baseline is the bare
 //!    process rather than what workloads 1 and 2 left in the allocator.
 
+use crate::bench::{fmt_dur, fmt_int, join_all, percentiles, share, Worker};
 use anyhow::{anyhow, bail, Context, Result};
 use aware_core::{AgentId, SessionKey, SessionRef};
 use aware_engine::{CreateSession, Engine, EngineConfig, NewTurn, SystemClock};
@@ -24,7 +25,6 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Arguments of `aware bench-http`.
@@ -1204,62 +1204,11 @@ fn count_rows(db: &Path, table: &str) -> Result<u64> {
 // Small utilities
 // ---------------------------------------------------------------------------------------------
 
-/// A thread returning its samples.
-type Worker<T> = JoinHandle<Result<Vec<T>>>;
-
-/// Thread `t`'s share of `n` items over `threads` threads.
-fn share(n: u64, threads: usize, t: usize) -> u64 {
-    let threads = threads as u64;
-    n / threads + u64::from((t as u64) < n % threads)
-}
-
-fn join_all<T>(handles: Vec<Worker<T>>) -> Result<Vec<T>> {
-    let mut all = Vec::new();
-    let mut first_err = None;
-    for h in handles {
-        match h.join() {
-            Ok(Ok(v)) => all.extend(v),
-            Ok(Err(e)) => {
-                first_err.get_or_insert(e);
-            }
-            Err(_) => {
-                first_err.get_or_insert(anyhow!("a bench thread panicked"));
-            }
-        }
-    }
-    match first_err {
-        Some(e) => Err(e),
-        None => Ok(all),
-    }
-}
-
-/// p50 and p99 of nanosecond samples (sorts in place).
-fn percentiles(v: &mut [u64]) -> (u64, u64) {
-    if v.is_empty() {
-        return (0, 0);
-    }
-    v.sort_unstable();
-    let at = |p: f64| v[(((v.len() - 1) as f64) * p).round() as usize];
-    (at(0.50), at(0.99))
-}
-
 fn pass(ok: bool) -> &'static str {
     if ok {
         "PASS"
     } else {
         "FAIL"
-    }
-}
-
-fn fmt_dur(ns: u64) -> String {
-    if ns < 10_000 {
-        format!("{:.1} us", ns as f64 / 1e3)
-    } else if ns < 1_000_000 {
-        format!("{} us", ns / 1000)
-    } else if ns < 10_000_000_000 {
-        format!("{:.2} ms", ns as f64 / 1e6)
-    } else {
-        format!("{:.2} s", ns as f64 / 1e9)
     }
 }
 
@@ -1269,21 +1218,6 @@ fn fmt_kb(kb: u64) -> String {
     } else {
         format!("{:.1} MiB", kb as f64 / 1024.0)
     }
-}
-
-fn fmt_int(n: u64) -> String {
-    let s = n.to_string();
-    let head = match s.len() % 3 {
-        0 => 3.min(s.len()),
-        r => r,
-    };
-    let mut out = String::with_capacity(s.len() + s.len() / 3);
-    out.push_str(&s[..head]);
-    for chunk in s.as_bytes()[head..].chunks(3) {
-        out.push(',');
-        out.push_str(std::str::from_utf8(chunk).unwrap_or_default());
-    }
-    out
 }
 
 /// A tiny deterministic generator for picking streams.
