@@ -732,6 +732,33 @@ fn link_from_row(row: &Row<'_>) -> rusqlite::Result<LinkRow> {
     })
 }
 
+/// The 17 values of a session row, in `SESSION_COLS` order (insert and update bind the same list).
+fn session_values(s: &SessionRow) -> Vec<rusqlite::types::Value> {
+    use rusqlite::types::Value as V;
+    let text = |t: Option<&str>| t.map_or(V::Null, |t| V::Text(t.to_string()));
+    let goal = s.goal.as_ref();
+    let up = s.upstream.as_ref();
+    vec![
+        V::Text(s.key.clone()),
+        V::Text(s.agent_id.clone()),
+        V::Text(s.session_id.clone()),
+        V::Text(s.kind.clone()),
+        text(s.label.as_deref()),
+        text(s.parent_key.as_deref()),
+        V::Text(s.created_via.clone()),
+        text(s.active_run_id.as_deref()),
+        text(goal.map(|g| g.text.as_str())),
+        text(goal.map(|g| g.status.as_str())),
+        goal.map_or(V::Null, |g| V::Integer(g.updated_at)),
+        V::Integer(i64::from(s.orphaned)),
+        V::Integer(s.created_at),
+        V::Integer(s.updated_at),
+        text(up.map(|u| u.catalog_id.as_str())),
+        text(up.map(|u| u.host_id.as_str())),
+        text(up.map(|u| u.thread_id.as_str())),
+    ]
+}
+
 const TURN_COLS: &str = "id, idx, role, text, at, actor_type, actor_id, provenance_json, channel, \
      run_id, origin, upstream_text, idempotency_key";
 
@@ -1292,58 +1319,24 @@ impl WriteTx for SqlTx<'_> {
     }
 
     fn insert_session(&mut self, s: &SessionRow) -> Result<()> {
-        let goal = s.goal.as_ref();
+        let values = session_values(s);
+        let args: Vec<&dyn ToSql> = values.iter().map(|v| v as &dyn ToSql).collect();
         self.exec(
             &format!("INSERT INTO sessions ({SESSION_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"),
-            &[
-                &s.key,
-                &s.agent_id,
-                &s.session_id,
-                &s.kind,
-                &s.label,
-                &s.parent_key,
-                &s.created_via,
-                &s.active_run_id,
-                &goal.map(|g| g.text.as_str()),
-                &goal.map(|g| g.status.as_str()),
-                &goal.map(|g| g.updated_at),
-                &i64::from(s.orphaned),
-                &s.created_at,
-                &s.updated_at,
-                &s.upstream.as_ref().map(|u| u.catalog_id.as_str()),
-                &s.upstream.as_ref().map(|u| u.host_id.as_str()),
-                &s.upstream.as_ref().map(|u| u.thread_id.as_str()),
-            ],
+            &args,
         )?;
         Ok(())
     }
 
     fn update_session(&mut self, s: &SessionRow) -> Result<()> {
-        let goal = s.goal.as_ref();
+        let values = session_values(s);
+        let args: Vec<&dyn ToSql> = values.iter().map(|v| v as &dyn ToSql).collect();
         self.exec(
             "UPDATE sessions SET session_id = ?3, kind = ?4, label = ?5, parent_session_key = ?6, \
              created_via = ?7, active_run_id = ?8, goal_text = ?9, goal_status = ?10, goal_updated_at = ?11, \
              orphaned = ?12, created_at = ?13, updated_at = ?14, upstream_catalog = ?15, upstream_host = ?16, \
              upstream_thread = ?17 WHERE session_key = ?1 AND agent_id = ?2",
-            &[
-                &s.key,
-                &s.agent_id,
-                &s.session_id,
-                &s.kind,
-                &s.label,
-                &s.parent_key,
-                &s.created_via,
-                &s.active_run_id,
-                &goal.map(|g| g.text.as_str()),
-                &goal.map(|g| g.status.as_str()),
-                &goal.map(|g| g.updated_at),
-                &i64::from(s.orphaned),
-                &s.created_at,
-                &s.updated_at,
-                &s.upstream.as_ref().map(|u| u.catalog_id.as_str()),
-                &s.upstream.as_ref().map(|u| u.host_id.as_str()),
-                &s.upstream.as_ref().map(|u| u.thread_id.as_str()),
-            ],
+            &args,
         )?;
         Ok(())
     }
