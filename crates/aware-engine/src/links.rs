@@ -255,12 +255,15 @@ impl Engine {
     /// The last 10 non-imported user turns of the current incarnation, newest first, as
     /// normalised texts (`upstreamText` when present) — the self-echo list of 04 §6.
     pub fn own_recent_user_texts(&self, s: &SessionRef) -> Result<Vec<String>> {
-        let (turns, _) = self.list_turns(s, None, u32::MAX - 1)?;
+        // One indexed query for the 10 rows, not the whole transcript: the monitor asks twice
+        // per probe on every tick.
+        let turns = self.inner.store.read(|tx| {
+            Ok(load_session(tx, s).and_then(|_| {
+                Ok(tx.recent_own_user_turns(s.key.as_str(), s.agent.as_str(), 10)?)
+            }))
+        })??;
         Ok(turns
             .iter()
-            .rev()
-            .filter(|t| t.role == "user" && t.origin.as_deref() != Some("import"))
-            .take(10)
             .map(|t| {
                 t.upstream_text
                     .as_deref()

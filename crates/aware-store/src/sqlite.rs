@@ -1147,6 +1147,17 @@ impl ReadTx for SqlTx<'_> {
         )
     }
 
+    fn recent_own_user_turns(&self, key: &str, agent: &str, limit: u32) -> Result<Vec<TurnRow>> {
+        self.query_vec(
+            &format!(
+                "SELECT {TURN_COLS} FROM turns WHERE session_key = ?1 AND agent_id = ?2 AND role = 'user' \
+                 AND (origin IS NULL OR origin <> 'import') ORDER BY idx DESC LIMIT ?3"
+            ),
+            &[&key, &agent, &i64::from(limit)],
+            turn_from_row,
+        )
+    }
+
     fn reply_for_run(&self, key: &str, agent: &str, run_id: &str) -> Result<Option<TurnRow>> {
         self.query_opt(
             &format!(

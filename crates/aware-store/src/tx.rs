@@ -57,6 +57,8 @@ pub trait ReadTx {
         agent: &str,
         idempotency_key: &str,
     ) -> Result<Option<TurnRow>>;
+    /// The newest `limit` user turns not imported at adoption, newest first (the self-echo list).
+    fn recent_own_user_turns(&self, key: &str, agent: &str, limit: u32) -> Result<Vec<TurnRow>>;
     /// The first assistant turn of the session carrying `run_id`.
     fn reply_for_run(&self, key: &str, agent: &str, run_id: &str) -> Result<Option<TurnRow>>;
 
