@@ -778,6 +778,11 @@ fn post_turn_in(
         idempotency_key: turn.idempotency_key,
     };
     tx.insert_turn(&row.key, &row.agent_id, &stored)?;
+    if turn.role == Role::Assistant {
+        if let Some(r) = &turn.run_id {
+            ctx.effects.replies.push(r.clone());
+        }
+    }
     row.updated_at = ctx.now;
     tx.update_session(&row)?;
     let mut event = None;
@@ -920,5 +925,6 @@ fn end_run_in(
     }
     run.event_sequence = event.as_ref().map(|e| e.sequence);
     tx.update_run(&run)?;
+    ctx.effects.replies.push(run_id.to_string());
     Ok(RunEnd { run, event })
 }

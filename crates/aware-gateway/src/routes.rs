@@ -189,7 +189,7 @@ async fn path_session(
 
 pub(crate) async fn handle(req: Req, s: &[&str], route: &'static str) -> ApiResult<Response> {
     match route {
-        "/health" => return health(&req),
+        "/health" => return health(&req).await,
         "/metrics" => {
             req.state.engine()?;
             return metrics::render(&req.state).await;
@@ -440,14 +440,23 @@ pub(crate) async fn handle(req: Req, s: &[&str], route: &'static str) -> ApiResu
     }
 }
 
-fn health(req: &Req) -> ApiResult<Response> {
-    let body = match req.state.phase.read().map(|p| p.clone()) {
-        Ok(crate::server::Phase::Ready(_)) => {
-            return ok(
-                json!({"status": "ok", "version": env!("CARGO_PKG_VERSION"), "durability": req.state.config.durability.as_str(), "now": req.state.now()}),
-            )
+async fn health(req: &Req) -> ApiResult<Response> {
+    // Cloned out first: the lock guard must not live across the probe's await.
+    let phase = req.state.phase.read().map(|p| p.clone()).ok();
+    let body = match phase {
+        Some(crate::server::Phase::Ready(engine)) => {
+            let deadline =
+                std::time::Duration::from_millis(req.state.config.limits.health_deadline_ms);
+            let stalled = req.state.health.stalled(&engine, deadline).await;
+            if stalled.is_empty() {
+                return ok(
+                    json!({"status": "ok", "version": env!("CARGO_PKG_VERSION"), "durability": req.state.config.durability.as_str(), "now": req.state.now()}),
+                );
+            }
+            tracing::warn!(event = "health_stalled", stalled = ?stalled, "a health probe did not answer in time");
+            json!({"status": "stalled", "stalled": stalled})
         }
-        Ok(crate::server::Phase::Starting) => json!({"status": "starting"}),
+        Some(crate::server::Phase::Starting) => json!({"status": "starting"}),
         _ => json!({"status": "unavailable"}),
     };
     Ok((StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response())
