@@ -336,6 +336,9 @@ fn writer_loop(
     metrics: &StoreMetrics,
 ) {
     while let Ok(first) = rx.recv() {
+        while faults.writer_stalled() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         for sql in faults.take_writer_pragmas() {
             let applied = conn
                 .prepare(&sql)
