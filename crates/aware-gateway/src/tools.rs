@@ -354,23 +354,17 @@ async fn sessions_history(
     b_finish(b)?;
     let e = engine.clone();
     let t2 = t.clone();
-    let (turns, _) = blocking(move || Ok(e.list_turns(&t2, None, u32::MAX - 1)?)).await?;
-    let total = turns.len();
-    let visible: Vec<_> = turns
-        .iter()
-        .filter(|x| include_tools || x.role != "tool")
-        .collect();
-    let (start, end) = match offset {
-        None => (visible.len().saturating_sub(limit), visible.len()),
-        Some(o) => {
-            let s = visible
-                .iter()
-                .position(|x| x.index >= o)
-                .unwrap_or(visible.len());
-            (s, (s + limit).min(visible.len()))
-        }
-    };
-    let mut page: Vec<Value> = visible[start..end]
+    // Paged in SQL with texts cut there: a long transcript is never loaded whole. From an
+    // offset, one row past the page says whether more follow.
+    let fetch = (if offset.is_some() { limit + 1 } else { limit }) as u32;
+    let (mut rows, total) = blocking(move || {
+        Ok(e.history_page(&t2, offset, include_tools, fetch, MAX_HISTORY_TEXT as u32)?)
+    })
+    .await?;
+    let has_more = rows.len() > limit;
+    rows.truncate(limit);
+    let next_offset = rows.last().map(|x| x.index + 1);
+    let mut page: Vec<Value> = rows
         .iter()
         .map(|x| {
             let text = if x.text.chars().count() > MAX_HISTORY_TEXT {
@@ -398,10 +392,9 @@ async fn sessions_history(
         page.remove(0);
         truncated = true;
     }
-    let has_more = end < visible.len();
     let mut out = json!({"sessionKey": t.key.as_str(), "agentId": t.agent.as_str(), "messages": page, "truncated": truncated, "hasMore": has_more});
-    if has_more {
-        out["nextOffset"] = (visible[end - 1].index + 1).into();
+    if let Some(next) = next_offset.filter(|_| has_more) {
+        out["nextOffset"] = next.into();
     }
     out["totalMessages"] = total.into();
     Ok(out)
