@@ -295,13 +295,17 @@ async fn attempt(hook: &Webhook, body: &str) -> Result<(), AttemptError> {
                 body.to_string(),
             )))
             .map_err(|e| t(format!("request: {e}")))?;
-        // The connection future drives the socket; the response resolves first unless the
-        // connection fails. Dropping both closes the socket.
+        // The connection future drives the socket. A receiver that answers and closes
+        // (`Connection: close`) may end it before the response is taken: the response (or the
+        // error) is then already waiting in `send`. Dropping both closes the socket.
         let mut conn = std::pin::pin!(conn);
-        let status = tokio::select! {
-            r = sender.send_request(req) => r.map_err(|e| t(format!("request: {e}")))?.status(),
-            c = &mut conn => return Err(t(format!("connection closed: {c:?}"))),
+        let mut send = std::pin::pin!(sender.send_request(req));
+        let response = tokio::select! {
+            biased;
+            r = &mut send => r,
+            _ = &mut conn => send.await,
         };
+        let status = response.map_err(|e| t(format!("request: {e}")))?.status();
         if status.is_success() {
             Ok(())
         } else {
