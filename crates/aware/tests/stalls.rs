@@ -220,10 +220,15 @@ fn reply_waiters_get_the_reply_and_those_over_the_cap_are_refused() {
     assert_eq!(r.status, 201, "{}", r.body);
     let run_b = sent_run_id(&s, targets[1]).expect("message reached b");
     let r = s.post(
-        &format!("/v1/sessions/{}/turns", seg(targets[1])),
-        json!({"role": "assistant", "text": "pong from b", "runId": run_b}),
+        &format!("/v1/sessions/{}/runs", seg(targets[1])),
+        json!({"runId": run_b}),
     );
     assert_eq!(r.status, 201, "{}", r.body);
+    let r = s.post(
+        &format!("/v1/sessions/{}/runs/{run_b}/end", seg(targets[1])),
+        json!({"outcome": "error"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
     let answers: Vec<Value> = waiters
         .into_iter()
         .map(|w| {
@@ -235,7 +240,8 @@ fn reply_waiters_get_the_reply_and_those_over_the_cap_are_refused() {
     assert_eq!(answers[0]["status"], "ok", "{}", answers[0]);
     assert_eq!(answers[0]["reply"], "pong from a");
     assert_eq!(answers[0]["runId"], run_a.as_str());
-    assert_eq!(answers[1]["reply"], "pong from b");
+    assert_eq!(answers[1]["status"], "error", "{}", answers[1]);
+    assert_eq!(answers[1]["error"], "target run ended with outcome error");
     assert_eq!(s.metric("aware_reply_waiters "), Some(0.0));
 }
 
