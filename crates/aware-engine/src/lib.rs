@@ -34,8 +34,10 @@ pub use wakes::{Wake, WakeReason};
 
 use aware_core::{AgentId, EventKind, RetentionPolicy};
 use aware_store::{Durability, SqliteStore, StoreError, StoreOptions, WriteTx};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use tokio::sync::Notify;
 use wakes::WakeHub;
 
 /// Engine configuration (the engine-relevant part of 03 §11).
@@ -74,6 +76,9 @@ pub(crate) struct Inner {
     pub(crate) prune_lock: Mutex<()>,
     /// Engine time of the last prune pass, for the interval timer.
     pub(crate) last_prune_at: Mutex<Option<i64>>,
+    /// Reply waiters by run id (`sessions_send` with a timeout), signalled after the commit that
+    /// recorded their reply or their run's end, so waiters never poll the database.
+    pub(crate) reply_waiters: Mutex<HashMap<String, Arc<Notify>>>,
 }
 
 /// A cheap, cloneable handle to the engine.
@@ -97,6 +102,8 @@ pub(crate) struct Effects {
     pub direct_wakes: Vec<Wake>,
     /// Watchers whose in-memory wake state must be dropped (deleted sessions).
     pub forget: Vec<String>,
+    /// Run ids that got an assistant turn or ended: their reply waiters are signalled.
+    pub replies: Vec<String>,
 }
 
 /// Context of one writer op: its "now" and its effects.
@@ -124,6 +131,7 @@ impl Engine {
                 wakes: WakeHub::new(window_ms),
                 prune_lock: Mutex::new(()),
                 last_prune_at: Mutex::new(None),
+                reply_waiters: Mutex::new(HashMap::new()),
                 config,
             }),
         })
@@ -207,6 +215,21 @@ impl Engine {
         Ok(self.inner.store.read(|r| r.count_pending())?)
     }
 
+    /// Registers a waiter for the reply to `run_id` (an assistant turn carrying it, or the end of
+    /// that run). Register before the first read: a reply committed in between leaves a permit,
+    /// so [`ReplyWatch::signalled`] returns at once and nothing is missed.
+    pub fn watch_reply(&self, run_id: &str) -> ReplyWatch {
+        let notify = Arc::new(Notify::new());
+        if let Ok(mut m) = self.inner.reply_waiters.lock() {
+            m.insert(run_id.to_string(), notify.clone());
+        }
+        ReplyWatch {
+            inner: self.inner.clone(),
+            run_id: run_id.to_string(),
+            notify,
+        }
+    }
+
     /// Stops the writer after its queue drained.
     pub fn close(&self) {
         self.inner.store.close();
@@ -281,6 +304,33 @@ impl Engine {
     }
 }
 
+/// A registered reply waiter; dropping it unregisters it.
+pub struct ReplyWatch {
+    inner: Arc<Inner>,
+    run_id: String,
+    notify: Arc<Notify>,
+}
+
+impl ReplyWatch {
+    /// Resolves after a commit that may have recorded the reply (read the state again then).
+    pub async fn signalled(&self) {
+        self.notify.notified().await
+    }
+}
+
+impl Drop for ReplyWatch {
+    fn drop(&mut self) {
+        if let Ok(mut m) = self.inner.reply_waiters.lock() {
+            // Only our own registration: run ids are fresh per send, but stay exact anyway.
+            if m.get(&self.run_id)
+                .is_some_and(|n| Arc::ptr_eq(n, &self.notify))
+            {
+                m.remove(&self.run_id);
+            }
+        }
+    }
+}
+
 fn unwrap_rejected(e: StoreError) -> EngineError {
     match e {
         StoreError::Rejected(inner) => match inner.downcast::<EngineError>() {
@@ -303,6 +353,15 @@ fn apply_effects(inner: &Arc<Inner>, effects: Effects, now: i64) {
     EngineMetrics::inc(&m.notices_acked, effects.acked);
     for watcher in &effects.forget {
         inner.wakes.forget(watcher);
+    }
+    if !effects.replies.is_empty() {
+        if let Ok(m) = inner.reply_waiters.lock() {
+            for run_id in &effects.replies {
+                if let Some(n) = m.get(run_id) {
+                    n.notify_one();
+                }
+            }
+        }
     }
     for watcher in effects.state_wakes {
         request_state_wake(inner, &watcher, now);

@@ -376,6 +376,8 @@ pub struct Drain {
     pub notices: Vec<Notice>,
     pub pending_after: u64,
     pub prompt: String,
+    /// A limit left FIFO entries or notices out; they stay pending for the next drain.
+    pub has_more: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

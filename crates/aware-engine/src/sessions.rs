@@ -279,6 +279,52 @@ impl Engine {
         })?
     }
 
+    /// Turns with index > `after`, at most `limit` and at most about `max_bytes` of text (the
+    /// first turn always comes), plus whether more follow and whether the byte cap cut the page.
+    pub fn list_turns_capped(
+        &self,
+        s: &SessionRef,
+        after: Option<i64>,
+        limit: u32,
+        max_bytes: usize,
+    ) -> Result<(Vec<TurnRow>, bool, bool)> {
+        self.inner.store.read(|tx| {
+            Ok(load_session(tx, s).and_then(|_| {
+                let (mut turns, cut) = tx.turns_within(
+                    s.key.as_str(),
+                    s.agent.as_str(),
+                    after,
+                    limit.saturating_add(1),
+                    max_bytes,
+                )?;
+                let more = cut || turns.len() > limit as usize;
+                // Cut by bytes before the page was full (the peek row does not count).
+                let truncated = cut && turns.len() < limit as usize;
+                turns.truncate(limit as usize);
+                Ok((turns, more, truncated))
+            }))
+        })?
+    }
+
+    /// One snapshot for `sessions_history`: a page (see `ReadTx::turns_page`) and the number of
+    /// turns of the incarnation.
+    pub fn history_page(
+        &self,
+        s: &SessionRef,
+        from: Option<i64>,
+        include_tools: bool,
+        limit: u32,
+        max_chars: u32,
+    ) -> Result<(Vec<TurnRow>, i64)> {
+        self.inner.store.read(|tx| {
+            Ok(load_session(tx, s).and_then(|_| {
+                let (k, a) = (s.key.as_str(), s.agent.as_str());
+                let page = tx.turns_page(k, a, from, include_tools, limit, max_chars)?;
+                Ok((page, tx.turn_count(k, a)?))
+            }))
+        })?
+    }
+
     /// Sets the goal (03 §4.4).
     pub fn set_goal(
         &self,
@@ -778,6 +824,11 @@ fn post_turn_in(
         idempotency_key: turn.idempotency_key,
     };
     tx.insert_turn(&row.key, &row.agent_id, &stored)?;
+    if turn.role == Role::Assistant {
+        if let Some(r) = &turn.run_id {
+            ctx.effects.replies.push(r.clone());
+        }
+    }
     row.updated_at = ctx.now;
     tx.update_session(&row)?;
     let mut event = None;
@@ -920,5 +971,6 @@ fn end_run_in(
     }
     run.event_sequence = event.as_ref().map(|e| e.sequence);
     tx.update_run(&run)?;
+    ctx.effects.replies.push(run_id.to_string());
     Ok(RunEnd { run, event })
 }

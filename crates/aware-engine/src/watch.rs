@@ -43,19 +43,38 @@ pub(crate) fn register_in(
     Ok(row)
 }
 
-fn pending_snapshot(
-    tx: &dyn ReadTx,
-    s: &SessionRef,
-) -> Result<(Vec<aware_store::SystemEventRow>, Vec<CursorRow>)> {
+/// The first `limit` items of the drain answer in its order (FIFO entries by id, then notices
+/// by notified sequence, target key, target agent), and whether more items follow.
+type Snapshot = (Vec<aware_store::SystemEventRow>, Vec<CursorRow>, bool);
+
+fn pending_snapshot(tx: &dyn ReadTx, s: &SessionRef, limit: Option<u32>) -> Result<Snapshot> {
     load_session(tx, s)?;
-    let fifo = tx.system_events(s.key.as_str(), s.agent.as_str())?;
-    // A bare session never watches, so it never has notices.
-    let pending = if s.key.is_agent_qualified() {
-        tx.pending_by_watcher(s.key.as_str())?
+    let (key, agent) = (s.key.as_str(), s.agent.as_str());
+    let Some(limit) = limit else {
+        let fifo = tx.system_events(key, agent)?;
+        // A bare session never watches, so it never has notices.
+        let pending = if s.key.is_agent_qualified() {
+            tx.pending_by_watcher(key)?
+        } else {
+            Vec::new()
+        };
+        return Ok((fifo, pending, false));
+    };
+    // One row past the limit tells whether more follow, without loading the rest.
+    let mut fifo = tx.system_events_limit(key, agent, limit.saturating_add(1))?;
+    if fifo.len() > limit as usize {
+        fifo.truncate(limit as usize);
+        return Ok((fifo, Vec::new(), true));
+    }
+    let room = limit - fifo.len() as u32;
+    let mut pending = if s.key.is_agent_qualified() {
+        tx.pending_by_watcher_limit(key, room.saturating_add(1))?
     } else {
         Vec::new()
     };
-    Ok((fifo, pending))
+    let more = pending.len() > room as usize;
+    pending.truncate(room as usize);
+    Ok((fifo, pending, more))
 }
 
 fn build_drain(
@@ -63,6 +82,7 @@ fn build_drain(
     fifo: Vec<aware_store::SystemEventRow>,
     notices: Vec<Notice>,
     pending_after: u64,
+    has_more: bool,
 ) -> Drain {
     let prompt = render_prompt(
         fifo.iter()
@@ -76,6 +96,7 @@ fn build_drain(
         notices,
         pending_after,
         prompt,
+        has_more,
     }
 }
 
@@ -141,9 +162,16 @@ impl Engine {
 
     /// Drain (02 §9): returns the FIFO and pending notices and acks them in the same op.
     pub fn drain(&self, s: &SessionRef) -> Result<Drain> {
+        self.drain_up_to(s, None)
+    }
+
+    /// Drain of at most `limit` items, in the answer's order (FIFO entries, then notices). Only
+    /// the returned items are deleted or acked; the rest stay pending, exactly as they were, for
+    /// the next drain.
+    pub fn drain_up_to(&self, s: &SessionRef, limit: Option<u32>) -> Result<Drain> {
         let s2 = s.clone();
         self.write(move |tx, ctx| {
-            let (fifo, pending) = pending_snapshot(tx, &s2)?;
+            let (fifo, pending, more) = pending_snapshot(tx, &s2, limit)?;
             let ids: Vec<i64> = fifo.iter().map(|e| e.id).collect();
             tx.fifo_delete(s2.key.as_str(), s2.agent.as_str(), &ids)?;
             let notices: Vec<Notice> = pending.iter().map(Notice::from_cursor).collect();
@@ -153,17 +181,22 @@ impl Engine {
                     follow_ups += 1;
                 }
             }
-            Ok(build_drain(&s2, fifo, notices, follow_ups))
+            Ok(build_drain(&s2, fifo, notices, follow_ups, more))
         })
     }
 
     /// Peek (02 §9): the drain answer without writing anything.
     pub fn peek(&self, s: &SessionRef) -> Result<Drain> {
+        self.peek_up_to(s, None)
+    }
+
+    /// Peek at the items a `drain_up_to` with the same limit would return now.
+    pub fn peek_up_to(&self, s: &SessionRef, limit: Option<u32>) -> Result<Drain> {
         self.inner.store.read(|tx| {
-            Ok(pending_snapshot(tx, s).map(|(fifo, pending)| {
+            Ok(pending_snapshot(tx, s, limit).map(|(fifo, pending, more)| {
                 let notices: Vec<Notice> = pending.iter().map(Notice::from_cursor).collect();
                 let n = notices.len() as u64;
-                build_drain(s, fifo, notices, n)
+                build_drain(s, fifo, notices, n, more)
             }))
         })?
     }

@@ -62,6 +62,7 @@ pub(crate) async fn handle(req: Req, what: &str) -> ApiResult<Response> {
             let fail_for = b.opt_str("failAppendsFor")?;
             let fail_reads = b.opt_bool("failReads")?;
             let fail_links = b.opt_bool("failLinkSettles")?;
+            let stall_writer = b.opt_bool("stallWriter")?;
             b.finish()?;
             let f = engine.store().faults();
             f.clear();
@@ -73,6 +74,7 @@ pub(crate) async fn handle(req: Req, what: &str) -> ApiResult<Response> {
             );
             f.set_fail_reads(fail_reads.unwrap_or(false));
             f.set_fail_link_settles(fail_links.unwrap_or(false));
+            f.set_stall_writer(stall_writer.unwrap_or(false));
             ok(json!({}))
         }
         "events" => {

@@ -32,6 +32,33 @@ struct FileConfig {
     monitor: Option<FileMonitor>,
     claude: Option<FileClaude>,
     nodes: Option<Vec<FileNode>>,
+    limits: Option<FileLimits>,
+}
+
+/// `[limits]`: bounds that keep slow callers and a stuck store from stalling the gateway.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FileLimits {
+    max_reply_waiters: Option<usize>,
+    health_deadline_ms: Option<u64>,
+}
+
+/// `[limits]` resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// `sessions_send` calls waiting for a reply at once; more are refused with 429.
+    pub max_reply_waiters: usize,
+    /// How long `/health` waits for its writer and reader probes before answering 503.
+    pub health_deadline_ms: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_reply_waiters: 256,
+            health_deadline_ms: 2000,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Default)]
@@ -119,6 +146,9 @@ struct FileWebhook {
     secret: Option<String>,
     timeout_ms: Option<u64>,
     max_attempts: Option<u32>,
+    connect_timeout_ms: Option<u64>,
+    max_in_flight: Option<usize>,
+    max_queued: Option<usize>,
 }
 
 /// A per-agent wake webhook (02 §10).
@@ -128,6 +158,12 @@ pub struct Webhook {
     pub secret: Option<String>,
     pub timeout_ms: u64,
     pub max_attempts: u32,
+    /// Deadline of the TCP connect of one attempt.
+    pub connect_timeout_ms: u64,
+    /// Deliveries of this agent running at once; further wakes wait in a queue.
+    pub max_in_flight: usize,
+    /// Sessions with a waiting wake (one each, the newest); beyond this, wakes are dropped.
+    pub max_queued: usize,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -156,6 +192,7 @@ pub struct GatewayConfig {
     /// `[claude] root`; `None` when the local provider is disabled.
     pub claude_root: Option<PathBuf>,
     pub nodes: Vec<NodeSettings>,
+    pub limits: Limits,
 }
 
 /// Flags of `aware serve` that override the file.
@@ -206,6 +243,7 @@ impl GatewayConfig {
             monitor: MonitorSettings::default(),
             claude_root: Some(default_claude_root()),
             nodes: Vec::new(),
+            limits: Limits::default(),
         }
     }
 
@@ -293,6 +331,9 @@ impl GatewayConfig {
                     secret: h.secret,
                     timeout_ms: h.timeout_ms.unwrap_or(5000),
                     max_attempts: h.max_attempts.unwrap_or(5).max(1),
+                    connect_timeout_ms: h.connect_timeout_ms.unwrap_or(2000).max(1),
+                    max_in_flight: h.max_in_flight.unwrap_or(4).max(1),
+                    max_queued: h.max_queued.unwrap_or(1000),
                 });
             }
             c.agents.insert(agent.as_str().into(), policy);
@@ -342,6 +383,14 @@ impl GatewayConfig {
                 url: n.url,
                 token: n.token,
             });
+        }
+        if let Some(l) = &file.limits {
+            let d = &mut c.limits;
+            d.max_reply_waiters = l.max_reply_waiters.unwrap_or(d.max_reply_waiters);
+            d.health_deadline_ms = l.health_deadline_ms.unwrap_or(d.health_deadline_ms);
+            if d.health_deadline_ms == 0 {
+                return Err(bad("limits.health_deadline_ms must be at least 1"));
+            }
         }
         if o.test_clock {
             c.test_clock_start = Some(o.test_clock_start.unwrap_or_else(wall_ms));

@@ -9,6 +9,7 @@ mod body;
 mod catalog;
 pub mod config;
 mod error;
+mod health;
 mod metrics;
 mod node_server;
 mod routes;

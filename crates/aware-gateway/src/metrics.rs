@@ -252,6 +252,43 @@ pub(crate) async fn render(state: &Shared) -> ApiResult<Response> {
             );
         }
     }
+    // Outside I/O bounds (issue 9): webhook lanes and reply waiters.
+    let wh = &state.webhooks;
+    for (name, help, kind, value) in [
+        (
+            "aware_wake_webhook_in_flight",
+            "Webhook deliveries running now.",
+            "gauge",
+            g(&wh.in_flight),
+        ),
+        (
+            "aware_wake_webhook_queued",
+            "Wakes waiting for a webhook slot (one per session).",
+            "gauge",
+            g(&wh.queued),
+        ),
+        (
+            "aware_wake_webhook_coalesced_total",
+            "Waiting webhook wakes replaced by a newer one for the same session.",
+            "counter",
+            g(&wh.coalesced),
+        ),
+        (
+            "aware_wake_webhook_dropped_total",
+            "Webhook wakes dropped because the agent's queue was full.",
+            "counter",
+            g(&wh.dropped),
+        ),
+        (
+            "aware_reply_waiters",
+            "sessions_send calls waiting for a reply now.",
+            "gauge",
+            state.reply_waiters.load(Ordering::Relaxed) as u64,
+        ),
+    ] {
+        line(&mut o, name, help, kind);
+        let _ = writeln!(o, "{name} {value}");
+    }
     Ok((
         StatusCode::OK,
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],

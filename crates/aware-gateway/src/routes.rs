@@ -189,7 +189,7 @@ async fn path_session(
 
 pub(crate) async fn handle(req: Req, s: &[&str], route: &'static str) -> ApiResult<Response> {
     match route {
-        "/health" => return health(&req),
+        "/health" => return health(&req).await,
         "/metrics" => {
             req.state.engine()?;
             return metrics::render(&req.state).await;
@@ -263,8 +263,11 @@ pub(crate) async fn handle(req: Req, s: &[&str], route: &'static str) -> ApiResu
                 )?
                 .unwrap_or(100) as u32;
             q.finish()?;
-            let (turns, more) = run!(move |e: Engine| e.list_turns(&t, after, limit));
-            ok(json!({"turns": turns.iter().map(wire::turn).collect::<Vec<_>>(), "hasMore": more}))
+            let (turns, more, truncated) =
+                run!(move |e: Engine| e.list_turns_capped(&t, after, limit, MAX_TURNS_PAGE_BYTES));
+            ok(
+                json!({"turns": turns.iter().map(wire::turn).collect::<Vec<_>>(), "hasMore": more, "truncated": truncated}),
+            )
         }
         ("/v1/sessions/{key}/turns", _) => {
             q.finish()?;
@@ -280,14 +283,24 @@ pub(crate) async fn handle(req: Req, s: &[&str], route: &'static str) -> ApiResu
             created(body)
         }
         ("/v1/sessions/{key}/drain", _) => {
+            let in_query = drain_limit_query(&mut q)?;
             q.finish()?;
-            Obj::parse(&req.body, true)?.finish()?;
-            let d = run!(move |e: Engine| e.drain(&t));
+            let mut b = Obj::parse(&req.body, true)?;
+            let in_body = b.opt_int("limit", 1..=MAX_DRAIN_LIMIT, DRAIN_LIMIT_MSG)?;
+            b.finish()?;
+            if in_query.is_some() && in_body.is_some() {
+                return Err(ApiError::invalid(
+                    "give limit in the query or in the body, not both",
+                ));
+            }
+            let limit = in_query.or(in_body).unwrap_or(DEFAULT_DRAIN_LIMIT) as u32;
+            let d = run!(move |e: Engine| e.drain_up_to(&t, Some(limit)));
             ok(wire::drain(&d))
         }
         ("/v1/sessions/{key}/pending", _) => {
+            let limit = drain_limit_query(&mut q)?.unwrap_or(DEFAULT_DRAIN_LIMIT) as u32;
             q.finish()?;
-            let d = run!(move |e: Engine| e.peek(&t));
+            let d = run!(move |e: Engine| e.peek_up_to(&t, Some(limit)));
             ok(wire::drain(&d))
         }
         ("/v1/sessions/{key}/ack", _) => {
@@ -440,17 +453,38 @@ pub(crate) async fn handle(req: Req, s: &[&str], route: &'static str) -> ApiResu
     }
 }
 
-fn health(req: &Req) -> ApiResult<Response> {
-    let body = match req.state.phase.read().map(|p| p.clone()) {
-        Ok(crate::server::Phase::Ready(_)) => {
-            return ok(
-                json!({"status": "ok", "version": env!("CARGO_PKG_VERSION"), "durability": req.state.config.durability.as_str(), "now": req.state.now()}),
-            )
+async fn health(req: &Req) -> ApiResult<Response> {
+    // Cloned out first: the lock guard must not live across the probe's await.
+    let phase = req.state.phase.read().map(|p| p.clone()).ok();
+    let body = match phase {
+        Some(crate::server::Phase::Ready(engine)) => {
+            let deadline =
+                std::time::Duration::from_millis(req.state.config.limits.health_deadline_ms);
+            let stalled = req.state.health.stalled(&engine, deadline).await;
+            if stalled.is_empty() {
+                return ok(
+                    json!({"status": "ok", "version": env!("CARGO_PKG_VERSION"), "durability": req.state.config.durability.as_str(), "now": req.state.now()}),
+                );
+            }
+            tracing::warn!(event = "health_stalled", stalled = ?stalled, "a health probe did not answer in time");
+            json!({"status": "stalled", "stalled": stalled})
         }
-        Ok(crate::server::Phase::Starting) => json!({"status": "starting"}),
+        Some(crate::server::Phase::Starting) => json!({"status": "starting"}),
         _ => json!({"status": "unavailable"}),
     };
     Ok((StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response())
+}
+
+/// Turn texts per `GET …/turns` page: a page stops before passing it (issue 9: a long transcript
+/// must not become one huge answer); `truncated` then says so.
+const MAX_TURNS_PAGE_BYTES: usize = 4 << 20;
+/// Items per drain or peek unless `limit` says otherwise, and the largest `limit`.
+const DEFAULT_DRAIN_LIMIT: i64 = 1000;
+const MAX_DRAIN_LIMIT: i64 = 10_000;
+const DRAIN_LIMIT_MSG: &str = "limit must be an integer between 1 and 10000";
+
+fn drain_limit_query(q: &mut Query) -> ApiResult<Option<i64>> {
+    q.int("limit", 1..=MAX_DRAIN_LIMIT, DRAIN_LIMIT_MSG)
 }
 
 fn goal_json(g: &GoalChange) -> Value {

@@ -48,6 +48,12 @@ pub struct AppState {
     /// answer for the continues that waited on it. A std mutex held only to find the slot.
     pub(crate) adopt_locks:
         Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<Option<serde_json::Value>>>>>,
+    /// Per-agent webhook lanes (in-flight cap, waiting wakes).
+    pub(crate) webhooks: crate::wakes::WebhookLanes,
+    /// `sessions_send` calls waiting for a reply now (`[limits] max_reply_waiters`).
+    pub(crate) reply_waiters: std::sync::atomic::AtomicUsize,
+    /// Single-flight writer and reader probes of `/health`.
+    pub(crate) health: crate::health::HealthProbes,
 }
 
 pub type Shared = Arc<AppState>;
@@ -143,6 +149,9 @@ pub fn new_state(config: GatewayConfig) -> Shared {
         webhook_failures: AtomicU64::new(0),
         sse_delivered: AtomicU64::new(0),
         clock_lock: tokio::sync::Mutex::new(()),
+        webhooks: Default::default(),
+        reply_waiters: Default::default(),
+        health: Default::default(),
     })
 }
 

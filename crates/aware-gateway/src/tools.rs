@@ -11,7 +11,41 @@ use aware_store::SessionFilter;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// One of the `[limits] max_reply_waiters` slots of `sessions_send` waiters; freed on drop
+/// (also when the caller goes away mid-wait).
+struct WaiterSlot(crate::server::Shared);
+
+impl WaiterSlot {
+    fn take(req: &Req) -> ApiResult<Self> {
+        let max = req.state.config.limits.max_reply_waiters;
+        req.state
+            .reply_waiters
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .map_err(|_| {
+                ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "too_many_waiters",
+                    format!(
+                        "{max} sessions_send calls are already waiting for replies (the limit, \
+                         [limits] max_reply_waiters); nothing was sent: retry later, or send \
+                         with timeoutSeconds 0 and read the reply with sessions_history"
+                    ),
+                )
+            })?;
+        Ok(WaiterSlot(req.state.clone()))
+    }
+}
+
+impl Drop for WaiterSlot {
+    fn drop(&mut self) {
+        self.0.reply_waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 pub const TOOL_NAMES: [&str; 6] = [
     "sessions_send",
@@ -320,23 +354,17 @@ async fn sessions_history(
     b_finish(b)?;
     let e = engine.clone();
     let t2 = t.clone();
-    let (turns, _) = blocking(move || Ok(e.list_turns(&t2, None, u32::MAX - 1)?)).await?;
-    let total = turns.len();
-    let visible: Vec<_> = turns
-        .iter()
-        .filter(|x| include_tools || x.role != "tool")
-        .collect();
-    let (start, end) = match offset {
-        None => (visible.len().saturating_sub(limit), visible.len()),
-        Some(o) => {
-            let s = visible
-                .iter()
-                .position(|x| x.index >= o)
-                .unwrap_or(visible.len());
-            (s, (s + limit).min(visible.len()))
-        }
-    };
-    let mut page: Vec<Value> = visible[start..end]
+    // Paged in SQL with texts cut there: a long transcript is never loaded whole. From an
+    // offset, one row past the page says whether more follow.
+    let fetch = (if offset.is_some() { limit + 1 } else { limit }) as u32;
+    let (mut rows, total) = blocking(move || {
+        Ok(e.history_page(&t2, offset, include_tools, fetch, MAX_HISTORY_TEXT as u32)?)
+    })
+    .await?;
+    let has_more = rows.len() > limit;
+    rows.truncate(limit);
+    let next_offset = rows.last().map(|x| x.index + 1);
+    let mut page: Vec<Value> = rows
         .iter()
         .map(|x| {
             let text = if x.text.chars().count() > MAX_HISTORY_TEXT {
@@ -364,10 +392,9 @@ async fn sessions_history(
         page.remove(0);
         truncated = true;
     }
-    let has_more = end < visible.len();
     let mut out = json!({"sessionKey": t.key.as_str(), "agentId": t.agent.as_str(), "messages": page, "truncated": truncated, "hasMore": has_more});
-    if has_more {
-        out["nextOffset"] = (visible[end - 1].index + 1).into();
+    if let Some(next) = next_offset.filter(|_| has_more) {
+        out["nextOffset"] = next.into();
     }
     out["totalMessages"] = total.into();
     Ok(out)
@@ -468,12 +495,23 @@ async fn sessions_send(
         }
     };
     b_finish(b)?;
+    // Take a waiter slot before sending, so a refused call has sent nothing.
+    let _slot = if timeout > 0 {
+        Some(WaiterSlot::take(req)?)
+    } else {
+        None
+    };
     let (e, c, t, m) = (engine.clone(), caller.clone(), target_ref.clone(), message);
     let sent = blocking(move || Ok(e.send_dispatch(&c, &t, &m, watch == Some(true))?)).await?;
     let mut out =
         json!({"runId": sent.run_id, "status": "accepted", "sessionKey": target_ref.key.as_str()});
     if timeout > 0 {
-        let deadline = Instant::now() + Duration::from_secs(timeout as u64);
+        // Registered before the first read: the writer signals this run id after the commit
+        // that records its reply or its run's end, so the waiter reads only when something
+        // may have changed, plus once at the deadline.
+        let signal = engine.watch_reply(&sent.run_id);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout as u64);
+        let mut last_read = false;
         loop {
             let (e, t, r) = (engine.clone(), target_ref.clone(), sent.run_id.clone());
             match blocking(move || Ok(e.reply_state(&t, &r)?)).await? {
@@ -489,13 +527,20 @@ async fn sessions_send(
                     out["sentBeforeError"] = true.into();
                     break;
                 }
-                None if Instant::now() >= deadline => {
+                None if last_read => {
                     out["status"] = "timeout".into();
                     out["error"] = format!("no reply within {timeout} s").into();
                     out["sentBeforeError"] = true.into();
                     break;
                 }
-                None => tokio::time::sleep(Duration::from_millis(50)).await,
+                None => {
+                    if tokio::time::timeout_at(deadline, signal.signalled())
+                        .await
+                        .is_err()
+                    {
+                        last_read = true;
+                    }
+                }
             }
         }
     }

@@ -1,6 +1,7 @@
 //! Wake delivery (02 §10): the SSE stream `GET /v1/wakes` and per-agent webhooks.
 
 use crate::body::Query;
+use crate::config::Webhook;
 use crate::error::{ApiError, ApiResult};
 use crate::routes::{parse_agent, parse_key};
 use crate::server::{blocking, Shared};
@@ -10,8 +11,10 @@ use aware_engine::Wake;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
+use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 use tokio::sync::broadcast;
 use tokio_stream::wrappers::BroadcastStream;
@@ -118,7 +121,78 @@ pub(crate) async fn sse(
         .into_response())
 }
 
-/// Delivers every wake of an agent with a configured webhook, with the retry policy of 02 §10.
+/// Webhook delivery lanes, one per agent: at most `max_in_flight` deliveries run at once; further
+/// wakes wait, one per session (the newest replaces an older one still waiting: a wake only says
+/// "run a turn", so the latest keeps its meaning), and beyond `max_queued` sessions they are
+/// dropped. Either way the notices stay pending, so nothing is lost.
+#[derive(Default)]
+pub(crate) struct WebhookLanes {
+    /// A std mutex held only to pick the next wake, never across an await.
+    lanes: Mutex<HashMap<String, Lane>>,
+    pub(crate) in_flight: AtomicU64,
+    pub(crate) queued: AtomicU64,
+    pub(crate) coalesced: AtomicU64,
+    pub(crate) dropped: AtomicU64,
+}
+
+#[derive(Default)]
+struct Lane {
+    running: usize,
+    order: VecDeque<String>,
+    waiting: HashMap<String, Wake>,
+}
+
+impl WebhookLanes {
+    /// Starts the wake now when the agent has a free slot, else queues it.
+    fn offer(&self, hook: &Webhook, wake: Wake) -> Option<Wake> {
+        let Ok(mut lanes) = self.lanes.lock() else {
+            return None;
+        };
+        let lane = lanes.entry(wake.agent_id.clone()).or_default();
+        if lane.running < hook.max_in_flight {
+            lane.running += 1;
+            self.in_flight.fetch_add(1, Ordering::Relaxed);
+            return Some(wake);
+        }
+        let (agent, session) = (wake.agent_id.clone(), wake.session_key.clone());
+        if lane.waiting.contains_key(&session) {
+            lane.waiting.insert(session.clone(), wake);
+            self.coalesced.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(event = "wake_webhook_coalesced", agent = %agent, session = %session,
+                "webhook busy: the waiting wake for this session was replaced by a newer one");
+        } else if lane.waiting.len() >= hook.max_queued {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(event = "wake_webhook_dropped", agent = %agent, session = %session,
+                queued = lane.waiting.len(), "webhook queue full: wake dropped (the notice stays pending)");
+        } else {
+            lane.order.push_back(session.clone());
+            lane.waiting.insert(session, wake);
+            self.queued.fetch_add(1, Ordering::Relaxed);
+        }
+        None
+    }
+
+    /// The next waiting wake of the agent, or frees the slot when none waits.
+    fn next(&self, agent: &str) -> Option<Wake> {
+        let Ok(mut lanes) = self.lanes.lock() else {
+            return None;
+        };
+        let lane = lanes.get_mut(agent)?;
+        while let Some(session) = lane.order.pop_front() {
+            if let Some(w) = lane.waiting.remove(&session) {
+                self.queued.fetch_sub(1, Ordering::Relaxed);
+                return Some(w);
+            }
+        }
+        lane.running = lane.running.saturating_sub(1);
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        None
+    }
+}
+
+/// Delivers every wake of an agent with a configured webhook, with the retry policy of 02 §10,
+/// through the agent's lane. Deliveries are async (no blocking thread is held while a receiver
+/// hangs) and every attempt has a connect and a total deadline.
 pub(crate) fn spawn_webhooks(state: Shared, mut rx: broadcast::Receiver<Wake>) {
     if state.config.agents.values().all(|a| a.webhook.is_none()) {
         return;
@@ -145,54 +219,129 @@ pub(crate) fn spawn_webhooks(state: Shared, mut rx: broadcast::Receiver<Wake>) {
             else {
                 continue;
             };
-            let st = state.clone();
-            tokio::spawn(async move { deliver(st, hook, wake).await });
+            if let Some(first) = state.webhooks.offer(&hook, wake) {
+                let st = state.clone();
+                tokio::spawn(async move {
+                    let agent = first.agent_id.clone();
+                    let mut wake = first;
+                    loop {
+                        deliver(&st, &hook, &wake).await;
+                        match st.webhooks.next(&agent) {
+                            Some(w) => wake = w,
+                            None => break,
+                        }
+                    }
+                });
+            }
         }
     });
 }
 
-async fn deliver(state: Shared, hook: crate::config::Webhook, wake: Wake) {
-    let body = wire::wake(&wake).to_string();
+/// Why one attempt failed: a status to judge, or a transport error (retried).
+enum AttemptError {
+    Status(u16),
+    Transport(String),
+}
+
+/// One POST of `body` to the webhook, within the connect deadline and the attempt's deadline.
+async fn attempt(hook: &Webhook, body: &str) -> Result<(), AttemptError> {
+    use axum::http::{header, Request};
+    let t = |m: String| AttemptError::Transport(m);
+    let uri: axum::http::Uri = hook
+        .url
+        .parse()
+        .map_err(|e| t(format!("bad webhook URL: {e}")))?;
+    if uri.scheme_str() != Some("http") {
+        return Err(t(
+            "only http:// webhook URLs can be delivered (no TLS client is built in)".into(),
+        ));
+    }
+    let host = uri
+        .host()
+        .ok_or_else(|| t("webhook URL has no host".into()))?
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    let port = uri.port_u16().unwrap_or(80);
+    let authority = uri
+        .authority()
+        .map(|a| a.as_str().to_string())
+        .unwrap_or_default();
+    let path = uri
+        .path_and_query()
+        .map_or("/".to_string(), |p| p.as_str().to_string());
+    let connect = tokio::time::timeout(
+        Duration::from_millis(hook.connect_timeout_ms),
+        tokio::net::TcpStream::connect((host.as_str(), port)),
+    );
+    let exchange = async {
+        let stream = match connect.await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return Err(t(format!("connect: {e}"))),
+            Err(_) => return Err(t("connect timed out".into())),
+        };
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .map_err(|e| t(format!("handshake: {e}")))?;
+        let mut req = Request::post(path)
+            .header(header::HOST, authority)
+            .header(header::CONTENT_TYPE, "application/json");
+        if let Some(secret) = &hook.secret {
+            req = req.header(header::AUTHORIZATION, format!("Bearer {secret}"));
+        }
+        let req = req
+            .body(http_body_util::Full::new(axum::body::Bytes::from(
+                body.to_string(),
+            )))
+            .map_err(|e| t(format!("request: {e}")))?;
+        // The connection future drives the socket. A receiver that answers and closes
+        // (`Connection: close`) may end it before the response is taken: the response (or the
+        // error) is then already waiting in `send`. Dropping both closes the socket.
+        let mut conn = std::pin::pin!(conn);
+        let mut send = std::pin::pin!(sender.send_request(req));
+        let response = tokio::select! {
+            biased;
+            r = &mut send => r,
+            _ = &mut conn => send.await,
+        };
+        let status = response.map_err(|e| t(format!("request: {e}")))?.status();
+        if status.is_success() {
+            Ok(())
+        } else {
+            Err(AttemptError::Status(status.as_u16()))
+        }
+    };
+    match tokio::time::timeout(Duration::from_millis(hook.timeout_ms), exchange).await {
+        Ok(r) => r,
+        Err(_) => Err(t(format!("no answer within {} ms", hook.timeout_ms))),
+    }
+}
+
+async fn deliver(state: &Shared, hook: &Webhook, wake: &Wake) {
+    let body = wire::wake(wake).to_string();
     let backoff = [1u64, 2, 4, 8];
-    for attempt in 0..hook.max_attempts {
-        let (url, secret, timeout, b) = (
-            hook.url.clone(),
-            hook.secret.clone(),
-            hook.timeout_ms,
-            body.clone(),
-        );
-        let outcome = tokio::task::spawn_blocking(move || {
-            let agent = ureq::AgentBuilder::new()
-                .timeout(Duration::from_millis(timeout))
-                .build();
-            let mut r = agent.post(&url).set("Content-Type", "application/json");
-            if let Some(s) = &secret {
-                r = r.set("Authorization", &format!("Bearer {s}"));
-            }
-            match r.send_string(&b) {
-                Ok(_) => Ok(()),
-                Err(ureq::Error::Status(code, _)) => Err(Some(code)),
-                Err(_) => Err(None),
-            }
-        })
-        .await
-        .unwrap_or(Err(None));
-        match outcome {
+    for attempt_no in 0..hook.max_attempts {
+        match attempt(hook, &body).await {
             Ok(()) => {
                 state.webhook_delivered.fetch_add(1, Ordering::Relaxed);
                 return;
             }
-            Err(Some(code)) if code != 429 && code < 500 => {
+            Err(AttemptError::Status(code)) if code != 429 && code < 500 => {
                 tracing::warn!(event = "wake_webhook_failed", status = code, session = %wake.session_key, "webhook refused the wake");
                 state.webhook_failures.fetch_add(1, Ordering::Relaxed);
                 return;
             }
-            Err(code) => {
-                if attempt + 1 < hook.max_attempts {
-                    let wait = backoff.get(attempt as usize).copied().unwrap_or(8);
+            Err(e) => {
+                if attempt_no + 1 < hook.max_attempts {
+                    let wait = backoff.get(attempt_no as usize).copied().unwrap_or(8);
                     tokio::time::sleep(Duration::from_secs(wait)).await;
                 } else {
-                    tracing::warn!(event = "wake_webhook_failed", status = ?code, attempts = hook.max_attempts, session = %wake.session_key,
+                    let (status, error) = match e {
+                        AttemptError::Status(c) => (Some(c), String::new()),
+                        AttemptError::Transport(m) => (None, m),
+                    };
+                    tracing::warn!(event = "wake_webhook_failed", status = ?status, error = %error, attempts = hook.max_attempts, session = %wake.session_key,
                         "webhook delivery failed; the notice stays pending");
                     state.webhook_failures.fetch_add(1, Ordering::Relaxed);
                 }

@@ -150,12 +150,17 @@ pub fn system_event(e: &SystemEventRow) -> Value {
 }
 
 pub fn drain(d: &Drain) -> Value {
-    json!({
+    let mut v = json!({
         "sessionKey": d.session_key, "agentId": d.agent_id,
         "systemEvents": d.system_events.iter().map(system_event).collect::<Vec<_>>(),
         "notices": d.notices.iter().map(notice).collect::<Vec<_>>(),
         "pendingAfter": d.pending_after, "prompt": d.prompt,
-    })
+    });
+    // Only when a limit left items out, so answers without one keep their shape.
+    if d.has_more {
+        v["hasMore"] = true.into();
+    }
+    v
 }
 
 pub fn wake(w: &Wake) -> Value {

@@ -12,6 +12,9 @@ pub struct FaultPlan {
     fail_reads: AtomicBool,
     fail_link_settles: AtomicBool,
     fail_commits: AtomicU32,
+    /// The writer holds its next batch until this is cleared (a stuck disk or lock, for the
+    /// `/health` probe).
+    stall_writer: AtomicBool,
     /// Statements the writer runs on its own connection before its next batch (the test seams
     /// `SqliteStore::set_max_page_count` and `SqliteStore::set_writer_query_only`).
     writer_pragmas: Mutex<Vec<String>>,
@@ -36,7 +39,14 @@ impl FaultPlan {
     pub fn fail_next_commits(&self, n: u32) {
         self.fail_commits.store(n, Ordering::SeqCst);
     }
+    pub fn set_stall_writer(&self, on: bool) {
+        self.stall_writer.store(on, Ordering::SeqCst);
+    }
+    pub(crate) fn writer_stalled(&self) -> bool {
+        self.stall_writer.load(Ordering::SeqCst)
+    }
     pub fn clear(&self) {
+        self.set_stall_writer(false);
         self.set_fail_appends(false);
         self.set_fail_appends_for(None);
         self.set_fail_reads(false);

@@ -336,6 +336,9 @@ fn writer_loop(
     metrics: &StoreMetrics,
 ) {
     while let Ok(first) = rx.recv() {
+        while faults.writer_stalled() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         for sql in faults.take_writer_pragmas() {
             let applied = conn
                 .prepare(&sql)
@@ -1084,6 +1087,103 @@ impl ReadTx for SqlTx<'_> {
             )?
             .unwrap_or(0);
         Ok(n.max(0) as u64)
+    }
+
+    fn system_events_limit(
+        &self,
+        key: &str,
+        agent: &str,
+        limit: u32,
+    ) -> Result<Vec<SystemEventRow>> {
+        self.query_vec(
+            "SELECT id, text, context_key, enqueued_at FROM session_system_events \
+             WHERE session_key = ?1 AND agent_id = ?2 ORDER BY id LIMIT ?3",
+            &[&key, &agent, &i64::from(limit)],
+            |r| {
+                Ok(SystemEventRow {
+                    id: r.get(0)?,
+                    text: r.get(1)?,
+                    context_key: r.get(2)?,
+                    enqueued_at: r.get(3)?,
+                })
+            },
+        )
+    }
+
+    fn pending_by_watcher_limit(&self, watcher: &str, limit: u32) -> Result<Vec<CursorRow>> {
+        self.query_vec(
+            &format!(
+                "SELECT {CURSOR_COLS} FROM session_watch_cursors WHERE watcher_session_key = ?1 \
+                 AND muted = 0 AND notified_sequence > last_seen_sequence \
+                 ORDER BY notified_sequence, target_session_key, target_agent_id LIMIT ?2"
+            ),
+            &[&watcher, &i64::from(limit)],
+            cursor_from_row,
+        )
+    }
+
+    fn turns_within(
+        &self,
+        key: &str,
+        agent: &str,
+        after: Option<i64>,
+        limit: u32,
+        max_bytes: usize,
+    ) -> Result<(Vec<TurnRow>, bool)> {
+        self.live()?;
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {TURN_COLS} FROM turns WHERE session_key = ?1 AND agent_id = ?2 AND idx > ?3 \
+             ORDER BY idx LIMIT ?4"
+        ))?;
+        let params: [&dyn ToSql; 4] = [&key, &agent, &after.unwrap_or(-1), &i64::from(limit)];
+        let mut rows = stmt.query(&params[..])?;
+        let (mut out, mut used) = (Vec::new(), 0usize);
+        while let Some(row) = rows.next()? {
+            let turn = turn_from_row(row)?;
+            let size = turn.text.len() + turn.upstream_text.as_ref().map_or(0, String::len);
+            if !out.is_empty() && used.saturating_add(size) > max_bytes {
+                return Ok((out, true));
+            }
+            used = used.saturating_add(size);
+            out.push(turn);
+        }
+        Ok((out, false))
+    }
+
+    fn turns_page(
+        &self,
+        key: &str,
+        agent: &str,
+        from: Option<i64>,
+        include_tools: bool,
+        limit: u32,
+        max_chars: u32,
+    ) -> Result<Vec<TurnRow>> {
+        // TURN_COLS with both texts cut in SQL, so a long transcript never loads in full.
+        const CUT_COLS: &str = "id, idx, role, substr(text, 1, ?4), at, actor_type, actor_id, \
+             provenance_json, channel, run_id, origin, substr(upstream_text, 1, ?4), idempotency_key";
+        let cut = i64::from(max_chars) + 1;
+        let filter = "session_key = ?1 AND agent_id = ?2 AND (?3 OR role <> 'tool')";
+        match from {
+            Some(from) => self.query_vec(
+                &format!(
+                    "SELECT {CUT_COLS} FROM turns WHERE {filter} AND idx >= ?5 ORDER BY idx LIMIT ?6"
+                ),
+                &[&key, &agent, &include_tools, &cut, &from, &i64::from(limit)],
+                turn_from_row,
+            ),
+            None => {
+                let mut rows = self.query_vec(
+                    &format!(
+                        "SELECT {CUT_COLS} FROM turns WHERE {filter} ORDER BY idx DESC LIMIT ?5"
+                    ),
+                    &[&key, &agent, &include_tools, &cut, &i64::from(limit)],
+                    turn_from_row,
+                )?;
+                rows.reverse();
+                Ok(rows)
+            }
+        }
     }
 
     fn system_events(&self, key: &str, agent: &str) -> Result<Vec<SystemEventRow>> {

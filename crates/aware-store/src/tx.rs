@@ -46,6 +46,38 @@ pub trait ReadTx {
     fn count_pending(&self) -> Result<u64>;
 
     fn system_events(&self, key: &str, agent: &str) -> Result<Vec<SystemEventRow>>;
+    /// The first `limit` FIFO entries (ascending id).
+    fn system_events_limit(
+        &self,
+        key: &str,
+        agent: &str,
+        limit: u32,
+    ) -> Result<Vec<SystemEventRow>>;
+    /// The first `limit` pending cursors of a watcher, in `pending_by_watcher` order.
+    fn pending_by_watcher_limit(&self, watcher: &str, limit: u32) -> Result<Vec<CursorRow>>;
+    /// Turns with `index > after`, ascending, at most `limit`, stopping before the texts
+    /// (`text` plus `upstream_text`) would pass `max_bytes`; the first turn always comes. The
+    /// flag says the byte budget cut the page. Rows past the budget are never loaded.
+    fn turns_within(
+        &self,
+        key: &str,
+        agent: &str,
+        after: Option<i64>,
+        limit: u32,
+        max_bytes: usize,
+    ) -> Result<(Vec<TurnRow>, bool)>;
+    /// A page for reading a transcript: from index `from` on (ascending) or, without `from`, the
+    /// newest `limit` (returned ascending); `tool` turns only with `include_tools`; texts cut in
+    /// SQL to `max_chars + 1` characters, so a caller can tell a text was longer.
+    fn turns_page(
+        &self,
+        key: &str,
+        agent: &str,
+        from: Option<i64>,
+        include_tools: bool,
+        limit: u32,
+        max_chars: u32,
+    ) -> Result<Vec<TurnRow>>;
 
     /// Turns with `index > after` (all when `None`), ascending, at most `limit`.
     fn turns(&self, key: &str, agent: &str, after: Option<i64>, limit: u32)

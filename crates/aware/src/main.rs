@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 
 mod bench;
 mod bench_http;
+mod bench_stall;
 mod client;
 mod demo;
 mod hook;
@@ -171,6 +172,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Gateway benchmarks.
     BenchHttp(bench_http::HttpBenchArgs),
+    /// GET latency and thread count under a hanging webhook, a hanging node and idle sockets.
+    BenchStall(bench_stall::StallBenchArgs),
 }
 
 fn put(v: &mut Value, k: &str, x: Option<impl Into<Value>>) {
@@ -438,6 +441,7 @@ fn client_command(c: &Client, cmd: Command) -> client::CliResult<()> {
         | Command::Demo(_)
         | Command::Bench(_)
         | Command::BenchHttp(_)
+        | Command::BenchStall(_)
         | Command::Mcp(_)
         | Command::Hook(_)
         | Command::Node { .. } => {}
@@ -496,6 +500,10 @@ fn main() {
         Command::BenchHttp(args) => {
             init_quiet_logs();
             bench_http::run(args)
+        }
+        Command::BenchStall(args) => {
+            init_quiet_logs();
+            bench_stall::run(args)
         }
         cmd => {
             let c = Client {
