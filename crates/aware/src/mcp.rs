@@ -155,7 +155,7 @@ pub fn run(args: McpArgs, outer: &Conn) -> Result<()> {
         .context("cannot start the async runtime")?;
     let result = rt.block_on(async move {
         let running = server
-            .serve(rmcp::transport::stdio())
+            .serve(checked_stdio())
             .await
             .context("MCP handshake failed")?;
         running.waiting().await.context("MCP server task failed")?;
@@ -164,6 +164,107 @@ pub fn run(args: McpArgs, outer: &Conn) -> Result<()> {
     // A tool call still waiting on the gateway must not keep a closed server alive.
     rt.shutdown_timeout(Duration::from_secs(1));
     result
+}
+
+/// Stdio for rmcp with the JSON-RPC checks it leaves out: rmcp drops a line that is not JSON
+/// (or not a JSON-RPC message) without an answer, so the client waits for ever. Here such a line
+/// gets the error JSON-RPC 2.0 prescribes (-32700 parse error, -32600 invalid request, id null
+/// when none can be read) and the server goes on. rmcp's output and these errors share one
+/// writer so that lines never interleave.
+fn checked_stdio() -> (tokio::io::DuplexStream, tokio::io::DuplexStream) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let (rmcp_in, mut feed) = tokio::io::duplex(1 << 20);
+    let (rmcp_out, from_rmcp) = tokio::io::duplex(1 << 20);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let errors = tx.clone();
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(from_rmcp).lines();
+        while let Ok(Some(l)) = lines.next_line().await {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    tokio::spawn(async move {
+        let mut stdout = tokio::io::stdout();
+        while let Some(l) = rx.recv().await {
+            if stdout.write_all(l.as_bytes()).await.is_err()
+                || stdout.write_all(b"\n").await.is_err()
+                || stdout.flush().await.is_err()
+            {
+                break;
+            }
+        }
+    });
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.trim().is_empty() {
+                continue;
+            }
+            match check_message(&line) {
+                Ok(()) => {
+                    if feed.write_all(line.as_bytes()).await.is_err()
+                        || feed.write_all(b"\n").await.is_err()
+                    {
+                        break;
+                    }
+                }
+                Err(error) => {
+                    let _ = errors.send(error.to_string());
+                }
+            }
+        }
+        // End of stdin ends the server.
+        let _ = feed.shutdown().await;
+    });
+    (rmcp_in, rmcp_out)
+}
+
+/// `Err(answer)` for a line that is not JSON or not a JSON-RPC 2.0 message.
+fn check_message(line: &str) -> Result<(), Value> {
+    let err = |id: Value, code: i64, message: String| serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
+    let v: Value = serde_json::from_str(line)
+        .map_err(|e| err(Value::Null, -32700, format!("Parse error: {e}")))?;
+    let ok = |m: &Value| {
+        m.get("jsonrpc") == Some(&Value::from("2.0"))
+            && (m.get("method").is_some_and(Value::is_string)
+                || m.get("result").is_some()
+                || m.get("error").is_some())
+    };
+    let valid = match &v {
+        Value::Object(_) => ok(&v),
+        // Batches were removed from MCP in 2025-06-18; rmcp still reads them.
+        Value::Array(items) => !items.is_empty() && items.iter().all(ok),
+        _ => false,
+    };
+    let id = v.get("id").cloned().unwrap_or(Value::Null);
+    if valid {
+        // rmcp answers params it cannot decode with -32601 (method not found); for the one
+        // method whose params carry user input, the right code is -32602.
+        if v["method"] == "tools/call" {
+            let p = &v["params"];
+            let bad = if !p.is_object() {
+                Some("params must be an object with name and arguments")
+            } else if !p["name"].is_string() {
+                Some("params.name must be a string naming the tool")
+            } else if !(p["arguments"].is_null() || p["arguments"].is_object()) {
+                Some("params.arguments must be an object")
+            } else {
+                None
+            };
+            if let Some(m) = bad {
+                return Err(err(id, -32602, format!("Invalid params: {m}")));
+            }
+        }
+        return Ok(());
+    }
+    Err(err(
+        id,
+        -32600,
+        "Invalid Request: expected a JSON-RPC 2.0 message with \"jsonrpc\": \"2.0\" and a method"
+            .into(),
+    ))
 }
 
 /// The six tools with the gateway's names, descriptions and input schemas.
