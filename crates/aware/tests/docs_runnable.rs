@@ -110,3 +110,67 @@ fn every_doc_with_runnable_blocks_is_run() {
     found.sort();
     assert_eq!(found, ["README.md", "getting-started.md"]);
 }
+
+/// The service files in contrib/ and the MCP registry's server.json start the binary with
+/// arguments it accepts.
+#[test]
+fn contrib_and_server_json_command_lines_parse() {
+    let unit = std::fs::read_to_string(root().join("contrib/systemd/aware.service")).unwrap();
+    let exec = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .expect("ExecStart");
+    let mut words = exec.split_whitespace();
+    assert_eq!(words.next(), Some("%h/.cargo/bin/aware"));
+    let args: Vec<&str> = words.collect();
+    check_parses(&args);
+
+    let plist =
+        std::fs::read_to_string(root().join("contrib/launchd/dev.aware.serve.plist")).unwrap();
+    let array = plist
+        .split("<key>ProgramArguments</key>")
+        .nth(1)
+        .and_then(|r| r.split("</array>").next())
+        .unwrap();
+    let args: Vec<&str> = array
+        .split("<string>")
+        .skip(1)
+        .filter_map(|s| s.split("</string>").next())
+        .collect();
+    assert!(args[0].ends_with("/.cargo/bin/aware"));
+    check_parses(&args[1..]);
+
+    let server: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join("server.json")).unwrap())
+            .unwrap();
+    let pkg = &server["packages"][0];
+    assert_eq!(pkg["version"], server["version"]);
+    assert_eq!(pkg["version"], env!("CARGO_PKG_VERSION"));
+    let mut args = Vec::new();
+    for a in pkg["packageArguments"].as_array().unwrap() {
+        match a["type"].as_str().unwrap() {
+            "positional" => args.push(a["value"].as_str().unwrap().to_string()),
+            _ => {
+                args.push(a["name"].as_str().unwrap().to_string());
+                args.push("agent:main:main".into());
+            }
+        }
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    check_parses(&args);
+}
+
+/// `aware ARGS --help` exits 0: clap accepted every argument before the help flag.
+fn check_parses(args: &[&str]) {
+    let out = Command::new(bin())
+        .args(args)
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
