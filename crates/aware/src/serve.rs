@@ -130,10 +130,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
             .with_writer(std::io::stderr)
             .init(),
     }
-    let bind = match args.bind.as_deref() {
-        Some(b) => Some(resolve_bind(b).unwrap_or_else(|e| config_error(e))),
-        None => None,
-    };
+    let bind = args
+        .bind
+        .as_deref()
+        .map(|b| resolve_bind(b).unwrap_or_else(|e| config_error(e)));
     // The config file: --config, else <data-dir>/config.toml, else the user's
     // $XDG_CONFIG_HOME/aware/config.toml.
     let data_dir_hint = args
