@@ -372,7 +372,8 @@ impl Http {
         let mut r = self
             .agent_http
             .post(&format!("{}/v1/sessions", self.base))
-            .timeout(Duration::from_secs(5))
+            // Short: the handshake waits for this, and a client gives up on a slow start.
+            .timeout(Duration::from_secs(2))
             .set("Content-Type", "application/json");
         if let Some(t) = &self.token {
             r = r.set("Authorization", &format!("Bearer {t}"));

@@ -474,3 +474,50 @@ fn drain_follow_prints_a_header_json_lines_and_reconnects() {
     s.hdm(C);
     wait_for("changesSince 2");
 }
+
+#[test]
+fn serve_finds_its_config_under_xdg_config_home() {
+    let data = tempfile::tempdir().unwrap();
+    let cfg = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(cfg.path().join("aware")).unwrap();
+    let file = cfg.path().join("aware/config.toml");
+    std::fs::write(
+        &file,
+        "[claude]\nenabled = false\n[monitor]\nenabled = false\n",
+    )
+    .unwrap();
+    let port_file = data.path().join("port");
+    let mut child = cmd(&[
+        "serve",
+        "--data-dir",
+        data.path().to_str().unwrap(),
+        "--bind",
+        "127.0.0.1:0",
+        "--port-file",
+        port_file.to_str().unwrap(),
+    ])
+    .env("XDG_CONFIG_HOME", cfg.path())
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let _k = Kill(child);
+    wait_port(&port_file);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let mut log = String::new();
+    while !log.contains("listening on") {
+        log.push_str(&rx.recv_timeout(Duration::from_secs(20)).expect("log line"));
+        log.push('\n');
+    }
+    assert!(
+        log.contains(&format!("config file {}", file.display())),
+        "{log}"
+    );
+    assert!(log.contains("Claude root disabled"), "{log}");
+}
