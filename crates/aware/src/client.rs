@@ -65,11 +65,7 @@ pub fn out(text: &str) {
 /// The human text of a transport failure, with the hint a new user needs. ureq's own Display
 /// repeats its kind ("Network Error: Network Error: …"), so the message is built here.
 pub fn transport_message(url: &str, e: &ureq::Transport) -> String {
-    let detail = e
-        .message()
-        .map(str::to_string)
-        .or_else(|| std::error::Error::source(e).map(|s| s.to_string()))
-        .unwrap_or_else(|| e.kind().to_string());
+    let detail = transport_detail(e);
     let timed_out = detail.contains("timed out") || detail.contains("Timeout");
     if timed_out {
         format!(
@@ -81,6 +77,26 @@ pub fn transport_message(url: &str, e: &ureq::Transport) -> String {
             "cannot reach the gateway at {url}: {detail} \
              (is `aware serve` running? set --url or AWARE_URL)"
         )
+    }
+}
+
+/// What went wrong on the wire, said once (ureq's Display repeats the error kind):
+/// "Connect error: Connection refused (os error 111)".
+pub fn transport_detail(e: &ureq::Transport) -> String {
+    let source = std::error::Error::source(e).map(|s| s.to_string());
+    match (e.message(), source) {
+        (Some(m), Some(s)) if !m.contains(&s) => format!("{m}: {s}"),
+        (Some(m), _) => m.to_string(),
+        (None, Some(s)) => s,
+        (None, None) => e.kind().to_string(),
+    }
+}
+
+/// The detail of any ureq error that is not an HTTP status.
+pub fn error_detail(e: &ureq::Error) -> String {
+    match e {
+        ureq::Error::Transport(t) => transport_detail(t),
+        other => other.to_string(),
     }
 }
 

@@ -305,7 +305,7 @@ impl Http<'_> {
                         .to_string(),
                 })
             }
-            Err(e) => Err(CallError::Transport(e.to_string())),
+            Err(e) => Err(CallError::Transport(crate::client::error_detail(&e))),
         }
     }
 }

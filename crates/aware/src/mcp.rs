@@ -355,7 +355,7 @@ impl Http {
                 };
                 Answer::Refused(format!("{code}: {message}"))
             }
-            Err(e) => Answer::Unreachable(e.to_string()),
+            Err(e) => Answer::Unreachable(crate::client::error_detail(&e)),
         }
     }
 
