@@ -126,7 +126,8 @@ enum Command {
         /// Also watch the target from --session.
         #[arg(long)]
         watch: bool,
-        /// Wait up to this many seconds for the reply (0: do not wait); no reply in time exits 1.
+        /// Wait up to this many seconds for the reply (0: do not wait) [default: 30]; no reply in
+        /// time exits 1.
         #[arg(long, value_name = "SECS")]
         timeout: Option<i64>,
         /// Send to the session with this label instead of a key.
