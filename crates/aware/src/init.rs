@@ -344,3 +344,44 @@ pub fn diff(path: &Path, old: &str, new: &str) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_key_is_a_valid_rest() {
+        assert_eq!(
+            default_key(Path::new("/home/me/My Project.v2")),
+            "agent:main:project:my-project-v2"
+        );
+        assert_eq!(default_key(Path::new("/")), "agent:main:project:project");
+    }
+
+    #[test]
+    fn own_hook_commands_are_recognised() {
+        assert!(is_aware_hook("/home/me/.cargo/bin/aware hook --session k"));
+        assert!(is_aware_hook("AWARE_TOKEN=x aware hook"));
+        assert!(is_aware_hook("'/opt/x/aware' hook --session 'k'"));
+        assert!(!is_aware_hook("echo hook"));
+        assert!(!is_aware_hook("aware-other hook"));
+        assert!(!is_aware_hook("aware mcp"));
+    }
+
+    #[test]
+    fn shell_quoting() {
+        assert_eq!(shell_quote("agent:main:x"), "agent:main:x");
+        assert_eq!(shell_quote("/a b/aware"), "'/a b/aware'");
+        assert_eq!(shell_quote("it's"), "'it'\\''s'");
+    }
+
+    #[test]
+    fn diff_marks_added_and_removed_lines() {
+        let d = diff(Path::new("f"), "a\nb\nc\n", "a\nx\nc\n");
+        assert!(
+            d.contains("-b\n") && d.contains("+x\n") && d.contains(" a\n"),
+            "{d}"
+        );
+        assert_eq!(diff(Path::new("f"), "a\n", "a\n"), "f: unchanged");
+    }
+}

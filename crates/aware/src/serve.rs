@@ -233,3 +233,25 @@ async fn shutdown_signal() {
         _ = term => {},
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_levels_are_levels_or_directives() {
+        for ok in ["info", "WARN", "info,aware_engine=debug", "aware=trace"] {
+            assert!(parse_log_level(ok).is_ok(), "{ok}");
+        }
+        for bad in ["verbose", "", "=debug", "info,aware=loud"] {
+            assert!(parse_log_level(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn bind_names_resolve() {
+        assert_eq!(resolve_bind("127.0.0.1:7420").unwrap(), "127.0.0.1:7420");
+        assert!(resolve_bind("localhost:7420").unwrap().ends_with(":7420"));
+        assert!(resolve_bind("no port").is_err());
+    }
+}
