@@ -5,8 +5,10 @@
 # Needs a built binary (default target/debug/aware, or $AWARE_BIN), python3 with
 # `pip install -r clients/python/requirements.txt`, and node with `npm ci` run in
 # clients/typescript. Starts its own gateway on a free loopback port with the test clock and a
-# temporary data dir, creates the sessions, runs both clients, and exits non-zero if either
-# client failed (each prints `N passed, M failed`).
+# temporary data dir, creates the sessions, runs both clients, then runs `aware init claude-code`
+# into a temporary project and drives the hook and the MCP server from exactly the written
+# configs (clients/python/init_config_client.py). Exits non-zero if anything failed (each client
+# prints `N passed, M failed`).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -94,6 +96,12 @@ echo "== Python MCP SDK (mcp $(python3 -c 'import importlib.metadata as m; print
 python3 "$here/python/mcp_client.py" "$bin" "$url" agent:main:py agent:main:subagent:py-c1 || status=1
 echo "== TypeScript MCP SDK (@modelcontextprotocol/sdk $(node -p 'JSON.parse(require("fs").readFileSync(process.argv[1])).version' "$here/typescript/node_modules/@modelcontextprotocol/sdk/package.json"))"
 (cd "$here/typescript" && node mcp_client.mjs "$bin" "$url" agent:main:ts agent:main:subagent:ts-c1) || status=1
+
+echo "== aware init claude-code, then the hook and the Python SDK from exactly the written configs"
+mkdir -p "$tmp/project"
+"$bin" init claude-code --project "$tmp/project" --url "$url" --session agent:main:init-project \
+  || status=1
+python3 "$here/python/init_config_client.py" "$tmp/project" agent:main:init-project || status=1
 
 if [[ $status -ne 0 ]]; then
   echo "clients/run.sh: a client failed; gateway log:" >&2

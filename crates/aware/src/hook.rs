@@ -10,6 +10,7 @@
 //! the gateway accepts connections and never answers.
 
 use crate::client::seg;
+use crate::context::Conn;
 use crate::mcp::Gateway;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -28,17 +29,38 @@ const ORIGIN: &str = "hook";
 /// Time kept back from the deadline for handing the answer over and printing it.
 const MARGIN: Duration = Duration::from_millis(100);
 
+/// Reads the hook JSON Claude Code sends on stdin, records the prompt as a human turn, drains the
+/// session and prints its notices (Claude Code adds stdout to the model's context). Failures at
+/// run time are one warning line on stderr and exit 0, so a prompt is never blocked; argument
+/// errors exit 1 (shown to the user, not blocking).
 #[derive(clap::Args, Debug)]
+#[command(
+    long_about = "Claude Code UserPromptSubmit hook. Reads the hook JSON on stdin, records the \
+                  prompt as a human turn of the session (--session, else \
+                  agent:<agent>:claude:<sha256 of session_id>), drains the session and prints \
+                  its notices for the model. Run-time failures are one warning line on stderr \
+                  and exit 0, so a prompt is never blocked; argument errors exit 1."
+)]
 pub struct HookArgs {
-    /// The whole hook finishes within this many milliseconds (then it gives up silently).
-    #[arg(long, default_value_t = 3000)]
+    #[command(flatten)]
+    pub conn: Conn,
+    /// The whole hook finishes within this many milliseconds (then it gives up with a warning).
+    #[arg(long, default_value_t = 3000, value_name = "MS")]
     pub timeout_ms: u64,
 }
 
 /// The message of a panic on the work thread, for the warning line.
 static PANIC: Mutex<Option<String>> = Mutex::new(None);
 
-pub fn run(args: HookArgs, gw: Gateway) {
+pub fn run(args: HookArgs, outer: &Conn) {
+    let gw = match crate::context::resolve(args.conn.clone().or(outer), None) {
+        Ok(r) => Gateway::from(r),
+        Err(crate::client::Failure::Usage(m) | crate::client::Failure::Server(m))
+        | Err(crate::client::Failure::Unreachable(m)) => {
+            warn(&m);
+            return;
+        }
+    };
     let deadline = Instant::now() + Duration::from_millis(args.timeout_ms);
     // A panic must not print its own report: the hook promises exactly one stderr line.
     std::panic::set_hook(Box::new(|info| {
@@ -111,8 +133,8 @@ fn work(gw: &Gateway, deadline: Instant) -> Result<String, String> {
     });
     // Post first and create only on a 404: the common case (the session exists) costs one
     // request less than create-then-post.
-    match http.post(&turns, &turn) {
-        Ok(_) => {}
+    let recorded = match http.post(&turns, &turn) {
+        Ok(_) => Ok(()),
         Err(CallError::Status { code, .. }) if code == "session_not_found" => {
             let mut create = json!({"key": target.key, "createdVia": "hook"});
             if let Some(a) = &target.agent {
@@ -121,14 +143,22 @@ fn work(gw: &Gateway, deadline: Instant) -> Result<String, String> {
             http.post("/v1/sessions", &create)
                 .map_err(|e| format!("cannot create session: {e}"))?;
             http.post(&turns, &turn)
-                .map_err(|e| format!("cannot record the prompt: {e}"))?;
+                .map(|_| ())
+                .map_err(|e| format!("cannot record the prompt: {e}"))
         }
-        Err(e) => return Err(format!("cannot record the prompt: {e}")),
-    }
+        Err(e @ CallError::Transport(_)) => return Err(format!("cannot record the prompt: {e}")),
+        Err(e) => Err(format!("cannot record the prompt: {e}")),
+    };
+    // A prompt the gateway refused (e.g. over the size limit) must not hide the notices that
+    // are waiting: they are still drained and printed, and the refusal is the warning.
     let drained = http
         .post(&target.path("drain"), &json!({}))
         .map_err(|e| format!("cannot drain: {e}"))?;
-    Ok(drained["prompt"].as_str().unwrap_or("").to_string())
+    let prompt = drained["prompt"].as_str().unwrap_or("").to_string();
+    if let Err(m) = recorded {
+        warn(&m);
+    }
+    Ok(prompt)
 }
 
 /// Reads stdin to its end, refusing more than [`MAX_INPUT`] bytes.
@@ -275,7 +305,7 @@ impl Http<'_> {
                         .to_string(),
                 })
             }
-            Err(e) => Err(CallError::Transport(e.to_string())),
+            Err(e) => Err(CallError::Transport(crate::client::error_detail(&e))),
         }
     }
 }

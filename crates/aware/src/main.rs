@@ -2,16 +2,22 @@
 //! the engine benchmarks (`bench`).
 
 use anyhow::Result;
-use clap::{Parser, Subcommand};
-use client::{seg, Client, Failure};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+use client::{out, seg, Client, Failure};
+use context::Conn;
 use serde_json::{json, Value};
+use std::time::Duration;
 
 mod bench;
 mod bench_http;
 mod bench_stall;
 mod client;
+mod context;
 mod demo;
+mod docgen;
+mod doctor;
 mod hook;
+mod init;
 mod mcp;
 mod node;
 mod serve;
@@ -20,31 +26,32 @@ mod serve;
 #[command(
     name = "aware",
     version,
-    about = "Session hub with session state awareness for multi-agent systems"
+    about = "Session hub with session state awareness for multi-agent systems",
+    after_help = "Client flags (--url, --token, --session, --agent, --json) may also be given \
+                  before the command. Exit statuses: 0 success, 1 the gateway answered an error, \
+                  2 usage or configuration error, 3 gateway unreachable or no answer in time."
 )]
 struct Cli {
-    /// Gateway URL.
-    #[arg(
-        long,
-        global = true,
-        env = "AWARE_URL",
-        default_value = "http://127.0.0.1:7420"
-    )]
-    url: String,
-    /// Bearer token.
-    #[arg(long, global = true, env = "AWARE_TOKEN")]
-    token: Option<String>,
-    /// The calling session (caller identity).
-    #[arg(long, global = true, env = "AWARE_SESSION")]
-    session: Option<String>,
-    /// Agent of a bare --session key.
-    #[arg(long, global = true)]
-    agent: Option<String>,
+    #[command(flatten)]
+    conn: Conn,
     /// Print the raw JSON answer.
-    #[arg(long, global = true)]
+    #[arg(long)]
     json: bool,
     #[command(subcommand)]
     command: Command,
+}
+
+/// Flags shared by the client commands.
+#[derive(clap::Args, Debug, Clone, Default)]
+struct Common {
+    #[command(flatten)]
+    conn: Conn,
+    /// Print the raw JSON answer.
+    #[arg(long)]
+    json: bool,
+    /// Request timeout in seconds [env: AWARE_TIMEOUT] [default: 30].
+    #[arg(long, value_name = "SECS")]
+    timeout: Option<f64>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -53,90 +60,182 @@ enum NodeCommand {
     Serve(node::NodeServeArgs),
 }
 
+/// Role of a posted turn.
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum Role {
+    User,
+    Assistant,
+    Tool,
+}
+
+/// Who wrote a `user` turn.
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum Provenance {
+    /// A human typed it (the default).
+    Human,
+    /// Another session sent it (needs --source).
+    InterSession,
+    /// The system generated it.
+    InternalSystem,
+}
+
+impl Provenance {
+    fn as_str(self) -> &'static str {
+        match self {
+            Provenance::Human => "human",
+            Provenance::InterSession => "inter_session",
+            Provenance::InternalSystem => "internal_system",
+        }
+    }
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the gateway.
+    // The last of a repeated flag wins, as in most servers (a wrapper adds its own --bind).
+    #[command(args_override_self = true)]
     Serve(serve::ServeArgs),
-    /// session_status (KEY defaults to --session).
+    /// Status of a session (session_status); as operator without --session.
     Status {
+        /// Session key (default: --session).
         key: Option<String>,
-        #[arg(long)]
+        /// Also list the changes after this state version (needs --session).
+        #[arg(long, value_name = "N")]
         changes_since: Option<i64>,
-        #[arg(long)]
+        /// At most this many changes (1..=200).
+        #[arg(long, value_name = "N")]
         limit: Option<i64>,
+        #[command(flatten)]
+        common: Common,
     },
-    /// sessions_list.
+    /// List sessions (sessions_list); as operator without --session.
     List {
-        #[arg(long = "kind")]
+        /// Only sessions of this kind (repeatable), e.g. main, subagent, adopted.
+        #[arg(long = "kind", value_name = "KIND")]
         kinds: Vec<String>,
-        #[arg(long)]
+        /// At most this many sessions.
+        #[arg(long, value_name = "N")]
         limit: Option<i64>,
+        #[command(flatten)]
+        common: Common,
     },
-    /// sessions_send.
+    /// Send a message to a session (sessions_send), by key or by --label.
     Send {
-        target: String,
-        message: String,
+        /// Target session key, then the message; with --label only the message.
+        #[arg(value_name = "TARGET MESSAGE", num_args = 1..=2, required = true)]
+        args: Vec<String>,
+        /// Also watch the target from --session.
         #[arg(long)]
         watch: bool,
-        #[arg(long)]
+        /// Wait up to this many seconds for the reply (0: do not wait) [default: 30]; no reply in
+        /// time exits 1.
+        #[arg(long, value_name = "SECS")]
         timeout: Option<i64>,
-        #[arg(long)]
+        /// Send to the session with this label instead of a key.
+        #[arg(long, value_name = "LABEL")]
         label: Option<String>,
+        #[command(flatten)]
+        conn: Conn,
+        /// Print the raw JSON answer.
+        #[arg(long)]
+        json: bool,
     },
-    /// sessions_spawn.
+    /// Spawn a sub-agent session (sessions_spawn).
     Spawn {
+        /// The task of the new session.
         task: String,
-        #[arg(long)]
+        /// Label of the new session.
+        #[arg(long, value_name = "LABEL")]
         label: Option<String>,
-        #[arg(long)]
+        /// Agent of the new session (default: the caller's).
+        #[arg(long, value_name = "AGENT")]
         child_agent: Option<String>,
-        #[arg(long)]
+        /// Seconds the run may take.
+        #[arg(long, value_name = "SECS")]
         run_timeout: Option<i64>,
+        #[command(flatten)]
+        common: Common,
     },
-    /// Post a turn (TEXT `-` reads stdin).
+    /// Post a turn to a session.
     Turn {
+        /// Session key.
         key: String,
+        /// The text; `-` reads stdin.
         text: String,
-        #[arg(long, default_value = "user")]
-        role: String,
-        #[arg(long)]
-        provenance: Option<String>,
-        #[arg(long)]
+        /// Role of the turn.
+        #[arg(long, value_enum, default_value = "user")]
+        role: Role,
+        /// Who wrote a user turn.
+        #[arg(long, value_enum)]
+        provenance: Option<Provenance>,
+        /// Sending session of an inter_session turn.
+        #[arg(long, value_name = "KEY")]
         source: Option<String>,
-        #[arg(long)]
+        /// Channel the turn came from, e.g. slack.
+        #[arg(long, value_name = "CHANNEL")]
         channel: Option<String>,
-        #[arg(long)]
+        /// Id of the human who wrote it.
+        #[arg(long, value_name = "ID")]
         human_id: Option<String>,
+        #[command(flatten)]
+        common: Common,
     },
-    /// Drain a session and print the prompt.
+    /// Drain a session (acknowledges its notices) and print the prompt.
     Drain {
+        /// Session key.
         key: String,
+        /// Read without acknowledging (same as `aware pending`).
         #[arg(long)]
         peek: bool,
+        /// Stay subscribed to the session's wakes and drain on each; reconnects when the
+        /// gateway restarts. With --json, one object per line.
         #[arg(long)]
         follow: bool,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Show what a drain would return, without acknowledging anything.
+    Pending {
+        /// Session key.
+        key: String,
+        #[command(flatten)]
+        common: Common,
     },
     /// Register --session as watcher of TARGET.
     Watch {
+        /// Session to watch.
         target: String,
-        #[arg(long)]
+        /// Agent of a bare TARGET key.
+        #[arg(long, value_name = "AGENT")]
         target_agent: Option<String>,
+        #[command(flatten)]
+        common: Common,
     },
-    /// sessions_unwatch.
+    /// Stop watching TARGET (sessions_unwatch).
     Unwatch {
+        /// Session to stop watching.
         target: String,
-        #[arg(long)]
+        /// Agent of a bare TARGET key.
+        #[arg(long, value_name = "AGENT")]
         target_agent: Option<String>,
+        #[command(flatten)]
+        common: Common,
     },
-    /// sessions_history.
+    /// Transcript of a session (sessions_history).
     History {
+        /// Session key.
         key: String,
-        #[arg(long)]
+        /// At most this many messages.
+        #[arg(long, value_name = "N")]
         limit: Option<i64>,
-        #[arg(long)]
+        /// Skip this many messages.
+        #[arg(long, value_name = "N")]
         offset: Option<i64>,
+        /// Include tool turns.
         #[arg(long)]
         include_tools: bool,
+        #[command(flatten)]
+        common: Common,
     },
     /// Paired node commands.
     Node {
@@ -147,25 +246,52 @@ enum Command {
     Mcp(mcp::McpArgs),
     /// Claude Code UserPromptSubmit hook: records the prompt, prints pending notices.
     Hook(hook::HookArgs),
+    /// Set up a Claude Code project: hook, MCP server and session.
+    Init {
+        #[command(subcommand)]
+        command: init::InitCommand,
+    },
+    /// Check the gateway, token, session, a project's Claude Code configs and the Claude root.
+    Doctor(doctor::DoctorArgs),
     /// Adopt a catalog thread (a Claude Code session) so a human typing into it is noticed.
     Adopt {
+        /// Thread id (a Claude Code session id, see `aware catalog`).
         thread: String,
-        #[arg(long, default_value = "claude")]
+        /// Catalog id.
+        #[arg(long, default_value = "claude", value_name = "CATALOG")]
         catalog: String,
-        #[arg(long, default_value = "gateway:local")]
+        /// Host: gateway:local or node:<id>.
+        #[arg(long, default_value = "gateway:local", value_name = "HOST")]
         host: String,
-        #[arg(long)]
+        /// Agent of the adopted session (default: the caller's, else the default agent).
+        #[arg(long, value_name = "AGENT")]
         into_agent: Option<String>,
+        #[command(flatten)]
+        common: Common,
     },
     /// List catalog threads, newest first.
     Catalog {
-        #[arg(long, default_value = "claude")]
+        /// Catalog id.
+        #[arg(long, default_value = "claude", value_name = "CATALOG")]
         catalog: String,
-        #[arg(long, default_value = "gateway:local")]
+        /// Host: gateway:local or node:<id>.
+        #[arg(long, default_value = "gateway:local", value_name = "HOST")]
         host: String,
-        #[arg(long)]
+        /// At most this many threads (1..=200).
+        #[arg(long, value_name = "N")]
         limit: Option<i64>,
+        #[command(flatten)]
+        common: Common,
     },
+    /// Print a shell completion script (e.g. `aware completions bash > ~/.local/share/bash-completion/completions/aware`).
+    Completions {
+        /// Shell to complete for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the CLI reference in Markdown (docs/cli.md is this output).
+    #[command(hide = true)]
+    HelpMarkdown,
     /// Walk through spawn, a human stepping in, one notice, drain and reconciliation.
     Demo(demo::DemoArgs),
     /// Engine benchmarks, each printed next to a raw rusqlite floor run in the same process.
@@ -182,73 +308,158 @@ fn put(v: &mut Value, k: &str, x: Option<impl Into<Value>>) {
     }
 }
 
-fn client_command(c: &Client, cmd: Command) -> client::CliResult<()> {
+/// The client, from flags after the command, flags before it, the environment and client.toml.
+fn client(common: Common, outer: &Conn, outer_json: bool) -> client::CliResult<Client> {
+    let r = context::resolve(common.conn.or(outer), common.timeout)?;
+    Ok(Client::new(r, common.json || outer_json))
+}
+
+fn client_command(cmd: Command, outer: &Conn, outer_json: bool) -> client::CliResult<()> {
     match cmd {
         Command::Status {
             key,
             changes_since,
             limit,
+            common,
         } => {
+            let c = client(common, outer, outer_json)?;
+            if c.session.is_none() {
+                // Operator read: the session object, like GET /v1/sessions/{key}.
+                let Some(key) = key else {
+                    return Err(Failure::Usage(
+                        "status needs a KEY, or --session naming the calling session".into(),
+                    ));
+                };
+                if changes_since.is_some() || limit.is_some() {
+                    return Err(Failure::Usage(
+                        "--changes-since and --limit need --session (the caller whose view is shown)"
+                            .into(),
+                    ));
+                }
+                let v = c.call("GET", &format!("/v1/sessions/{}", seg(&key)), None)?;
+                c.print(&v, client::human_session_object);
+                return Ok(());
+            }
             let mut args = json!({});
             put(&mut args, "sessionKey", key);
             put(&mut args, "changesSince", changes_since);
             put(&mut args, "limit", limit);
-            let v = c.tool("session_status", args)?;
-            c.print(&v, |v| v["statusText"].as_str().unwrap_or("").to_string());
+            let v = c.tool("session_status", args, Duration::ZERO)?;
+            c.print(&v, client::human_status);
         }
-        Command::List { kinds, limit } => {
+        Command::List {
+            kinds,
+            limit,
+            common,
+        } => {
+            let c = client(common, outer, outer_json)?;
+            if c.session.is_none() {
+                // Operator read: every agent's sessions. One kind per request is what the route
+                // filters on, so several kinds are fetched and merged.
+                let mut sessions = Vec::new();
+                let kinds_or_all: Vec<Option<String>> = if kinds.is_empty() {
+                    vec![None]
+                } else {
+                    kinds.into_iter().map(Some).collect()
+                };
+                for k in kinds_or_all {
+                    let mut q = vec![];
+                    if let Some(k) = k {
+                        q.push(format!("kind={}", seg(&k)));
+                    }
+                    if let Some(l) = limit {
+                        q.push(format!("limit={l}"));
+                    }
+                    let path = if q.is_empty() {
+                        "/v1/sessions".to_string()
+                    } else {
+                        format!("/v1/sessions?{}", q.join("&"))
+                    };
+                    let v = c.call("GET", &path, None)?;
+                    sessions.extend(v["sessions"].as_array().cloned().unwrap_or_default());
+                }
+                let v = json!({ "sessions": sessions });
+                c.print(&v, client::human_sessions);
+                return Ok(());
+            }
             let mut args = json!({});
             if !kinds.is_empty() {
                 args["kinds"] = json!(kinds);
             }
             put(&mut args, "limit", limit);
-            let v = c.tool("sessions_list", args)?;
-            c.print(&v, |v| {
-                v["sessions"].as_array().map_or(String::new(), |rows| {
-                    rows.iter()
-                        .map(client::human_session)
-                        .collect::<Vec<_>>()
-                        .join("\n")
-                })
-            });
+            let v = c.tool("sessions_list", args, Duration::ZERO)?;
+            c.print(&v, client::human_sessions);
         }
         Command::Send {
-            target,
-            message,
+            args: positional,
             watch,
             timeout,
             label,
+            conn,
+            json,
         } => {
-            let mut args = json!({"message": message});
-            match label {
-                Some(l) => args["label"] = l.into(),
-                None => args["sessionKey"] = target.into(),
-            }
+            let c = client(
+                Common {
+                    conn,
+                    json,
+                    timeout: None,
+                },
+                outer,
+                outer_json,
+            )?;
+            let mut args = match (&label, positional.as_slice()) {
+                (Some(l), [message]) => json!({"label": l, "message": message}),
+                (None, [target, message]) => json!({"sessionKey": target, "message": message}),
+                (Some(_), _) => {
+                    return Err(Failure::Usage(
+                        "with --label give only the MESSAGE (the label names the target)".into(),
+                    ))
+                }
+                (None, _) => {
+                    return Err(Failure::Usage(
+                        "send needs TARGET and MESSAGE (or --label LABEL and MESSAGE)".into(),
+                    ))
+                }
+            };
             if watch {
                 args["watch"] = true.into();
             }
             put(&mut args, "timeoutSeconds", timeout);
-            let v = c.tool("sessions_send", args)?;
-            c.print(&v, |v| match v["reply"].as_str() {
-                Some(r) => r.to_string(),
-                None => format!(
-                    "{} (run {})",
-                    v["status"].as_str().unwrap_or(""),
-                    v["runId"].as_str().unwrap_or("")
-                ),
-            });
+            // The tool waits 30 s by default (03 §6).
+            let wait = Duration::from_secs(timeout.unwrap_or(30).clamp(0, 600) as u64);
+            let v = c.tool("sessions_send", args, wait)?;
+            let failed = v["status"] == "timeout" || v["status"] == "error";
+            if c.json || !failed {
+                c.print(&v, |v| match v["reply"].as_str() {
+                    Some(r) => r.to_string(),
+                    None => format!(
+                        "{} (run {})",
+                        v["status"].as_str().unwrap_or(""),
+                        v["runId"].as_str().unwrap_or("")
+                    ),
+                });
+            }
+            // Waiting for a reply that did not come is a failure the caller must see.
+            if let Some(status @ ("timeout" | "error")) = v["status"].as_str() {
+                return Err(Failure::Server(format!(
+                    "{status}: {} (the message was sent)",
+                    v["error"].as_str().unwrap_or("no reply")
+                )));
+            }
         }
         Command::Spawn {
             task,
             label,
             child_agent,
             run_timeout,
+            common,
         } => {
+            let c = client(common, outer, outer_json)?;
             let mut args = json!({"task": task});
             put(&mut args, "label", label);
             put(&mut args, "agentId", child_agent);
             put(&mut args, "runTimeoutSeconds", run_timeout);
-            let v = c.tool("sessions_spawn", args)?;
+            let v = c.tool("sessions_spawn", args, Duration::ZERO)?;
             c.print(&v, |v| {
                 format!(
                     "spawned {} (run {})",
@@ -265,7 +476,9 @@ fn client_command(c: &Client, cmd: Command) -> client::CliResult<()> {
             source,
             channel,
             human_id,
+            common,
         } => {
+            let c = client(common, outer, outer_json)?;
             let text = if text == "-" {
                 let mut s = String::new();
                 std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
@@ -274,9 +487,19 @@ fn client_command(c: &Client, cmd: Command) -> client::CliResult<()> {
             } else {
                 text
             };
+            let role = match role {
+                Role::User => "user",
+                Role::Assistant => "assistant",
+                Role::Tool => "tool",
+            };
             let mut body = json!({"role": role, "text": text});
             if provenance.is_some() || human_id.is_some() || source.is_some() {
-                let mut p = json!({"kind": provenance.unwrap_or_else(|| "human".into())});
+                let kind = provenance.unwrap_or(if source.is_some() {
+                    Provenance::InterSession
+                } else {
+                    Provenance::Human
+                });
+                let mut p = json!({"kind": kind.as_str()});
                 put(&mut p, "humanId", human_id);
                 put(&mut p, "sourceSessionKey", source);
                 body["provenance"] = p;
@@ -292,31 +515,26 @@ fn client_command(c: &Client, cmd: Command) -> client::CliResult<()> {
                 None => format!("turn {} recorded", v["turn"]["index"]),
             });
         }
-        Command::Drain { key, peek, follow } => {
-            let path = format!(
-                "/v1/sessions/{}/{}",
-                seg(&key),
-                if peek { "pending" } else { "drain" }
-            );
-            let method = if peek { "GET" } else { "POST" };
-            let once = || -> client::CliResult<()> {
-                let v = c.call(method, &path, None)?;
-                c.print(&v, client::human_drain);
-                Ok(())
-            };
-            once()?;
-            if follow {
-                c.follow_wakes(&key, once)?;
-            }
+        Command::Drain {
+            key,
+            peek,
+            follow,
+            common,
+        } => {
+            let c = client(common, outer, outer_json)?;
+            drain(&c, &key, peek, follow)?;
+        }
+        Command::Pending { key, common } => {
+            let c = client(common, outer, outer_json)?;
+            drain(&c, &key, true, false)?;
         }
         Command::Watch {
             target,
             target_agent,
+            common,
         } => {
-            let watcher = c
-                .session
-                .clone()
-                .ok_or_else(|| Failure::Usage("watch needs --session naming the watcher".into()))?;
+            let c = client(common, outer, outer_json)?;
+            let watcher = c.need_session("watch")?.to_string();
             let mut body = json!({"target": target});
             put(&mut body, "targetAgentId", target_agent);
             let v = c.call(
@@ -335,10 +553,12 @@ fn client_command(c: &Client, cmd: Command) -> client::CliResult<()> {
         Command::Unwatch {
             target,
             target_agent,
+            common,
         } => {
+            let c = client(common, outer, outer_json)?;
             let mut args = json!({"sessionKey": target});
             put(&mut args, "agentId", target_agent);
-            let v = c.tool("sessions_unwatch", args)?;
+            let v = c.tool("sessions_unwatch", args, Duration::ZERO)?;
             c.print(&v, |v| {
                 if v["unwatched"] == true {
                     "unwatched".into()
@@ -352,28 +572,37 @@ fn client_command(c: &Client, cmd: Command) -> client::CliResult<()> {
             limit,
             offset,
             include_tools,
+            common,
         } => {
+            let c = client(common, outer, outer_json)?;
             let mut args = json!({"sessionKey": key});
             put(&mut args, "limit", limit);
             put(&mut args, "offset", offset);
             if include_tools {
                 args["includeTools"] = true.into();
             }
-            let v = c.tool("sessions_history", args)?;
+            let v = c.tool("sessions_history", args, Duration::ZERO)?;
             c.print(&v, |v| {
-                v["messages"].as_array().map_or(String::new(), |m| {
-                    m.iter()
-                        .map(|x| {
-                            format!(
-                                "[{}] {}: {}",
-                                x["index"],
-                                x["role"].as_str().unwrap_or(""),
-                                x["text"].as_str().unwrap_or("")
-                            )
-                        })
-                        .collect::<Vec<_>>()
-                        .join("\n")
-                })
+                let lines: Vec<String> = v["messages"]
+                    .as_array()
+                    .map(|m| {
+                        m.iter()
+                            .map(|x| {
+                                format!(
+                                    "[{}] {}: {}",
+                                    x["index"],
+                                    x["role"].as_str().unwrap_or(""),
+                                    x["text"].as_str().unwrap_or("")
+                                )
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                if lines.is_empty() {
+                    "no messages".into()
+                } else {
+                    lines.join("\n")
+                }
             });
         }
         Command::Adopt {
@@ -381,7 +610,9 @@ fn client_command(c: &Client, cmd: Command) -> client::CliResult<()> {
             catalog,
             host,
             into_agent,
+            common,
         } => {
+            let c = client(common, outer, outer_json)?;
             let mut body = json!({"catalogId": catalog, "hostId": host, "threadId": thread});
             put(&mut body, "agentId", into_agent);
             let v = c.call("POST", "/v1/catalog/continue", Some(body))?;
@@ -406,7 +637,9 @@ fn client_command(c: &Client, cmd: Command) -> client::CliResult<()> {
             catalog,
             host,
             limit,
+            common,
         } => {
+            let c = client(common, outer, outer_json)?;
             let mut path = format!(
                 "/v1/catalog?catalogId={}&hostId={}",
                 seg(&catalog),
@@ -416,35 +649,42 @@ fn client_command(c: &Client, cmd: Command) -> client::CliResult<()> {
                 path.push_str(&format!("&limit={l}"));
             }
             let v = c.call("GET", &path, None)?;
-            c.print(&v, |v| {
-                v["items"].as_array().map_or(String::new(), |items| {
-                    items
-                        .iter()
-                        .map(|i| {
-                            format!(
-                                "{}  {}  {}{}",
-                                i["threadId"].as_str().unwrap_or(""),
-                                i["title"].as_str().unwrap_or("(untitled)"),
-                                i["cwd"].as_str().unwrap_or(""),
-                                i["adoptedSessionKey"]
-                                    .as_str()
-                                    .map(|k| format!("  [adopted as {k}]"))
-                                    .unwrap_or_default()
-                            )
-                        })
-                        .collect::<Vec<_>>()
-                        .join("\n")
-                })
-            });
+            c.print(&v, client::human_catalog);
         }
-        Command::Serve(_)
-        | Command::Demo(_)
-        | Command::Bench(_)
-        | Command::BenchHttp(_)
-        | Command::BenchStall(_)
-        | Command::Mcp(_)
-        | Command::Hook(_)
-        | Command::Node { .. } => {}
+        _ => {}
+    }
+    Ok(())
+}
+
+/// drain / pending / drain --follow.
+fn drain(c: &Client, key: &str, peek: bool, follow: bool) -> client::CliResult<()> {
+    let path = format!(
+        "/v1/sessions/{}/{}",
+        seg(key),
+        if peek { "pending" } else { "drain" }
+    );
+    let method = if peek { "GET" } else { "POST" };
+    let once = |lines: bool| -> client::CliResult<()> {
+        let v = c.call(method, &path, None)?;
+        if lines && c.json {
+            out(&v.to_string());
+        } else if lines && v["prompt"].as_str().unwrap_or("").is_empty() {
+            // Following: an empty drain after a coalesced wake is not news.
+        } else {
+            c.print(&v, client::human_drain);
+        }
+        Ok(())
+    };
+    if follow {
+        eprintln!(
+            "aware: following {key} at {} ({} on every wake; Ctrl-C to stop)",
+            c.url,
+            if peek { "peeking" } else { "draining" }
+        );
+    }
+    once(follow)?;
+    if follow {
+        c.follow_wakes(key, || once(true))?;
     }
     Ok(())
 }
@@ -452,41 +692,53 @@ fn client_command(c: &Client, cmd: Command) -> client::CliResult<()> {
 fn main() {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        // A Claude Code hook that exits non-zero blocks the user's prompt: even a flag error
-        // of `aware hook` is one warning line and exit 0 (03 §8).
         Err(e) if subcommand_name().as_deref() == Some("hook") => {
-            eprintln!(
-                "aware hook: warning: {}",
-                e.to_string().lines().next().unwrap_or("bad arguments")
-            );
-            std::process::exit(0);
+            // `--help` and `--version` print and exit 0. An argument error exits 1: Claude Code
+            // shows it to the user without blocking the prompt, so a typo in settings.json is
+            // seen instead of silently turning the hook off (exit 2 would block the prompt).
+            if e.use_stderr() {
+                let _ = e.print();
+                std::process::exit(1);
+            }
+            e.exit()
         }
         Err(e) => e.exit(),
     };
+    let client_only = cli.conn.url.is_some()
+        || cli.conn.token.is_some()
+        || cli.conn.session.is_some()
+        || cli.conn.agent.is_some()
+        || cli.json;
     let result: Result<()> = match cli.command {
-        Command::Serve(args) => serve::run(args, cli.token),
+        Command::Serve(_) | Command::Demo(_) | Command::Bench(_) | Command::BenchHttp(_)
+            if client_only =>
+        {
+            Failure::Usage(
+                "--url, --token, --session, --agent and --json are client flags; \
+                 `serve`, `demo` and `bench` do not take them (serve has its own --token)"
+                    .into(),
+            )
+            .exit()
+        }
+        Command::Serve(args) => serve::run(args),
         Command::Node {
             command: NodeCommand::Serve(args),
         } => node::run(args),
-        Command::Mcp(args) => mcp::run(
-            args,
-            mcp::Gateway {
-                url: cli.url,
-                token: cli.token,
-                session: cli.session,
-                agent: cli.agent,
-            },
-        ),
+        Command::Mcp(args) => mcp::run(args, &cli.conn),
         Command::Hook(args) => {
-            hook::run(
-                args,
-                mcp::Gateway {
-                    url: cli.url,
-                    token: cli.token,
-                    session: cli.session,
-                    agent: cli.agent,
-                },
-            );
+            hook::run(args, &cli.conn);
+            Ok(())
+        }
+        Command::Init { command } => init::run(command, &cli.conn),
+        Command::Doctor(args) => doctor::run(args, &cli.conn),
+        Command::Completions { shell } => {
+            let mut buf = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "aware", &mut buf);
+            out(&String::from_utf8_lossy(&buf));
+            Ok(())
+        }
+        Command::HelpMarkdown => {
+            out(&docgen::markdown(&Cli::command()));
             Ok(())
         }
         Command::Demo(args) => {
@@ -506,14 +758,7 @@ fn main() {
             bench_stall::run(args)
         }
         cmd => {
-            let c = Client {
-                url: cli.url,
-                token: cli.token,
-                session: cli.session,
-                agent: cli.agent,
-                json: cli.json,
-            };
-            if let Err(f) = client_command(&c, cmd) {
+            if let Err(f) = client_command(cmd, &cli.conn, cli.json) {
                 f.exit();
             }
             Ok(())

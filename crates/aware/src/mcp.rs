@@ -10,11 +10,12 @@
 //! `tokio::task::spawn_blocking`, never on the runtime's worker.
 
 use crate::client::seg;
+use crate::context::Conn;
 use anyhow::{Context as _, Result};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
-    ToolAnnotations,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
@@ -23,9 +24,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(clap::Args, Debug)]
-pub struct McpArgs {}
+pub struct McpArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+}
 
-/// Connection settings shared by the client commands (global flags).
+/// Connection settings of `mcp` and `hook`.
 pub struct Gateway {
     pub url: String,
     pub token: Option<String>,
@@ -33,13 +37,91 @@ pub struct Gateway {
     pub agent: Option<String>,
 }
 
-/// The tools that only read (03 §7): they carry `readOnlyHint: true`.
-const READ_ONLY_TOOLS: [&str; 3] = ["session_status", "sessions_list", "sessions_history"];
+impl From<crate::context::Resolved> for Gateway {
+    fn from(r: crate::context::Resolved) -> Self {
+        Gateway {
+            url: r.url,
+            token: r.token,
+            session: r.session,
+            agent: r.agent,
+        }
+    }
+}
+
+/// Largest request body the gateway reads (api.md §1.3): a bigger call is refused here with the
+/// gateway's own code instead of being cut off mid-upload and looking like an outage.
+const MAX_BODY: usize = 1 << 20;
+
+/// Per tool: title, hints (read-only, destructive, idempotent; none reaches outside the hub, so
+/// openWorldHint is false) and the output schema of its structured result.
+fn tool_meta(name: &str) -> (&'static str, bool, bool, bool, Value) {
+    let obj = |props: Value| serde_json::json!({"type": "object", "properties": props, "additionalProperties": true});
+    match name {
+        "session_status" => (
+            "Session status",
+            true,
+            false,
+            true,
+            obj(serde_json::json!({
+                "sessionKey": {"type": "string"}, "agentId": {"type": "string"},
+                "kind": {"type": "string"}, "status": {"type": "string"},
+                "stateVersion": {"type": "integer"}, "stateChanges": {"type": "object"},
+                "statusText": {"type": "string"}})),
+        ),
+        "sessions_list" => (
+            "List sessions",
+            true,
+            false,
+            true,
+            obj(serde_json::json!({"sessions": {"type": "array", "items": {"type": "object"}}})),
+        ),
+        "sessions_history" => (
+            "Session history",
+            true,
+            false,
+            true,
+            obj(serde_json::json!({"messages": {"type": "array", "items": {"type": "object"}}})),
+        ),
+        "sessions_send" => (
+            "Send to a session",
+            false,
+            false,
+            false,
+            obj(serde_json::json!({
+                "runId": {"type": "string"}, "sessionKey": {"type": "string"},
+                "status": {"type": "string", "enum": ["accepted", "ok", "timeout", "error"]},
+                "reply": {"type": "string"}, "watched": {"type": "boolean"}})),
+        ),
+        "sessions_spawn" => (
+            "Spawn a sub-agent session",
+            false,
+            false,
+            false,
+            obj(serde_json::json!({
+                "childSessionKey": {"type": "string"}, "runId": {"type": "string"}})),
+        ),
+        "sessions_unwatch" => (
+            "Stop watching a session",
+            false,
+            true,
+            true,
+            obj(serde_json::json!({"unwatched": {"type": "boolean"}})),
+        ),
+        _ => ("", false, false, false, obj(serde_json::json!({}))),
+    }
+}
+
+/// Interval of progress notifications while `sessions_send` waits for a reply.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 /// Default HTTP timeout; `sessions_send` waits up to its `timeoutSeconds` on top of it.
 const HTTP_TIMEOUT: Duration = Duration::from_secs(30);
 
-pub fn run(_args: McpArgs, gw: Gateway) -> Result<()> {
+pub fn run(args: McpArgs, outer: &Conn) -> Result<()> {
+    let gw: Gateway = match crate::context::resolve(args.conn.or(outer), None) {
+        Ok(r) => r.into(),
+        Err(f) => f.exit(),
+    };
     let session = match gw.session.as_deref().map(str::trim) {
         Some(s) if !s.is_empty() => s.to_string(),
         _ => {
@@ -49,6 +131,14 @@ pub fn run(_args: McpArgs, gw: Gateway) -> Result<()> {
             std::process::exit(2);
         }
     };
+    let http = Http {
+        base: gw.url.trim_end_matches('/').to_string(),
+        token: gw.token.clone(),
+        session: session.clone(),
+        agent: gw.agent.clone(),
+        agent_http: ureq::AgentBuilder::new().timeout(HTTP_TIMEOUT).build(),
+    };
+    http.ensure_session();
     let server = AwareMcp {
         http: Arc::new(Http {
             base: gw.url.trim_end_matches('/').to_string(),
@@ -65,7 +155,7 @@ pub fn run(_args: McpArgs, gw: Gateway) -> Result<()> {
         .context("cannot start the async runtime")?;
     let result = rt.block_on(async move {
         let running = server
-            .serve(rmcp::transport::stdio())
+            .serve(checked_stdio())
             .await
             .context("MCP handshake failed")?;
         running.waiting().await.context("MCP server task failed")?;
@@ -74,6 +164,107 @@ pub fn run(_args: McpArgs, gw: Gateway) -> Result<()> {
     // A tool call still waiting on the gateway must not keep a closed server alive.
     rt.shutdown_timeout(Duration::from_secs(1));
     result
+}
+
+/// Stdio for rmcp with the JSON-RPC checks it leaves out: rmcp drops a line that is not JSON
+/// (or not a JSON-RPC message) without an answer, so the client waits for ever. Here such a line
+/// gets the error JSON-RPC 2.0 prescribes (-32700 parse error, -32600 invalid request, id null
+/// when none can be read) and the server goes on. rmcp's output and these errors share one
+/// writer so that lines never interleave.
+fn checked_stdio() -> (tokio::io::DuplexStream, tokio::io::DuplexStream) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let (rmcp_in, mut feed) = tokio::io::duplex(1 << 20);
+    let (rmcp_out, from_rmcp) = tokio::io::duplex(1 << 20);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let errors = tx.clone();
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(from_rmcp).lines();
+        while let Ok(Some(l)) = lines.next_line().await {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    tokio::spawn(async move {
+        let mut stdout = tokio::io::stdout();
+        while let Some(l) = rx.recv().await {
+            if stdout.write_all(l.as_bytes()).await.is_err()
+                || stdout.write_all(b"\n").await.is_err()
+                || stdout.flush().await.is_err()
+            {
+                break;
+            }
+        }
+    });
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.trim().is_empty() {
+                continue;
+            }
+            match check_message(&line) {
+                Ok(()) => {
+                    if feed.write_all(line.as_bytes()).await.is_err()
+                        || feed.write_all(b"\n").await.is_err()
+                    {
+                        break;
+                    }
+                }
+                Err(error) => {
+                    let _ = errors.send(error.to_string());
+                }
+            }
+        }
+        // End of stdin ends the server.
+        let _ = feed.shutdown().await;
+    });
+    (rmcp_in, rmcp_out)
+}
+
+/// `Err(answer)` for a line that is not JSON or not a JSON-RPC 2.0 message.
+fn check_message(line: &str) -> Result<(), Value> {
+    let err = |id: Value, code: i64, message: String| serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
+    let v: Value = serde_json::from_str(line)
+        .map_err(|e| err(Value::Null, -32700, format!("Parse error: {e}")))?;
+    let ok = |m: &Value| {
+        m.get("jsonrpc") == Some(&Value::from("2.0"))
+            && (m.get("method").is_some_and(Value::is_string)
+                || m.get("result").is_some()
+                || m.get("error").is_some())
+    };
+    let valid = match &v {
+        Value::Object(_) => ok(&v),
+        // Batches were removed from MCP in 2025-06-18; rmcp still reads them.
+        Value::Array(items) => !items.is_empty() && items.iter().all(ok),
+        _ => false,
+    };
+    let id = v.get("id").cloned().unwrap_or(Value::Null);
+    if valid {
+        // rmcp answers params it cannot decode with -32601 (method not found); for the one
+        // method whose params carry user input, the right code is -32602.
+        if v["method"] == "tools/call" {
+            let p = &v["params"];
+            let bad = if !p.is_object() {
+                Some("params must be an object with name and arguments")
+            } else if !p["name"].is_string() {
+                Some("params.name must be a string naming the tool")
+            } else if !(p["arguments"].is_null() || p["arguments"].is_object()) {
+                Some("params.arguments must be an object")
+            } else {
+                None
+            };
+            if let Some(m) = bad {
+                return Err(err(id, -32602, format!("Invalid params: {m}")));
+            }
+        }
+        return Ok(());
+    }
+    Err(err(
+        id,
+        -32600,
+        "Invalid Request: expected a JSON-RPC 2.0 message with \"jsonrpc\": \"2.0\" and a method"
+            .into(),
+    ))
 }
 
 /// The six tools with the gateway's names, descriptions and input schemas.
@@ -93,11 +284,21 @@ fn tools() -> Result<Vec<Tool>> {
                 _ => anyhow::bail!("tool {name} has no inputSchema object"),
             };
             let description = t["description"].as_str().unwrap_or_default().to_string();
-            let mut tool = Tool::new(name.clone(), description, schema);
-            if READ_ONLY_TOOLS.contains(&name.as_str()) {
-                tool = tool.annotate(ToolAnnotations::new().read_only(true));
+            let (title, read_only, destructive, idempotent, output) = tool_meta(&name);
+            let Value::Object(output) = output else {
+                anyhow::bail!("output schema of {name} is not an object");
+            };
+            let mut annotations = ToolAnnotations::new()
+                .read_only(read_only)
+                .idempotent(idempotent)
+                .open_world(false);
+            if !read_only {
+                annotations = annotations.destructive(destructive);
             }
-            Ok(tool)
+            Ok(Tool::new(name.clone(), description, schema)
+                .with_title(title)
+                .with_raw_output_schema(Arc::new(output))
+                .annotate(annotations))
         })
         .collect()
 }
@@ -154,7 +355,46 @@ impl Http {
                 };
                 Answer::Refused(format!("{code}: {message}"))
             }
-            Err(e) => Answer::Unreachable(e.to_string()),
+            Err(e) => Answer::Unreachable(crate::client::error_detail(&e)),
+        }
+    }
+
+    /// Creates the caller session when it does not exist yet, so the first tool call of a new
+    /// Claude Code project does not fail with `session_not_found` before the hook ever ran.
+    /// Failures are a warning only: the gateway may come up later.
+    fn ensure_session(&self) {
+        let mut body = serde_json::json!({"key": self.session});
+        if let Some(a) = &self.agent {
+            if !self.session.to_ascii_lowercase().starts_with("agent:") {
+                body["agentId"] = a.clone().into();
+            }
+        }
+        let mut r = self
+            .agent_http
+            .post(&format!("{}/v1/sessions", self.base))
+            // Short: the handshake waits for this, and a client gives up on a slow start.
+            .timeout(Duration::from_secs(2))
+            .set("Content-Type", "application/json");
+        if let Some(t) = &self.token {
+            r = r.set("Authorization", &format!("Bearer {t}"));
+        }
+        match r.send_string(&body.to_string()) {
+            Ok(resp) if resp.status() == 201 => {
+                eprintln!("aware mcp: created session {}", self.session);
+            }
+            Ok(_) => {}
+            Err(ureq::Error::Status(_, resp)) => {
+                let v: Value = resp.into_json().unwrap_or(Value::Null);
+                eprintln!(
+                    "aware mcp: warning: cannot create session {}: {}",
+                    self.session,
+                    crate::client::server_message(400, &v)
+                );
+            }
+            Err(e) => eprintln!(
+                "aware mcp: warning: gateway at {} unreachable at start ({e}); tool calls will fail until it runs",
+                self.base
+            ),
         }
     }
 
@@ -163,6 +403,13 @@ impl Http {
         // sessions_send may wait up to timeoutSeconds (≤ 600) for a reply.
         let wait = args["timeoutSeconds"].as_u64().unwrap_or(30).min(600);
         let timeout = HTTP_TIMEOUT + Duration::from_secs(wait);
+        let size = args.to_string().len();
+        if size > MAX_BODY {
+            return CallToolResult::error(vec![ContentBlock::text(format!(
+                "payload_too_large: the arguments are {size} bytes; the gateway accepts at most \
+                 1 MiB per request and 256 KiB per text"
+            ))]);
+        }
         let mut result = match self.post(&format!("/v1/tools/{}", seg(name)), args, timeout) {
             Answer::Ok(v) => {
                 let text = match (name, v["statusText"].as_str()) {
@@ -216,7 +463,7 @@ impl ServerHandler for AwareMcp {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name.to_string();
         if !self.tools.iter().any(|t| t.name == name) {
@@ -231,9 +478,36 @@ impl ServerHandler for AwareMcp {
         }
         let args = Value::Object(request.arguments.unwrap_or_default());
         let http = self.http.clone();
-        let result = tokio::task::spawn_blocking(move || http.call_tool(&name, &args))
-            .await
-            .map_err(|e| ErrorData::internal_error(format!("tool call task failed: {e}"), None))?;
+        let waits = name == "sessions_send" && args["timeoutSeconds"].as_u64() != Some(0);
+        let mut task = tokio::task::spawn_blocking(move || http.call_tool(&name, &args));
+        // sessions_send may wait for a reply (30 s by default): tell a client that asked for
+        // progress that the call is alive, so it does not give up on its own timeout.
+        let token = context.meta.get_progress_token().filter(|_| waits);
+        let result = match token {
+            None => task.await,
+            Some(token) => {
+                let mut tick = tokio::time::interval(PROGRESS_EVERY);
+                tick.tick().await;
+                let mut n = 0u32;
+                loop {
+                    tokio::select! {
+                        r = &mut task => break r,
+                        _ = tick.tick() => {
+                            n += 1;
+                            let secs = n * PROGRESS_EVERY.as_secs() as u32;
+                            let _ = context
+                                .peer
+                                .notify_progress(
+                                    ProgressNotificationParam::new(token.clone(), f64::from(n))
+                                        .with_message(format!("waiting for the reply ({secs} s)")),
+                                )
+                                .await;
+                        }
+                    }
+                }
+            }
+        }
+        .map_err(|e| ErrorData::internal_error(format!("tool call task failed: {e}"), None))?;
         Ok(CallToolResponse::Complete(result))
     }
 }

@@ -4,35 +4,89 @@ use anyhow::{Context, Result};
 use aware_gateway::{check_bind_policy, GatewayConfig, Overrides};
 use std::path::PathBuf;
 
+/// Durability of commits.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum DurabilityArg {
+    /// synchronous=FULL: survives power loss.
+    Full,
+    /// synchronous=NORMAL: survives process crashes only.
+    Normal,
+}
+
+/// Format of the log lines on stderr.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
-    /// Data directory (default $XDG_DATA_HOME/aware); created when missing.
-    #[arg(long, env = "AWARE_DATA_DIR")]
+    /// Data directory, created when missing [default: $XDG_DATA_HOME/aware].
+    #[arg(long, env = "AWARE_DATA_DIR", value_name = "DIR")]
     data_dir: Option<PathBuf>,
-    /// Configuration file (default <data-dir>/config.toml when it exists).
-    #[arg(long)]
+    /// Configuration file [default: <data-dir>/config.toml, else $XDG_CONFIG_HOME/aware/config.toml, when it exists].
+    #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Listen address (default 127.0.0.1:7420; port 0 picks a free port).
-    #[arg(long, env = "AWARE_BIND")]
+    /// Listen address, e.g. 127.0.0.1:7420 or localhost:7420 (port 0 picks a free port) [default: 127.0.0.1:7420].
+    #[arg(long, env = "AWARE_BIND", value_name = "ADDR")]
     bind: Option<String>,
+    /// Bearer token every route but /health requires.
+    #[arg(
+        long,
+        env = "AWARE_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    token: Option<String>,
     /// Write the bound port to this file once listening.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     port_file: Option<PathBuf>,
-    /// Durability: full (default) or normal.
-    #[arg(long)]
-    durability: Option<String>,
+    /// Durability of commits [default: full].
+    #[arg(long, value_enum)]
+    durability: Option<DurabilityArg>,
     /// Test mode: a manual engine clock and the admin routes.
     #[arg(long)]
     test_clock: bool,
-    /// Start of the test clock in epoch ms (default: now).
-    #[arg(long)]
+    /// Start of the test clock in epoch ms [default: now].
+    #[arg(long, value_name = "MS")]
     test_clock_start: Option<i64>,
-    /// Log format: text or json.
-    #[arg(long, default_value = "text")]
-    log_format: String,
-    /// Log level filter (e.g. info, warn, aware_engine=debug).
-    #[arg(long, default_value = "info")]
+    /// Log format.
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: LogFormat,
+    /// Log level filter: a level (error, warn, info, debug, trace, off) and/or target=level
+    /// directives, comma-separated, e.g. info,aware_engine=debug.
+    #[arg(long, default_value = "info", value_name = "FILTER", value_parser = parse_log_level)]
     log_level: String,
+}
+
+const LEVELS: [&str; 6] = ["error", "warn", "info", "debug", "trace", "off"];
+
+/// `EnvFilter` takes any bare word as a target name, so `--log-level verbose` would silently log
+/// nothing; only levels and `target=level` directives are accepted.
+fn parse_log_level(s: &str) -> Result<String, String> {
+    let bad = || {
+        format!(
+            "expected a level ({}) or target=level directives separated by commas, e.g. info,aware_engine=debug",
+            LEVELS.join(", ")
+        )
+    };
+    if s.trim().is_empty() {
+        return Err(bad());
+    }
+    for d in s.split(',') {
+        let d = d.trim();
+        let level = match d.split_once('=') {
+            Some((target, level)) if !target.is_empty() => level,
+            Some(_) => return Err(bad()),
+            None => d,
+        };
+        if !LEVELS.contains(&level.to_ascii_lowercase().as_str()) {
+            return Err(bad());
+        }
+    }
+    tracing_subscriber::EnvFilter::try_new(s).map_err(|_| bad())?;
+    Ok(s.to_string())
 }
 
 /// Exit status 2 with a message: configuration or usage errors.
@@ -41,36 +95,79 @@ fn config_error(msg: impl std::fmt::Display) -> ! {
     std::process::exit(2);
 }
 
-pub fn run(args: ServeArgs, token: Option<String>) -> Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level).unwrap_or_else(|_| {
-        config_error(format!(
-            "--log-level {:?} is not a valid filter",
-            args.log_level
-        ))
-    });
-    match args.log_format.as_str() {
-        "text" => tracing_subscriber::fmt()
+/// A host name (`localhost:7420`) resolved to one address; IPv4 first, as `127.0.0.1` is what
+/// users expect `localhost` to mean.
+fn resolve_bind(b: &str) -> Result<String, String> {
+    if b.parse::<std::net::SocketAddr>().is_ok() {
+        return Ok(b.to_string());
+    }
+    let addrs: Vec<std::net::SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(b)
+        .map_err(|e| {
+            format!("--bind {b:?} is not an address like 127.0.0.1:7420 or localhost:7420 ({e})")
+        })?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .map(|a| a.to_string())
+        .ok_or_else(|| format!("--bind {b:?} resolves to no address"))
+}
+
+pub fn run(args: ServeArgs) -> Result<()> {
+    // parse_log_level has accepted it already.
+    let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
+        .unwrap_or_else(|e| config_error(format!("--log-level: {e}")));
+    match args.log_format {
+        LogFormat::Text => tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .with_writer(std::io::stderr)
             .init(),
-        "json" => tracing_subscriber::fmt()
+        LogFormat::Json => tracing_subscriber::fmt()
             .json()
             .with_env_filter(filter)
             .with_writer(std::io::stderr)
             .init(),
-        other => config_error(format!("--log-format must be text or json (got {other:?})")),
     }
+    let bind = args
+        .bind
+        .as_deref()
+        .map(|b| resolve_bind(b).unwrap_or_else(|e| config_error(e)));
+    // The config file: --config, else <data-dir>/config.toml, else the user's
+    // $XDG_CONFIG_HOME/aware/config.toml.
+    let data_dir_hint = args
+        .data_dir
+        .clone()
+        .unwrap_or_else(aware_gateway::config::default_data_dir);
+    let config_file = args.config.clone().or_else(|| {
+        [
+            data_dir_hint.join("config.toml"),
+            crate::context::config_dir().join("config.toml"),
+        ]
+        .into_iter()
+        .find(|p| p.exists())
+    });
     let overrides = Overrides {
         data_dir: args.data_dir,
-        config: args.config,
-        bind: args.bind,
-        token,
-        durability: args.durability,
+        config: config_file.clone(),
+        bind,
+        token: args.token,
+        durability: args.durability.map(|d| match d {
+            DurabilityArg::Full => "full".to_string(),
+            DurabilityArg::Normal => "normal".to_string(),
+        }),
         test_clock: args.test_clock,
         test_clock_start: args.test_clock_start,
     };
-    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    // clap has already read AWARE_DATA_DIR, AWARE_BIND and AWARE_TOKEN into the flags, below a
+    // flag given on the command line; the loader must not let them win over the flags again.
+    let env = |name: &str| {
+        if matches!(name, "AWARE_DATA_DIR" | "AWARE_BIND" | "AWARE_TOKEN") {
+            return None;
+        }
+        std::env::var(name).ok().filter(|v| !v.is_empty())
+    };
     let config = GatewayConfig::load(&overrides, &env).unwrap_or_else(|e| config_error(e));
     if let Err(msg) = check_bind_policy(&config) {
         config_error(msg);
@@ -82,10 +179,30 @@ pub fn run(args: ServeArgs, token: Option<String>) -> Result<()> {
         .build()
         .context("start the async runtime")?;
     runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(config.bind)
-            .await
-            .with_context(|| format!("bind {}", config.bind))?;
+        let listener = match tokio::net::TcpListener::bind(config.bind).await {
+            Ok(l) => l,
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => config_error(format!(
+                "cannot listen on {}: the port is already in use (is another `aware serve` \
+                 running? pick another with --bind, or port 0 for a free one)",
+                config.bind
+            )),
+            Err(e) => return Err(anyhow::Error::new(e).context(format!("bind {}", config.bind))),
+        };
         let addr = listener.local_addr()?;
+        let config_text = config_file
+            .as_ref()
+            .map_or_else(|| "none (defaults)".to_string(), |p| p.display().to_string());
+        let claude_text = config
+            .claude_root
+            .as_ref()
+            .map_or_else(|| "disabled".to_string(), |p| p.display().to_string());
+        tracing::info!(
+            event = "starting",
+            "data dir {}, config file {config_text}, store {}, Claude root {claude_text}, durability {}",
+            config.data_dir.display(),
+            config.data_dir.join("state.db").display(),
+            config.durability.as_str()
+        );
         tracing::info!(event = "listening", addr = %addr, durability = config.durability.as_str(), "listening on {addr}");
         if let Some(p) = &args.port_file {
             std::fs::write(p, addr.port().to_string()).with_context(|| format!("write {}", p.display()))?;
@@ -114,5 +231,27 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = ctrl_c => {},
         _ = term => {},
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_levels_are_levels_or_directives() {
+        for ok in ["info", "WARN", "info,aware_engine=debug", "aware=trace"] {
+            assert!(parse_log_level(ok).is_ok(), "{ok}");
+        }
+        for bad in ["verbose", "", "=debug", "info,aware=loud"] {
+            assert!(parse_log_level(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn bind_names_resolve() {
+        assert_eq!(resolve_bind("127.0.0.1:7420").unwrap(), "127.0.0.1:7420");
+        assert!(resolve_bind("localhost:7420").unwrap().ends_with(":7420"));
+        assert!(resolve_bind("no port").is_err());
     }
 }

@@ -345,18 +345,57 @@ fn oversized_input_is_warned_and_records_nothing() {
     hook(&s.base, &["--session", W], big).assert_failed_quietly();
     assert!(turns(&s, W).is_empty());
     assert_eq!(s.notice_texts(W), vec![nt(C, 1)]);
+}
 
-    // Under 1 MiB but over the 256 KiB turn limit: the gateway refuses it (413), the hook warns
-    // and does not drain.
+/// Issue 12: a prompt the gateway refuses (over the 256 KiB turn limit, 413) is one warning, and
+/// the notices waiting for the session are still printed (and so drained).
+#[test]
+fn refused_prompt_still_prints_pending_notices() {
+    let s = Server::family();
+    s.hdm(C);
     let long = json!({
         "hook_event_name": "UserPromptSubmit",
         "session_id": "x",
         "prompt": "a".repeat(300_000),
     })
     .to_string();
-    hook(&s.base, &["--session", W], long).assert_failed_quietly();
+    let run = hook(&s.base, &["--session", W], long);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(
+        run.stdout,
+        format!("System: [2026-01-01T00:00:00.000Z] {}\n", nt(C, 1))
+    );
+    assert_eq!(run.stderr.lines().count(), 1, "{:?}", run.stderr);
+    assert!(run.stderr.contains("payload_too_large"), "{}", run.stderr);
     assert!(turns(&s, W).is_empty());
-    assert_eq!(s.notice_texts(W), vec![nt(C, 1)]);
+    assert!(s.notice_texts(W).is_empty());
+}
+
+/// Issue 12: `aware hook --help` prints the usage and exits 0; an unknown flag exits 1 (Claude
+/// Code shows it without blocking the prompt) instead of silently turning the hook off.
+#[test]
+fn hook_help_and_argument_errors() {
+    let out = Command::new(bin())
+        .args(["hook", "--help"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("Usage: aware hook"), "{help}");
+    assert!(help.contains("--timeout-ms"), "{help}");
+    for args in [
+        vec!["hook", "--bogus"],
+        vec!["hook", "--timeout-ms", "soon"],
+    ] {
+        let out = Command::new(bin())
+            .args(&args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("error:"));
+        assert!(out.stdout.is_empty());
+    }
 }
 
 #[test]

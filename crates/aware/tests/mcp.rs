@@ -371,3 +371,111 @@ fn mcp_answers_while_a_tool_call_waits() {
     let r = m.wait(send);
     assert_eq!(r["result"]["structuredContent"]["status"], "timeout", "{r}");
 }
+
+/// Issue 12: every tool has a title, an output schema and all four hints.
+#[test]
+fn tools_have_titles_output_schemas_and_hints() {
+    let s = Server::family();
+    let mut m = Mcp::start(&s, W);
+    m.initialize();
+    let list = m.result("tools/list", json!({}));
+    for t in list["tools"].as_array().unwrap() {
+        assert!(t["title"].as_str().is_some_and(|x| !x.is_empty()), "{t}");
+        assert_eq!(t["outputSchema"]["type"], "object", "{t}");
+        for hint in ["readOnlyHint", "idempotentHint", "openWorldHint"] {
+            assert!(t["annotations"][hint].is_boolean(), "{hint}: {t}");
+        }
+        if t["annotations"]["readOnlyHint"] == false {
+            assert!(t["annotations"]["destructiveHint"].is_boolean(), "{t}");
+        }
+    }
+}
+
+/// Issue 12: the caller session is created at start, so the first tool call of a new project
+/// works before the hook ever ran.
+#[test]
+fn mcp_creates_its_caller_session() {
+    let s = Server::family();
+    let fresh = "agent:main:project:new";
+    assert_eq!(s.get(&format!("/v1/sessions/{}", seg(fresh))).status, 404);
+    let mut m = Mcp::start(&s, fresh);
+    m.initialize();
+    let r = m.call("session_status", json!({}));
+    assert!(!is_error(&r), "{r}");
+    assert_eq!(r["structuredContent"]["sessionKey"], fresh);
+}
+
+/// Issue 9: malformed JSON-RPC is -32700, bad params -32602; an argument body over the
+/// gateway's limit is reported as payload_too_large, not as an unreachable gateway.
+#[test]
+fn mcp_error_codes_and_body_limit() {
+    let s = Server::family();
+    let mut m = Mcp::start(&s, W);
+    m.initialize();
+    {
+        let stdin = m.stdin.as_mut().unwrap();
+        writeln!(stdin, "{{not json").unwrap();
+        stdin.flush().unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let parse_error = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let msg = m
+            .lines
+            .recv_timeout(left)
+            .expect("an answer to malformed JSON");
+        if msg.get("error").is_some() {
+            break msg;
+        }
+    };
+    assert_eq!(parse_error["error"]["code"], -32700, "{parse_error}");
+    assert_eq!(parse_error["id"], Value::Null, "{parse_error}");
+    // The server is still usable.
+    assert_eq!(m.result("ping", json!({})), json!({}));
+    let r = m.request("tools/call", json!({"name": 7}));
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    let r = m.request(
+        "tools/call",
+        json!({"name": "no_such_tool", "arguments": {}}),
+    );
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    let r = m.call(
+        "sessions_send",
+        json!({"sessionKey": C, "message": "x".repeat(2 << 20), "timeoutSeconds": 0}),
+    );
+    assert!(is_error(&r), "{r}");
+    let t = texts(&r).join("\n");
+    assert!(t.starts_with("payload_too_large"), "{t}");
+    assert!(!t.contains("gateway_unavailable"), "{t}");
+}
+
+/// Issue 12: a waiting sessions_send reports progress to a client that asked for it.
+#[test]
+fn waiting_send_sends_progress_notifications() {
+    let s = Server::family();
+    s.create(X);
+    let mut m = Mcp::start(&s, X);
+    m.initialize();
+    let id = m.start_request(
+        "tools/call",
+        json!({"name": "sessions_send", "_meta": {"progressToken": "p1"},
+               "arguments": {"sessionKey": C, "message": "still there?", "timeoutSeconds": 6}}),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut progress = Vec::new();
+    let answer = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let msg = m.lines.recv_timeout(left).expect("progress or the answer");
+        if msg["method"] == "notifications/progress" {
+            progress.push(msg);
+        } else if msg["id"] == id {
+            break msg;
+        }
+    };
+    assert_eq!(
+        answer["result"]["structuredContent"]["status"], "timeout",
+        "{answer}"
+    );
+    assert!(!progress.is_empty(), "no progress notification");
+    assert_eq!(progress[0]["params"]["progressToken"], "p1");
+}

@@ -1,0 +1,175 @@
+//! Connection settings of the client commands: flags, then environment variables, then the saved
+//! client context (`$XDG_CONFIG_HOME/aware/client.toml`), then defaults.
+//!
+//! The flags are declared without clap's `env` so that a flag given before the subcommand
+//! (`aware --session K status`) and one given after it both beat the environment.
+
+use crate::client::Failure;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub const DEFAULT_URL: &str = "http://127.0.0.1:7420";
+/// Request timeout when neither `--timeout`, `AWARE_TIMEOUT` nor the client file sets one.
+pub const DEFAULT_TIMEOUT_SECS: f64 = 30.0;
+
+/// Where the gateway is and who calls it.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct Conn {
+    /// Gateway URL [env: AWARE_URL] [default: http://127.0.0.1:7420].
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+    /// Bearer token [env: AWARE_TOKEN].
+    #[arg(long, value_name = "TOKEN")]
+    pub token: Option<String>,
+    /// The calling session, the caller identity [env: AWARE_SESSION].
+    #[arg(long, value_name = "KEY")]
+    pub session: Option<String>,
+    /// Agent of a bare --session key.
+    #[arg(long, value_name = "AGENT")]
+    pub agent: Option<String>,
+}
+
+impl Conn {
+    /// `self` (given after the subcommand) wins over `outer` (given before it).
+    pub fn or(self, outer: &Conn) -> Conn {
+        Conn {
+            url: self.url.or_else(|| outer.url.clone()),
+            token: self.token.or_else(|| outer.token.clone()),
+            session: self.session.or_else(|| outer.session.clone()),
+            agent: self.agent.or_else(|| outer.agent.clone()),
+        }
+    }
+}
+
+/// The saved client context (`client.toml`).
+#[derive(serde::Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ClientFile {
+    pub url: Option<String>,
+    pub token_file: Option<PathBuf>,
+    pub session: Option<String>,
+    pub agent: Option<String>,
+    pub timeout_secs: Option<f64>,
+}
+
+/// `$XDG_CONFIG_HOME/aware` (else `~/.config/aware`).
+pub fn config_dir() -> PathBuf {
+    if let Some(x) = std::env::var_os("XDG_CONFIG_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(x).join("aware");
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."));
+    home.join(".config/aware")
+}
+
+pub fn client_file_path() -> PathBuf {
+    config_dir().join("client.toml")
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// Reads `client.toml` when it exists; a broken file is a usage error naming it.
+pub fn read_client_file() -> Result<ClientFile, Failure> {
+    let path = client_file_path();
+    match std::fs::read_to_string(&path) {
+        Ok(text) => toml::from_str(&text)
+            .map_err(|e| Failure::Usage(format!("{}: {}", path.display(), e.message()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(ClientFile::default()),
+        Err(e) => Err(Failure::Usage(format!(
+            "cannot read {}: {e}",
+            path.display()
+        ))),
+    }
+}
+
+/// The settings a client command runs with.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub url: String,
+    pub token: Option<String>,
+    pub session: Option<String>,
+    pub agent: Option<String>,
+    pub timeout: Duration,
+}
+
+/// Flags > environment > client file > defaults.
+pub fn resolve(flags: Conn, timeout_flag: Option<f64>) -> Result<Resolved, Failure> {
+    let file = read_client_file()?;
+    let url = flags
+        .url
+        .or_else(|| env("AWARE_URL"))
+        .or(file.url)
+        .unwrap_or_else(|| DEFAULT_URL.to_string());
+    check_url(&url)?;
+    let token = match flags.token.or_else(|| env("AWARE_TOKEN")) {
+        Some(t) => Some(t),
+        None => match env("AWARE_TOKEN_FILE")
+            .map(PathBuf::from)
+            .or(file.token_file)
+        {
+            Some(p) => Some(read_token_file(&p)?),
+            None => None,
+        },
+    };
+    let timeout_secs = match timeout_flag {
+        Some(t) => t,
+        None => match env("AWARE_TIMEOUT") {
+            Some(t) => t.trim().parse::<f64>().map_err(|_| {
+                Failure::Usage(format!(
+                    "AWARE_TIMEOUT must be a number of seconds (got {t:?})"
+                ))
+            })?,
+            None => file.timeout_secs.unwrap_or(DEFAULT_TIMEOUT_SECS),
+        },
+    };
+    Ok(Resolved {
+        url,
+        token: token.filter(|t| !t.is_empty()),
+        session: flags
+            .session
+            .or_else(|| env("AWARE_SESSION"))
+            .or(file.session)
+            .filter(|s| !s.trim().is_empty()),
+        agent: flags.agent.or(file.agent),
+        timeout: timeout_duration(timeout_secs)?,
+    })
+}
+
+/// A positive, finite number of seconds.
+pub fn timeout_duration(secs: f64) -> Result<Duration, Failure> {
+    if !secs.is_finite() || secs <= 0.0 || secs > 86_400.0 {
+        return Err(Failure::Usage(format!(
+            "the request timeout must be a number of seconds between 0 and 86400 (got {secs})"
+        )));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// A URL without `http://` or `https://` is a usage error, not a connection failure.
+pub fn check_url(url: &str) -> Result<(), Failure> {
+    let lower = url.to_ascii_lowercase();
+    if !(lower.starts_with("http://") || lower.starts_with("https://")) {
+        return Err(Failure::Usage(format!(
+            "the gateway URL must start with http:// or https:// (got {url:?}), \
+             e.g. --url http://127.0.0.1:7420"
+        )));
+    }
+    Ok(())
+}
+
+/// The first line of a token file, trimmed.
+pub fn read_token_file(p: &std::path::Path) -> Result<String, Failure> {
+    let text = std::fs::read_to_string(p)
+        .map_err(|e| Failure::Usage(format!("cannot read the token file {}: {e}", p.display())))?;
+    let token = text.lines().next().unwrap_or("").trim().to_string();
+    if token.is_empty() {
+        return Err(Failure::Usage(format!(
+            "the token file {} is empty",
+            p.display()
+        )));
+    }
+    Ok(token)
+}

@@ -1,0 +1,262 @@
+//! `aware doctor`: checks what a new setup gets wrong, each failure with the fix.
+//! Exit status 0 when every check passed, 1 otherwise.
+
+use crate::client::{out, seg, Client, Failure};
+use crate::context::{self, Conn};
+use anyhow::Result;
+use serde_json::Value;
+use std::path::PathBuf;
+
+#[derive(clap::Args, Debug)]
+pub struct DoctorArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    /// Claude Code project whose .claude/settings.json and .mcp.json are checked
+    /// [default: the current directory].
+    #[arg(long, value_name = "DIR")]
+    pub project: Option<PathBuf>,
+    /// Claude Code projects directory to check [default: ~/.claude/projects].
+    #[arg(long, value_name = "DIR")]
+    pub claude_root: Option<PathBuf>,
+}
+
+struct Report {
+    failed: usize,
+}
+
+impl Report {
+    fn ok(&mut self, what: &str) {
+        out(&format!("ok    {what}"));
+    }
+    fn fail(&mut self, what: &str, fix: &str) {
+        self.failed += 1;
+        out(&format!("FAIL  {what}\n      fix: {fix}"));
+    }
+    fn warn(&mut self, what: &str, fix: &str) {
+        out(&format!("warn  {what}\n      fix: {fix}"));
+    }
+}
+
+pub fn run(args: DoctorArgs, outer: &Conn) -> Result<()> {
+    let mut r = Report { failed: 0 };
+    let resolved = match context::resolve(args.conn.or(outer), None) {
+        Ok(x) => x,
+        Err(Failure::Usage(m) | Failure::Server(m) | Failure::Unreachable(m)) => {
+            r.fail(
+                &format!("client settings: {m}"),
+                "correct the flag, variable or client.toml",
+            );
+            std::process::exit(1);
+        }
+    };
+    let path = context::client_file_path();
+    if path.exists() {
+        r.ok(&format!("client context {} read", path.display()));
+    }
+    let c = Client::new(resolved.clone(), false);
+    // 1. Gateway.
+    let health = ureq::AgentBuilder::new()
+        .timeout(c.timeout)
+        .build()
+        .get(&format!("{}/health", c.url.trim_end_matches('/')))
+        .call();
+    let reachable = match health {
+        Ok(_) => {
+            r.ok(&format!("gateway answers at {}", c.url));
+            true
+        }
+        Err(ureq::Error::Status(code, _)) => {
+            r.fail(
+                &format!("gateway at {} answers /health with {code}", c.url),
+                "it is starting or its store is unavailable; see the `aware serve` log",
+            );
+            true
+        }
+        Err(ureq::Error::Transport(t)) => {
+            r.fail(
+                &crate::client::transport_message(&c.url, &t),
+                "start it with `aware serve` (or set --url / AWARE_URL / url in client.toml)",
+            );
+            false
+        }
+    };
+    // 2. Token.
+    if reachable {
+        match c.call("GET", "/v1/sessions?limit=1", None) {
+            Ok(_) => r.ok(if c.token.is_some() {
+                "token accepted"
+            } else {
+                "no token needed"
+            }),
+            Err(Failure::Server(m)) if m.starts_with("unauthorized") => r.fail(
+                "the gateway refuses the token",
+                "set --token, AWARE_TOKEN or token_file in client.toml to the gateway's token",
+            ),
+            Err(Failure::Server(m) | Failure::Unreachable(m) | Failure::Usage(m)) => r.fail(
+                &format!("listing sessions failed: {m}"),
+                "see the `aware serve` log",
+            ),
+        }
+    }
+    // 3. Project configs.
+    let project = args
+        .project
+        .clone()
+        .or_else(|| std::env::current_dir().ok())
+        .unwrap_or_else(|| PathBuf::from("."));
+    let mut sessions: Vec<String> = Vec::new();
+    let settings = project.join(".claude/settings.json");
+    match read(&settings) {
+        None => r.warn(
+            &format!("no {}", settings.display()),
+            "run `aware init claude-code` in the project",
+        ),
+        Some(Err(e)) => r.fail(&format!("{}: {e}", settings.display()), "fix the JSON"),
+        Some(Ok(v)) => {
+            let cmds: Vec<String> = v["hooks"]["UserPromptSubmit"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|g| g["hooks"].as_array().cloned().unwrap_or_default())
+                .filter_map(|h| h["command"].as_str().map(str::to_string))
+                .filter(|c| c.split_whitespace().any(|w| w == "hook") && c.contains("aware"))
+                .collect();
+            match cmds.first() {
+                None => r.fail(
+                    &format!("{} has no aware UserPromptSubmit hook", settings.display()),
+                    "run `aware init claude-code`",
+                ),
+                Some(cmd) => {
+                    check_program(&mut r, "hook", cmd.split_whitespace().next().unwrap_or(""));
+                    if let Some(s) =
+                        flag_value(cmd.split_whitespace().map(|w| w.trim_matches('\'')))
+                    {
+                        sessions.push(s);
+                    }
+                }
+            }
+        }
+    }
+    let mcp = project.join(".mcp.json");
+    match read(&mcp) {
+        None => r.warn(
+            &format!("no {}", mcp.display()),
+            "run `aware init claude-code` in the project",
+        ),
+        Some(Err(e)) => r.fail(&format!("{}: {e}", mcp.display()), "fix the JSON"),
+        Some(Ok(v)) => match v["mcpServers"]["aware"].as_object() {
+            None => r.fail(
+                &format!("{} has no \"aware\" server", mcp.display()),
+                "run `aware init claude-code`",
+            ),
+            Some(s) => {
+                check_program(
+                    &mut r,
+                    "MCP server",
+                    s.get("command").and_then(Value::as_str).unwrap_or(""),
+                );
+                let args: Vec<String> = s
+                    .get("args")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|a| a.as_str().map(str::to_string))
+                    .collect();
+                match flag_value(args.iter().map(String::as_str)) {
+                    Some(k) => sessions.push(k),
+                    None => r.fail(
+                        "the MCP server has no --session",
+                        "run `aware init claude-code` (aware mcp needs --session)",
+                    ),
+                }
+            }
+        },
+    }
+    sessions.dedup();
+    if sessions.len() > 1 {
+        r.warn(
+            &format!(
+                "the hook and the MCP server use different sessions: {}",
+                sessions.join(", ")
+            ),
+            "give both the same --session so each notice reaches the model once",
+        );
+    }
+    // 4. Session.
+    if let Some(s) = resolved.session.clone() {
+        sessions.push(s);
+    }
+    sessions.dedup();
+    if reachable {
+        for s in &sessions {
+            match c.call("GET", &format!("/v1/sessions/{}", seg(s)), None) {
+                Ok(_) => r.ok(&format!("session {s} exists")),
+                Err(Failure::Server(m)) if m.starts_with("session_not_found") => r.warn(
+                    &format!("session {s} does not exist yet"),
+                    "`aware init claude-code` creates it; the hook and `aware mcp` create it on first use",
+                ),
+                Err(Failure::Server(m) | Failure::Unreachable(m) | Failure::Usage(m)) => {
+                    r.fail(&format!("session {s}: {m}"), "see the message")
+                }
+            }
+        }
+    }
+    // 5. Claude root.
+    let root = args.claude_root.clone().unwrap_or_else(|| {
+        std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_default()
+            .join(".claude/projects")
+    });
+    if root.is_dir() {
+        r.ok(&format!("Claude root {} exists", root.display()));
+    } else {
+        r.warn(
+            &format!("Claude root {} does not exist", root.display()),
+            "run Claude Code once, or set [claude] root in the gateway's config.toml (catalog and adoption read it)",
+        );
+    }
+    if r.failed > 0 {
+        out(&format!("{} check(s) failed", r.failed));
+        std::process::exit(1);
+    }
+    out("all checks passed");
+    Ok(())
+}
+
+fn read(p: &std::path::Path) -> Option<Result<Value, String>> {
+    let text = std::fs::read_to_string(p).ok()?;
+    Some(serde_json::from_str(&text).map_err(|e| format!("not valid JSON: {e}")))
+}
+
+/// The value after `--session`.
+fn flag_value<'a>(mut words: impl Iterator<Item = &'a str>) -> Option<String> {
+    while let Some(w) = words.next() {
+        if w == "--session" {
+            return words.next().map(str::to_string);
+        }
+        if let Some(v) = w.strip_prefix("--session=") {
+            return Some(v.to_string());
+        }
+    }
+    None
+}
+
+/// The configured program exists (an absolute path) or is found on PATH.
+fn check_program(r: &mut Report, what: &str, prog: &str) {
+    let prog = prog.trim_matches(|c| c == '\'' || c == '"');
+    let found = if prog.contains('/') {
+        std::path::Path::new(prog).is_file()
+    } else {
+        std::env::var_os("PATH")
+            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
+    };
+    if found {
+        r.ok(&format!("{what} runs {prog}"));
+    } else {
+        r.fail(
+            &format!("{what} runs {prog:?}, which is not there"),
+            "install aware (`cargo install --path crates/aware --locked`) and run `aware init claude-code` again",
+        );
+    }
+}
