@@ -20,7 +20,7 @@ const DELETE: Method = Method::DELETE;
 /// The route pattern of a path and the methods it accepts; `""` when no route matches.
 pub(crate) fn route_of(s: &[&str]) -> (&'static str, &'static [Method]) {
     match s {
-        ["health"] => ("/health", &[GET]),
+        ["health"] => ("/health", &[GET, Method::HEAD]),
         ["metrics"] => ("/metrics", &[GET]),
         ["v1", "sessions"] => ("/v1/sessions", &[GET, POST]),
         ["v1", "sessions", _] => ("/v1/sessions/{key}", &[GET, DELETE]),

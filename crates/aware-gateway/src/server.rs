@@ -2,6 +2,7 @@
 //! timers, graceful shutdown, and the request dispatcher.
 
 use crate::config::GatewayConfig;
+use crate::edge::{self, Identity, Origin};
 use crate::error::{ApiError, ApiResult};
 use crate::{metrics, routes};
 use aware_engine::{Clock, Engine, EngineConfig, ManualClock, SystemClock};
@@ -28,6 +29,8 @@ pub(crate) enum Phase {
 
 pub struct AppState {
     pub(crate) config: GatewayConfig,
+    /// The port the listener is bound to (the `Host` check compares with it).
+    pub(crate) port: u16,
     /// Written by the start-up task only; a std lock, never held across `.await`.
     pub(crate) phase: RwLock<Phase>,
     pub(crate) clock: Arc<dyn Clock>,
@@ -107,10 +110,32 @@ pub fn check_bind_policy(config: &GatewayConfig) -> Result<(), String> {
             config.bind
         ));
     }
+    config.check_tokens().map_err(|e| e.to_string())?;
+    if !config.bind_is_loopback() {
+        // Off loopback the token is all that stands between the network and the hub: a short
+        // or blank one is guessable.
+        let tokens = config
+            .token
+            .iter()
+            .map(|t| ("the bearer token".to_string(), t))
+            .chain(config.agents.iter().filter_map(|(id, a)| {
+                a.token
+                    .as_ref()
+                    .map(|t| (format!("agents.{id}.token_file"), t))
+            }));
+        for (what, t) in tokens {
+            if t.trim().is_empty() || t.len() < 16 {
+                return Err(format!(
+                    "refusing to listen on {} with a weak token: {what} must be at least 16 bytes and not blank",
+                    config.bind
+                ));
+            }
+        }
+    }
     Ok(())
 }
 
-pub fn new_state(config: GatewayConfig) -> Shared {
+pub fn new_state(config: GatewayConfig, port: u16) -> Shared {
     let test_clock = config
         .test_clock_start
         .map(|t| Arc::new(ManualClock::new(t)));
@@ -135,6 +160,7 @@ pub fn new_state(config: GatewayConfig) -> Shared {
         monitor: RwLock::new(None),
         adopt_locks: Mutex::new(BTreeMap::new()),
         config,
+        port,
         phase: RwLock::new(Phase::Unavailable("opening".into())),
         clock,
         test_clock,
@@ -227,7 +253,8 @@ pub async fn run(
     config: GatewayConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let state = new_state(config);
+    let port = listener.local_addr()?.port();
+    let state = new_state(config, port);
     let startup = tokio::spawn(start_up(state.clone()));
     let app = axum::Router::new()
         .fallback(dispatch)
@@ -253,25 +280,7 @@ pub(crate) struct Req {
     pub query: Option<String>,
     pub headers: HeaderMap,
     pub body: Vec<u8>,
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-fn authorized(state: &AppState, headers: &HeaderMap) -> bool {
-    let Some(token) = &state.config.token else {
-        return true;
-    };
-    let given = headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    constant_time_eq(given.as_bytes(), token.as_bytes())
+    pub identity: Identity,
 }
 
 async fn dispatch(
@@ -288,68 +297,13 @@ async fn dispatch(
         // Outside test mode the admin routes do not exist at all (03 §9), whatever the method.
         route = "";
     }
-    let is_health = route == "/health";
-    let response = if !is_health && !authorized(&state, &headers) {
-        ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "missing or wrong bearer token",
-        )
-        .into_response()
-    } else if route.is_empty() {
-        ApiError::not_found("not_found", format!("no route for {raw_path}")).into_response()
-    } else if !allowed.contains(&method) {
-        let mut r = ApiError::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method_not_allowed",
-            format!(
-                "{method} is not allowed for {route}; use {}",
-                allowed
-                    .iter()
-                    .map(|m| m.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        )
-        .into_response();
-        if let Ok(v) = allowed
-            .iter()
-            .map(|m| m.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-            .parse()
-        {
-            r.headers_mut().insert(axum::http::header::ALLOW, v);
-        }
-        r
-    } else {
-        match axum::body::to_bytes(body, crate::body::MAX_BODY_BYTES + 1).await {
-            Err(_) => ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
-                "body must be at most 1 MiB",
-            )
-            .into_response(),
-            Ok(bytes) if bytes.len() > crate::body::MAX_BODY_BYTES => ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
-                "body must be at most 1 MiB",
-            )
-            .into_response(),
-            Ok(bytes) => {
-                let req = Req {
-                    state: state.clone(),
-                    method,
-                    query: uri.query().map(str::to_string),
-                    headers,
-                    body: bytes.to_vec(),
-                };
-                match routes::handle(req, &segments, route).await {
-                    Ok(r) => r,
-                    Err(e) => e.into_response(),
-                }
-            }
-        }
+    let response = match edge_then_route(
+        &state, method, &uri, headers, body, &segments, route, allowed,
+    )
+    .await
+    {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
     };
     metrics::count_request(
         &state,
@@ -357,4 +311,129 @@ async fn dispatch(
         response.status().as_u16(),
     );
     response
+}
+
+/// The order of checks: Host → origin (and a CORS preflight) → token → route and method → body
+/// size and media type → the handler. Host and origin come first so a page in a browser learns
+/// nothing, not even whether a token is needed.
+#[allow(clippy::too_many_arguments)]
+async fn edge_then_route(
+    state: &Shared,
+    method: Method,
+    uri: &Uri,
+    headers: HeaderMap,
+    body: Body,
+    segments: &[&str],
+    route: &'static str,
+    allowed: &'static [Method],
+) -> ApiResult<Response> {
+    let host = uri.authority().map(|a| a.as_str().to_string()).or_else(|| {
+        headers
+            .get(axum::http::header::HOST)
+            .map(|h| h.to_str().unwrap_or("?").to_string())
+    });
+    edge::check_host(&state.config, state.port, host.as_deref())?;
+    let origin = edge::check_origin(&state.config, &headers, host.as_deref().unwrap_or(""))?;
+    if let Some(r) = edge::preflight(&method, &headers, &origin) {
+        return Ok(r);
+    }
+    let mut response = route_checked(state, method, uri, headers, body, segments, route, allowed)
+        .await
+        .unwrap_or_else(|e| e.into_response());
+    if let Origin::Allowed(o) = &origin {
+        edge::add_cors(&mut response, o);
+    }
+    Ok(response)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn route_checked(
+    state: &Shared,
+    method: Method,
+    uri: &Uri,
+    headers: HeaderMap,
+    body: Body,
+    segments: &[&str],
+    route: &'static str,
+    allowed: &'static [Method],
+) -> ApiResult<Response> {
+    let is_health = route == "/health";
+    let identity = if is_health {
+        Identity::Operator
+    } else {
+        edge::identify(&state.config, &headers).ok_or_else(|| {
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "missing or wrong bearer token",
+            )
+        })?
+    };
+    if route.is_empty() {
+        return Err(ApiError::not_found(
+            "not_found",
+            format!("no route for {}", uri.path()),
+        ));
+    }
+    if !allowed.contains(&method) {
+        let list = allowed
+            .iter()
+            .map(|m| m.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let mut r = ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            format!("{method} is not allowed for {route}; use {list}"),
+        )
+        .into_response();
+        if let Ok(v) = list.parse() {
+            r.headers_mut().insert(axum::http::header::ALLOW, v);
+        }
+        return Ok(r);
+    }
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            "body must be at most 1 MiB",
+        )
+    };
+    let limit = Duration::from_secs(state.config.http.body_timeout_secs);
+    let bytes = match tokio::time::timeout(
+        limit,
+        axum::body::to_bytes(body, crate::body::MAX_BODY_BYTES + 1),
+    )
+    .await
+    {
+        Err(_) => {
+            let mut r = ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                format!(
+                    "the request body did not arrive within {} s",
+                    limit.as_secs()
+                ),
+            )
+            .into_response();
+            r.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+            return Ok(r);
+        }
+        Ok(Err(_)) => return Err(too_large()),
+        Ok(Ok(b)) if b.len() > crate::body::MAX_BODY_BYTES => return Err(too_large()),
+        Ok(Ok(b)) => b,
+    };
+    edge::check_media_type(&headers, bytes.len())?;
+    let req = Req {
+        state: state.clone(),
+        method,
+        query: uri.query().map(str::to_string),
+        headers,
+        body: bytes.to_vec(),
+        identity,
+    };
+    routes::handle(req, segments, route).await
 }

@@ -18,6 +18,10 @@ pub struct ServeArgs {
     /// Write the bound port to this file once listening.
     #[arg(long)]
     port_file: Option<PathBuf>,
+    /// Read the bearer token from this file (one trailing newline is dropped), so it does not
+    /// show in `ps`.
+    #[arg(long, env = "AWARE_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
     /// Durability: full (default) or normal.
     #[arg(long)]
     durability: Option<String>,
@@ -66,6 +70,7 @@ pub fn run(args: ServeArgs, token: Option<String>) -> Result<()> {
         config: args.config,
         bind: args.bind,
         token,
+        token_file: args.token_file,
         durability: args.durability,
         test_clock: args.test_clock,
         test_clock_start: args.test_clock_start,
