@@ -31,6 +31,8 @@ pub struct AppState {
     pub(crate) config: GatewayConfig,
     /// The port the listener is bound to (the `Host` check compares with it).
     pub(crate) port: u16,
+    /// Set when shutdown begins: SSE streams send a final event and end.
+    pub(crate) stopping: tokio::sync::watch::Sender<bool>,
     /// Written by the start-up task only; a std lock, never held across `.await`.
     pub(crate) phase: RwLock<Phase>,
     pub(crate) clock: Arc<dyn Clock>,
@@ -161,6 +163,7 @@ pub fn new_state(config: GatewayConfig, port: u16) -> Shared {
         adopt_locks: Mutex::new(BTreeMap::new()),
         config,
         port,
+        stopping: tokio::sync::watch::Sender::new(false),
         phase: RwLock::new(Phase::Unavailable("opening".into())),
         clock,
         test_clock,
@@ -173,21 +176,34 @@ pub fn new_state(config: GatewayConfig, port: u16) -> Shared {
 }
 
 /// Opens the store (retrying every 5 s), starts webhook delivery, runs the restart sweep and the
-/// first prune, then marks the gateway ready.
-async fn start_up(state: Shared) {
+/// first prune, then marks the gateway ready. A store that no retry can fix (its schema is newer
+/// than this binary) is reported on `fatal` and start-up ends.
+async fn start_up(state: Shared, fatal: tokio::sync::oneshot::Sender<String>) {
     let config = engine_config(&state.config);
     let engine = loop {
         let (c, clock) = (config.clone(), state.clock.clone());
         let opened = tokio::task::spawn_blocking(move || {
             if let Some(dir) = c.db_path.parent() {
-                let _ = std::fs::create_dir_all(dir);
+                let _ = create_private_dir(dir);
             }
             Engine::open(c, clock)
         })
         .await;
         match opened {
             Ok(Ok(engine)) => break engine,
+            Ok(Err(
+                e @ aware_engine::EngineError::Store(aware_store::StoreError::SchemaTooNew {
+                    ..
+                }),
+            )) => {
+                // Waiting cannot help: only another binary can read this database (01 §2).
+                tracing::error!(event = "store_open_failed", error = %e, "cannot open the store");
+                state.set_phase(Phase::Unavailable(e.to_string()));
+                let _ = fatal.send(e.to_string());
+                return;
+            }
             Ok(Err(e)) => {
+                // Locked, unreadable or missing files may be fixed while we wait.
                 tracing::error!(event = "store_open_failed", error = %e, "cannot open the store; retrying in 5 s");
                 state.set_phase(Phase::Unavailable(e.to_string()));
             }
@@ -246,22 +262,49 @@ pub(crate) async fn run_monitor(state: &AppState) {
     }
 }
 
+/// Why [`run`] ended with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// Start-up cannot succeed (a database newer than this binary): `serve` exits with 2.
+    #[error("{0}")]
+    Fatal(String),
+}
+
+/// Creates a directory (and its parents) readable by its owner only: the data dir holds the
+/// hub's state and must not be readable by other local users whatever the umask.
+pub fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    let mut b = std::fs::DirBuilder::new();
+    b.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+    b.create(dir)
+}
+
 /// Serves on an already-bound listener until `shutdown` resolves, then finishes in-flight
-/// requests and the writer's queue.
+/// requests (for at most `[http] shutdown_grace_secs`) and the writer's queue.
 pub async fn run(
     listener: TcpListener,
     config: GatewayConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
+) -> Result<(), RunError> {
     let port = listener.local_addr()?.port();
     let state = new_state(config, port);
-    let startup = tokio::spawn(start_up(state.clone()));
+    let (fatal_tx, fatal_rx) = tokio::sync::oneshot::channel();
+    let startup = tokio::spawn(start_up(state.clone(), fatal_tx));
     let app = axum::Router::new()
         .fallback(dispatch)
         .with_state(state.clone());
-    let result = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await;
+    let fatal = crate::conn::serve(
+        listener,
+        app,
+        state.config.http.clone(),
+        state.stopping.clone(),
+        shutdown,
+        async move { fatal_rx.await.ok() },
+    )
+    .await;
     startup.abort();
     let ready = match state.phase.read().map(|p| p.clone()) {
         Ok(Phase::Ready(engine)) => Some(engine),
@@ -270,7 +313,10 @@ pub async fn run(
     if let Some(engine) = ready {
         let _ = tokio::task::spawn_blocking(move || engine.close()).await;
     }
-    result
+    match fatal {
+        Some(msg) => Err(RunError::Fatal(msg)),
+        None => Ok(()),
+    }
 }
 
 /// Everything a handler needs from the request.

@@ -108,7 +108,20 @@ pub(crate) async fn sse(
             .into_iter()
             .map(|w| Ok::<Event, Infallible>(event_of(&w))),
     );
-    let stream = first.chain(live);
+    // On shutdown the stream ends with a final event, so clients (and `aware drain --follow`)
+    // know to reconnect instead of waiting on a socket that will never speak again.
+    let mut stop = state.stopping.subscribe();
+    let stopped = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    let last = futures_util::stream::once(async {
+        Ok::<Event, Infallible>(
+            Event::default()
+                .event("shutdown")
+                .data(r#"{"reason":"the gateway is shutting down"}"#),
+        )
+    });
+    let stream = first.chain(live).take_until(stopped).chain(last);
     Ok(Sse::new(stream)
         .keep_alive(
             KeepAlive::new()

@@ -80,13 +80,15 @@ pub fn run(args: ServeArgs, token: Option<String>) -> Result<()> {
     if let Err(msg) = check_bind_policy(&config) {
         config_error(msg);
     }
-    std::fs::create_dir_all(&config.data_dir)
+    aware_gateway::create_private_dir(&config.data_dir)
         .with_context(|| format!("create data directory {}", config.data_dir.display()))?;
+    raise_fd_limit();
+    let grace = std::time::Duration::from_secs(config.http.shutdown_grace_secs);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("start the async runtime")?;
-    runtime.block_on(async move {
+    let result = runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(config.bind)
             .await
             .with_context(|| format!("bind {}", config.bind))?;
@@ -95,10 +97,45 @@ pub fn run(args: ServeArgs, token: Option<String>) -> Result<()> {
         if let Some(p) = &args.port_file {
             std::fs::write(p, addr.port().to_string()).with_context(|| format!("write {}", p.display()))?;
         }
-        aware_gateway::run(listener, config, shutdown_signal()).await?;
+        match aware_gateway::run(listener, config, shutdown_signal()).await {
+            Err(aware_gateway::RunError::Fatal(msg)) => config_error(msg),
+            other => other?,
+        }
         tracing::info!(event = "stopped", "gateway stopped");
         Ok(())
-    })
+    });
+    // A blocking engine call stuck in outside I/O must not keep the process alive forever.
+    runtime.shutdown_timeout(grace);
+    result
+}
+
+/// Raises the soft limit on open descriptors to the hard limit, so the connection cap (not the
+/// descriptor limit) is what bounds connections.
+fn raise_fd_limit() {
+    #[cfg(unix)]
+    {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes one `rlimit` into the valid, exclusively borrowed `lim` and
+        // keeps no pointer to it; setrlimit only reads it.
+        let got = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
+        if got != 0 || lim.rlim_cur >= lim.rlim_max {
+            return;
+        }
+        let before = lim.rlim_cur;
+        lim.rlim_cur = lim.rlim_max;
+        // SAFETY: as above; `lim` is a fully initialised rlimit.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } == 0 {
+            tracing::debug!(
+                event = "fd_limit_raised",
+                from = before,
+                to = lim.rlim_cur,
+                "raised the open-file limit"
+            );
+        }
+    }
 }
 
 async fn shutdown_signal() {

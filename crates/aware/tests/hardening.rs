@@ -250,3 +250,217 @@ fn allowed_hosts_apply_off_loopback_config() {
     assert_eq!(st, 421, "{b}");
     assert!(b.contains("aware.internal"), "{b}");
 }
+
+const SMALL_LIMITS: &str = "[http]\nmax_connections = 4\nheader_timeout_secs = 1\nidle_timeout_secs = 1\nbody_timeout_secs = 1\n";
+
+/// Reads until the server closes the connection (or `limit` passes): true when it closed.
+fn closed_within(c: &mut TcpStream, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    let mut buf = [0u8; 4096];
+    c.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    while Instant::now() < deadline {
+        match c.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+#[test]
+fn idle_and_trickling_sockets_do_not_stop_health() {
+    let s = Server::with_config(&format!("{DEFAULT_CONFIG}{SMALL_LIMITS}"));
+    let mut held = Vec::new();
+    for i in 0..60 {
+        let mut c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+        if i % 2 == 0 {
+            // A trickler: a partial request head, never finished.
+            let _ = c.write_all(b"GET /health HTTP/1.1\r\nHo");
+        }
+        held.push(c);
+    }
+    let agent = ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(60))
+        .build();
+    let r = agent
+        .get(&format!("{}/health", s.base))
+        .call()
+        .expect("/health answers while idle sockets are held");
+    assert_eq!(r.status(), 200);
+    drop(held);
+}
+
+#[test]
+fn a_trickled_header_is_cut() {
+    let s = Server::with_config(&format!("{DEFAULT_CONFIG}{SMALL_LIMITS}"));
+    let mut c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    c.write_all(b"GET /health HTTP/1.1\r\n").unwrap();
+    c.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    // One header byte at a time, never the blank line: the header deadline does not move.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut cut = false;
+    let mut buf = [0u8; 1024];
+    while Instant::now() < deadline {
+        if c.write_all(b"X").is_err() {
+            cut = true;
+            break;
+        }
+        match c.read(&mut buf) {
+            Ok(0) => {
+                cut = true;
+                break;
+            }
+            Ok(_) => {}
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(_) => {
+                cut = true;
+                break;
+            }
+        }
+    }
+    assert!(cut, "a header trickled for 30 s was not cut");
+    // A trickled body is cut as well: 408.
+    let mut c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    c.write_all(
+        format!(
+            "POST /v1/sessions HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n{JSON}Content-Length: 100\r\n\r\n{{",
+            s.port
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut out = Vec::new();
+    let _ = c.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    // An idle keep-alive connection is closed after its request.
+    let mut c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    c.write_all(format!("GET /health HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n\r\n", s.port).as_bytes())
+        .unwrap();
+    assert!(
+        closed_within(&mut c, Duration::from_secs(30)),
+        "idle keep-alive connection stayed open"
+    );
+}
+
+/// Opens `GET /v1/wakes` and returns the stream once its headers are in.
+fn open_sse(s: &Server) -> BufReader<TcpStream> {
+    let mut c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    c.write_all(
+        format!(
+            "GET /v1/wakes HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n\r\n",
+            s.port
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let mut r = BufReader::new(c);
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+    loop {
+        line.clear();
+        r.read_line(&mut line).unwrap();
+        if line == "\r\n" || line.is_empty() {
+            break;
+        }
+    }
+    r
+}
+
+#[test]
+fn sse_streams_outlive_the_idle_timeout_and_end_with_a_shutdown_event_on_sigterm() {
+    let mut s = Server::with_config(&format!("{DEFAULT_CONFIG}{SMALL_LIMITS}"));
+    s.create(W);
+    s.create_child(C, W);
+    let mut sse = open_sse(&s);
+    // Let the idle timeout pass without measuring time: an idle connection opened after the
+    // stream is cut first.
+    let mut idle = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    assert!(closed_within(&mut idle, Duration::from_secs(30)));
+    // The stream is still served: a wake arrives on it.
+    s.hdm(C);
+    let mut text = String::new();
+    let mut line = String::new();
+    while !text.contains("event: wake") {
+        line.clear();
+        assert!(
+            sse.read_line(&mut line).unwrap() > 0,
+            "stream closed early: {text}"
+        );
+        text.push_str(&line);
+    }
+    let mut child = s.child.take().unwrap();
+    let st = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    // The stream gets a final event, then ends.
+    let mut rest = String::new();
+    let _ = sse.read_to_string(&mut rest);
+    assert!(rest.contains("event: shutdown"), "{rest}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server did not exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}: {}", s.logs());
+}
+
+#[test]
+fn shutdown_does_not_wait_past_the_grace_period_for_a_stuck_client() {
+    let cfg = format!("{DEFAULT_CONFIG}[http]\nshutdown_grace_secs = 1\n");
+    let mut s = Server::with_config(&cfg);
+    // A client that sent half a request body and stalls: its request cannot finish.
+    let mut c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    c.write_all(
+        format!(
+            "POST /v1/sessions HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n{JSON}Content-Length: 100\r\n\r\n{{",
+            s.port
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let _sse = open_sse(&s);
+    let mut child = s.child.take().unwrap();
+    Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server did not exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !s.logs().contains("shutdown") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(s.logs().contains("connections"), "{}", s.logs());
+}
