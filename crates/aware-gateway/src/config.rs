@@ -482,13 +482,23 @@ impl GatewayConfig {
         self.data_dir.join("state.db")
     }
 
-    /// May `caller` see sessions of `other`? (03 §5.3)
+    /// May `caller` see sessions of `other`? (03 §5.3) The one rule every check uses.
     pub fn visible(&self, caller: &str, other: &str) -> bool {
-        caller == other
-            || self
-                .agents
-                .get(caller)
-                .is_some_and(|p| p.visible_agents.iter().any(|v| v == "*" || v == other))
+        self.visible_set(caller)
+            .is_none_or(|set| set.iter().any(|a| a == other))
+    }
+
+    /// The agents `caller` may see: itself and its `visible_agents`; `None` means all (`*`).
+    pub fn visible_set(&self, caller: &str) -> Option<Vec<String>> {
+        match self.agents.get(caller) {
+            Some(p) if p.visible_agents.iter().any(|v| v == "*") => None,
+            Some(p) => Some(
+                std::iter::once(caller.to_string())
+                    .chain(p.visible_agents.iter().cloned())
+                    .collect(),
+            ),
+            None => Some(vec![caller.to_string()]),
+        }
     }
 
     /// The bind address is loopback (127.0.0.0/8 or ::1).

@@ -464,3 +464,326 @@ fn shutdown_does_not_wait_past_the_grace_period_for_a_stuck_client() {
     }
     assert!(s.logs().contains("connections"), "{}", s.logs());
 }
+
+const MAIN_TOKEN: &str = "main-token-0123456789";
+const OPS_TOKEN: &str = "ops-token-0123456789ab";
+
+/// A gateway with a main token and a token for agent `ops` (which may also see `shared`).
+fn with_agent_tokens() -> (Server, tempfile::TempDir) {
+    let secrets = tempfile::tempdir().unwrap();
+    let ops = secrets.path().join("ops.token");
+    std::fs::write(&ops, format!("{OPS_TOKEN}\n")).unwrap();
+    let cfg = format!(
+        "{DEFAULT_CONFIG}[agents.ops]\ntoken_file = \"{}\"\nvisible_agents = [\"shared\"]\n",
+        ops.display()
+    );
+    let s = Server::with_args(&cfg, &["--token", MAIN_TOKEN]);
+    for k in [W, O, "agent:shared:main"] {
+        s.create(k);
+    }
+    (s, secrets)
+}
+
+fn as_ops(s: &Server, method: &str, path: &str, caller: Option<&str>, body: Option<Value>) -> Resp {
+    let mut h = vec![("Authorization", format!("Bearer {OPS_TOKEN}"))];
+    if let Some(c) = caller {
+        h.push(("X-Aware-Session", seg(c)));
+    }
+    s.request_with(method, path, &h, body.map(|b| b.to_string()).as_deref())
+}
+
+#[test]
+fn an_agent_token_acts_only_as_its_agent() {
+    let (s, _secrets) = with_agent_tokens();
+    // Claiming another agent's session as the caller.
+    let r = as_ops(
+        &s,
+        "POST",
+        "/v1/tools/session_status",
+        Some(W),
+        Some(json!({})),
+    );
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert_eq!(r.code(), "forbidden");
+    assert!(r.message().contains("ops"), "{}", r.body);
+    // Its own session as the caller works; seeing a session of a hidden agent does not.
+    let r = as_ops(
+        &s,
+        "POST",
+        "/v1/tools/session_status",
+        Some(O),
+        Some(json!({})),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = as_ops(
+        &s,
+        "POST",
+        "/v1/tools/session_status",
+        Some(O),
+        Some(json!({"sessionKey": W})),
+    );
+    assert_eq!(r.status, 403, "{}", r.body);
+    // Without a caller header the token's agent is the viewer.
+    let r = as_ops(&s, "GET", &format!("/v1/sessions/{}", seg(W)), None, None);
+    assert_eq!(r.status, 403, "{}", r.body);
+    let r = as_ops(&s, "GET", "/v1/sessions/agent%3Ashared%3Amain", None, None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = as_ops(&s, "GET", "/v1/sessions", None, None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let agents: Vec<&str> = r.body["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["agentId"].as_str().unwrap())
+        .collect();
+    assert!(
+        !agents.is_empty() && agents.iter().all(|a| *a == "ops" || *a == "shared"),
+        "{agents:?}"
+    );
+    // Acting on a visible session of another agent is refused; on its own it works.
+    let turn = json!({"role": "user", "text": "hi"});
+    let r = as_ops(
+        &s,
+        "POST",
+        "/v1/sessions/agent%3Ashared%3Amain/turns",
+        None,
+        Some(turn.clone()),
+    );
+    assert_eq!(r.status, 403, "{}", r.body);
+    let r = as_ops(
+        &s,
+        "POST",
+        &format!("/v1/sessions/{}/turns", seg(O)),
+        None,
+        Some(turn),
+    );
+    assert_eq!(r.status, 201, "{}", r.body);
+    let r = as_ops(
+        &s,
+        "POST",
+        "/v1/sessions",
+        None,
+        Some(json!({"key": "agent:main:x"})),
+    );
+    assert_eq!(r.status, 403, "{}", r.body);
+    let r = as_ops(
+        &s,
+        "POST",
+        "/v1/sessions",
+        None,
+        Some(json!({"key": "agent:ops:x"})),
+    );
+    assert_eq!(r.status, 201, "{}", r.body);
+    // Operator-only routes.
+    for (m, p) in [
+        ("GET", "/metrics"),
+        ("GET", "/v1/catalog"),
+        ("POST", "/v1/admin/prune"),
+    ] {
+        let r = as_ops(&s, m, p, None, (m == "POST").then(|| json!({})));
+        assert_eq!(r.status, 403, "{p}: {}", r.body);
+    }
+    // The main token stays the operator.
+    assert_eq!(s.get(&format!("/v1/sessions/{}", seg(W))).status, 200);
+    assert_eq!(s.get("/metrics").status, 200);
+    // A wrong token is no one.
+    let r = s.request_with(
+        "GET",
+        "/v1/sessions",
+        &[("Authorization", "Bearer ops-token-0123456789ac".into())],
+        None,
+    );
+    assert_eq!(r.status, 401);
+}
+
+#[test]
+fn a_token_file_keeps_the_token_out_of_the_command_line() {
+    let secrets = tempfile::tempdir().unwrap();
+    let f = secrets.path().join("t");
+    std::fs::write(&f, format!("{MAIN_TOKEN}\n")).unwrap();
+    let mut s = Server::with_args(DEFAULT_CONFIG, &["--token-file", f.to_str().unwrap()]);
+    assert_eq!(s.get("/v1/sessions").status, 401);
+    s.token = Some(MAIN_TOKEN.into());
+    assert_eq!(s.get("/v1/sessions").status, 200);
+}
+
+/// Runs `aware serve` expecting exit status 2; returns stderr.
+fn expect_exit_2(config: &str, args: &[&str], prepare: impl FnOnce(&std::path::Path)) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("config.toml"), config).unwrap();
+    prepare(dir.path());
+    let mut child = Command::new(bin())
+        .arg("serve")
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(args)
+        .env_remove("AWARE_TOKEN")
+        .env_remove("AWARE_TOKEN_FILE")
+        .env_remove("AWARE_DATA_DIR")
+        .env_remove("AWARE_BIND")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("aware serve {args:?} did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(status.code(), Some(2), "{args:?}: {err}");
+    err
+}
+
+#[test]
+fn weak_tokens_off_loopback_and_bad_configs_exit_2() {
+    for t in ["short", "                    "] {
+        let err = expect_exit_2(
+            DEFAULT_CONFIG,
+            &["--bind", "0.0.0.0:0", "--token", t],
+            |_| {},
+        );
+        assert!(err.contains("at least 16 bytes"), "{err}");
+    }
+    let err = expect_exit_2(
+        &format!("{DEFAULT_CONFIG}[agents.ops.wake_webhook]\nurl = \"ftp://example.com/x\"\n"),
+        &["--bind", "127.0.0.1:0"],
+        |_| {},
+    );
+    assert!(err.contains("agents.ops.wake_webhook.url"), "{err}");
+    let err = expect_exit_2(
+        &format!("{DEFAULT_CONFIG}[agents.ops.wake_webhook]\nurl = \"http://\"\n"),
+        &["--bind", "127.0.0.1:0"],
+        |_| {},
+    );
+    assert!(err.contains("agents.ops.wake_webhook.url"), "{err}");
+}
+
+#[test]
+fn a_database_newer_than_the_binary_exits_2_at_start() {
+    let err = expect_exit_2(DEFAULT_CONFIG, &["--bind", "127.0.0.1:0"], |dir| {
+        let c = rusqlite::Connection::open(dir.join("state.db")).unwrap();
+        c.execute_batch("PRAGMA user_version = 999;").unwrap();
+    });
+    assert!(err.contains("newer"), "{err}");
+}
+
+#[cfg(unix)]
+#[test]
+fn the_data_dir_and_database_files_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let parent = tempfile::tempdir().unwrap();
+    let data = parent.path().join("fresh");
+    let mut child = Command::new(bin())
+        .arg("serve")
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["--bind", "127.0.0.1:0", "--test-clock"])
+        .env_remove("AWARE_TOKEN")
+        .env_remove("AWARE_DATA_DIR")
+        .env_remove("AWARE_BIND")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let files = ["state.db", "state.db-wal", "state.db-shm"];
+    while !files.iter().all(|f| data.join(f).exists()) {
+        assert!(Instant::now() < deadline, "the store was not created");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&data), 0o700);
+    for f in files {
+        assert_eq!(mode(&data.join(f)), 0o600, "{f}");
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn strict_json_and_inputs() {
+    let mut s = Server::start();
+    s.create(W);
+    // Duplicate keys, also nested.
+    let r = s.request(
+        "POST",
+        "/v1/sessions",
+        None,
+        Some(r#"{"key":"agent:main:a","key":"agent:main:b"}"#),
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.message().contains("\"key\""), "{}", r.body);
+    let r = s.request(
+        "POST",
+        &format!("/v1/sessions/{}/turns", seg(W)),
+        None,
+        Some(r#"{"role":"user","text":"x","provenance":{"kind":"human","kind":"human"}}"#),
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.message().contains("kind"), "{}", r.body);
+    // Bidi and zero-width controls in keys and labels.
+    for bad in [
+        "agent:main:a\u{202e}b",
+        "agent:main:a\u{200b}",
+        "agent:main:\u{2066}x",
+        "agent:main:\u{feff}x",
+    ] {
+        let r = s.post("/v1/sessions", json!({"key": bad}));
+        assert_eq!(r.status, 400, "{bad:?}: {}", r.body);
+    }
+    let r = s.post(
+        "/v1/sessions",
+        json!({"key": "agent:main:lab", "label": "a\u{200f}b"}),
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.message().contains("label"), "{}", r.body);
+    // Blank goal text.
+    for text in ["", "   \n\t"] {
+        let r = s.put(
+            &format!("/v1/sessions/{}/goal", seg(W)),
+            json!({"text": text}),
+        );
+        assert_eq!(r.status, 400, "{text:?}: {}", r.body);
+    }
+    // Self-parent.
+    let r = s.post(
+        "/v1/sessions",
+        json!({"key": "agent:main:selfp", "parentSessionKey": "agent:main:selfp"}),
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    // Test-clock arithmetic that overflows.
+    let r = s.post("/v1/admin/clock", json!({"advanceMs": i64::MAX}));
+    assert_eq!(r.status, 400, "{}", r.body);
+    s.set_clock(T0 + 1000);
+    // HEAD /health: headers, no body.
+    let mut c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    c.write_all(
+        format!(
+            "HEAD /health HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n\r\n",
+            s.port
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let mut out = String::new();
+    let _ = c.read_to_string(&mut out);
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert!(
+        out.ends_with("\r\n\r\n"),
+        "HEAD answered with a body: {out}"
+    );
+}
