@@ -586,3 +586,72 @@ pub fn wall_ms() -> i64 {
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_files_drop_one_trailing_newline() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t");
+        std::fs::write(&p, "abc\n\n").unwrap();
+        assert_eq!(read_token_file("t", &p).unwrap(), "abc\n");
+        std::fs::write(&p, "abc\r\n").unwrap();
+        assert_eq!(read_token_file("t", &p).unwrap(), "abc");
+        let e = read_token_file("token_file", &dir.path().join("missing")).unwrap_err();
+        assert!(e.to_string().contains("token_file"), "{e}");
+    }
+
+    #[test]
+    fn agent_tokens_need_a_distinct_main_token() {
+        let mut c = GatewayConfig::for_data_dir("/nonexistent");
+        let agent = AgentPolicy {
+            token: Some("agent-token-0123456789".into()),
+            ..Default::default()
+        };
+        c.agents.insert("ops".into(), agent);
+        assert!(c
+            .check_tokens()
+            .unwrap_err()
+            .to_string()
+            .contains("main token"));
+        c.token = Some("agent-token-0123456789".into());
+        assert!(c
+            .check_tokens()
+            .unwrap_err()
+            .to_string()
+            .contains("same token"));
+        c.token = Some("main-token-0123456789".into());
+        assert!(c.check_tokens().is_ok());
+    }
+
+    #[test]
+    fn http_settings_are_checked() {
+        let mut d = HttpSettings::default();
+        let bad_origin = FileHttp {
+            allowed_origins: Some(vec!["http://a.example/path".into()]),
+            ..Default::default()
+        };
+        assert!(apply_http(&mut d, &bad_origin).is_err());
+        let zero = FileHttp {
+            idle_timeout_secs: Some(0),
+            ..Default::default()
+        };
+        assert!(apply_http(&mut d, &zero)
+            .unwrap_err()
+            .to_string()
+            .contains("idle_timeout_secs"));
+        let ok = FileHttp {
+            allowed_origins: Some(vec!["HTTP://App.Example:3000".into()]),
+            max_connections: Some(8),
+            ..Default::default()
+        };
+        apply_http(&mut d, &ok).unwrap();
+        assert_eq!(
+            d.allowed_origins,
+            vec!["http://app.example:3000".to_string()]
+        );
+        assert_eq!(d.max_connections, 8);
+    }
+}

@@ -268,6 +268,56 @@ mod tests {
         assert!(!secrets_equal(b"", b"abc"));
     }
 
+    fn config(bind: &str, hosts: &[&str]) -> GatewayConfig {
+        let mut c = GatewayConfig::for_data_dir("/nonexistent");
+        c.bind = bind.parse().unwrap();
+        c.http.allowed_hosts = hosts.iter().map(|h| h.to_string()).collect();
+        c
+    }
+
+    #[test]
+    fn hosts_by_bind() {
+        let lo = config("127.0.0.1:7420", &[]);
+        assert!(check_host(&lo, 7420, Some("localhost:7420")).is_ok());
+        assert!(check_host(&lo, 7420, Some("[::1]")).is_ok());
+        assert!(check_host(&lo, 7420, Some("10.0.0.5:7420")).is_err());
+        assert!(check_host(&lo, 7420, Some("localhost:80")).is_err());
+        assert!(check_host(&lo, 7420, None).is_err());
+        let any = config("0.0.0.0:7420", &["hub.example:443"]);
+        assert!(check_host(&any, 7420, Some("10.0.0.5:7420")).is_ok());
+        assert!(check_host(&any, 7420, Some("[fe80::1]")).is_ok());
+        assert!(check_host(&any, 7420, Some("rebound.example:7420")).is_err());
+        assert!(check_host(&any, 7420, Some("hub.example:443")).is_ok());
+        assert!(check_host(&any, 7420, Some("hub.example")).is_err());
+        let one = config("10.0.0.5:7420", &[]);
+        assert!(check_host(&one, 7420, Some("10.0.0.5")).is_ok());
+        assert!(check_host(&one, 7420, Some("10.0.0.6")).is_err());
+        let msg = check_host(&one, 7420, Some("x.example"))
+            .unwrap_err()
+            .message;
+        assert!(
+            msg.contains("10.0.0.5") && msg.contains("allowed_hosts"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn media_types() {
+        let mut h = HeaderMap::new();
+        assert!(check_media_type(&h, 0).is_ok());
+        assert!(check_media_type(&h, 2).is_err());
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json;charset=UTF-8"),
+        );
+        assert!(check_media_type(&h, 2).is_ok());
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        assert_eq!(
+            check_media_type(&h, 2).unwrap_err().status,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE
+        );
+    }
+
     #[test]
     fn authorities_split() {
         assert_eq!(
