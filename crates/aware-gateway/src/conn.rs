@@ -130,6 +130,34 @@ struct Deadlines {
     idle: Duration,
     sleep: Pin<Box<Sleep>>,
     armed: Option<Instant>,
+    /// A write that cannot progress (a client that never reads) gives up after the idle
+    /// timeout, so it does not hold a connection slot forever.
+    write_sleep: Pin<Box<Sleep>>,
+    write_armed: bool,
+}
+
+impl Deadlines {
+    fn write_progress<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        r: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        if r.is_ready() {
+            self.write_armed = false;
+            return r;
+        }
+        if !self.write_armed {
+            self.write_sleep.as_mut().reset(Instant::now() + self.idle);
+            self.write_armed = true;
+        }
+        match self.write_sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client did not read the answer",
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
 }
 
 impl AsyncRead for Deadlines {
@@ -174,10 +202,12 @@ impl AsyncWrite for Deadlines {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.write_progress(cx, r)
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+        let r = Pin::new(&mut self.inner).poll_flush(cx);
+        self.write_progress(cx, r)
     }
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
@@ -187,7 +217,8 @@ impl AsyncWrite for Deadlines {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.write_progress(cx, r)
     }
     fn is_write_vectored(&self) -> bool {
         self.inner.is_write_vectored()
@@ -209,6 +240,8 @@ async fn serve_one(
         idle: Duration::from_secs(http.idle_timeout_secs),
         sleep: Box::pin(tokio::time::sleep(Duration::from_secs(0))),
         armed: None,
+        write_sleep: Box::pin(tokio::time::sleep(Duration::from_secs(0))),
+        write_armed: false,
     });
     let svc = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
         let (app, track) = (app.clone(), track.clone());
