@@ -20,10 +20,26 @@ pub enum KeyError {
     TooLong { bytes: usize },
     #[error("session key must not contain control characters")]
     ControlCharacter,
+    #[error("session key must not contain bidirectional or zero-width formatting characters (U+200B-200F, U+202A-202E, U+2060, U+2066-2069, U+061C, U+FEFF)")]
+    InvisibleCharacter,
     #[error("agent-qualified session key must read agent:<agentId>:<rest> with a non-empty rest")]
     MalformedQualified,
     #[error("agent id {id:?} must match {AGENT_ID_PATTERN}")]
     InvalidAgentId { id: String },
+}
+
+/// Does `s` hold a bidirectional control or a zero-width character? Such characters make two
+/// different keys (or labels) look the same on screen, or reorder what a reader sees.
+pub fn has_invisible_format(s: &str) -> bool {
+    s.chars().any(|c| {
+        matches!(c,
+            '\u{200B}'..='\u{200F}' // zero-width space/joiners, LRM, RLM
+            | '\u{202A}'..='\u{202E}' // embeddings and overrides
+            | '\u{2060}' // word joiner
+            | '\u{2066}'..='\u{2069}' // isolates
+            | '\u{061C}' // Arabic letter mark
+            | '\u{FEFF}') // zero-width no-break space
+    })
 }
 
 /// An agent id: matches `[a-z0-9][a-z0-9_-]{0,63}`, stored lower-case.
@@ -89,6 +105,9 @@ impl SessionKey {
         }
         if trimmed.chars().any(char::is_control) {
             return Err(KeyError::ControlCharacter);
+        }
+        if has_invisible_format(trimmed) {
+            return Err(KeyError::InvisibleCharacter);
         }
         let is_qualified = trimmed
             .get(..6)
@@ -206,6 +225,30 @@ pub enum RefError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bidi_and_zero_width_characters_are_refused() {
+        for bad in [
+            "agent:main:a\u{202E}b",
+            "agent:main:\u{200B}x",
+            "a\u{200D}b",
+            "x\u{2066}y",
+            "x\u{2069}",
+            "\u{061C}k",
+            "k\u{FEFF}k",
+            "agent:main:a\u{200E}",
+            "a\u{2060}b",
+        ] {
+            assert_eq!(
+                SessionKey::parse(bad),
+                Err(KeyError::InvisibleCharacter),
+                "{bad:?}"
+            );
+        }
+        // Other non-ASCII text stays allowed.
+        assert!(SessionKey::parse("agent:main:café-日本").is_ok());
+        assert!(!has_invisible_format("plain"));
+    }
 
     #[test]
     fn s001_canonical_keys() {

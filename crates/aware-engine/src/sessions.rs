@@ -71,6 +71,11 @@ fn validate_label(label: &str) -> Result<()> {
     if n == 0 || n > MAX_LABEL_CHARS {
         return Err(EngineError::invalid("label must be 1..=128 characters"));
     }
+    if aware_core::key::has_invisible_format(label) {
+        return Err(EngineError::invalid(
+            "label must not contain bidirectional or zero-width formatting characters",
+        ));
+    }
     Ok(())
 }
 

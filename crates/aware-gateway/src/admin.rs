@@ -6,7 +6,7 @@ use crate::routes::{parse_agent, parse_key, resolve_ref};
 use crate::server::{blocking, Req};
 use crate::wire;
 use aware_core::{ActorType, EventKind};
-use aware_engine::{AppendOutcome, AppendRequest};
+use aware_engine::{AppendOutcome, AppendRequest, Clock};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
@@ -40,7 +40,19 @@ pub(crate) async fn handle(req: Req, what: &str) -> ApiResult<Response> {
             let _serial = req.state.clock_lock.lock().await;
             let t = match (now, adv) {
                 (Some(t), None) => clock.set(t).map_err(|e| ApiError::invalid(e.to_string()))?,
-                (None, Some(a)) => clock.advance(a),
+                (None, Some(a)) => {
+                    // Later time arithmetic (timers, expiry) must not overflow either, so the
+                    // clock stays within RFC 3339 years (up to 9999-12-31).
+                    const MAX_CLOCK_MS: i64 = 253_402_300_799_999;
+                    match clock.now_ms().checked_add(a) {
+                        Some(t) if t <= MAX_CLOCK_MS => clock.advance(a),
+                        _ => {
+                            return Err(ApiError::invalid(format!(
+                                "advanceMs {a} would move the clock past {MAX_CLOCK_MS} (9999-12-31T23:59:59.999Z)"
+                            )))
+                        }
+                    }
+                }
                 _ => return Err(ApiError::invalid("give exactly one of now and advanceMs")),
             };
             blocking(move || Ok(engine.run_timers()?)).await?;

@@ -8,6 +8,82 @@ use serde_json::{Map, Value};
 /// Largest accepted body.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
+/// Parses JSON refusing duplicate object keys at any depth: with two values for one key, which
+/// one a reader takes differs between parsers (and a proxy or log may have seen the other).
+pub fn parse_strict(bytes: &[u8]) -> Result<Value, serde_json::Error> {
+    use serde::de::DeserializeSeed;
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let v = Strict.deserialize(&mut de)?;
+    de.end()?;
+    Ok(v)
+}
+
+struct Strict;
+
+impl<'de> serde::de::DeserializeSeed<'de> for Strict {
+    type Value = Value;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(Strict)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Strict {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, b: bool) -> Result<Value, E> {
+        Ok(Value::Bool(b))
+    }
+    fn visit_i64<E>(self, n: i64) -> Result<Value, E> {
+        Ok(Value::from(n))
+    }
+    fn visit_u64<E>(self, n: u64) -> Result<Value, E> {
+        Ok(Value::from(n))
+    }
+    fn visit_f64<E: serde::de::Error>(self, n: f64) -> Result<Value, E> {
+        serde_json::Number::from_f64(n)
+            .map(Value::Number)
+            .ok_or_else(|| E::custom("number out of range"))
+    }
+    fn visit_str<E>(self, s: &str) -> Result<Value, E> {
+        Ok(Value::String(s.to_string()))
+    }
+    fn visit_string<E>(self, s: String) -> Result<Value, E> {
+        Ok(Value::String(s))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        serde::de::DeserializeSeed::deserialize(Strict, d)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(v) = seq.next_element_seed(Strict)? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(k) = map.next_key::<String>()? {
+            if out.contains_key(&k) {
+                return Err(serde::de::Error::custom(format!(
+                    "duplicate key {k:?} (each key may appear once per object)"
+                )));
+            }
+            let v = map.next_value_seed(Strict)?;
+            out.insert(k, v);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
 pub struct Obj {
     map: Map<String, Value>,
 }
@@ -29,7 +105,7 @@ impl Obj {
         if empty_ok && bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(Obj { map: Map::new() });
         }
-        match serde_json::from_slice::<Value>(bytes) {
+        match parse_strict(bytes) {
             Ok(Value::Object(map)) => Ok(Obj { map }),
             Ok(_) => Err(invalid_json("body must be a JSON object")),
             Err(e) => Err(invalid_json(format!("body is not valid JSON: {e}"))),
@@ -188,5 +264,19 @@ impl Query {
             None => Ok(()),
             Some((k, _)) => Err(ApiError::invalid(format!("unknown query parameter {k:?}"))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn duplicate_keys_are_refused_at_any_depth() {
+        assert!(parse_strict(br#"{"a":1,"b":[{"c":1}]}"#).is_ok());
+        let e = parse_strict(br#"{"a":1,"a":2}"#).unwrap_err().to_string();
+        assert!(e.contains("duplicate key \"a\""), "{e}");
+        assert!(parse_strict(br#"{"x":[{"k":1,"k":1}]}"#).is_err());
+        assert!(parse_strict(br#"{"a":1} x"#).is_err());
     }
 }

@@ -21,6 +21,8 @@ fn bad(msg: impl Into<String>) -> ConfigError {
 struct FileConfig {
     bind: Option<String>,
     token: Option<String>,
+    token_file: Option<PathBuf>,
+    http: Option<FileHttp>,
     durability: Option<String>,
     default_agent: Option<String>,
     main_key: Option<String>,
@@ -108,6 +110,58 @@ impl Default for MonitorSettings {
     }
 }
 
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FileHttp {
+    allowed_origins: Option<Vec<String>>,
+    allowed_hosts: Option<Vec<String>>,
+    header_timeout_secs: Option<u64>,
+    idle_timeout_secs: Option<u64>,
+    body_timeout_secs: Option<u64>,
+    max_connections: Option<usize>,
+    shutdown_grace_secs: Option<u64>,
+}
+
+/// `[http]`: the edge of the gateway (browser origins, Host names, connection limits).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpSettings {
+    /// Origins (`scheme://host[:port]`, lower case) answered with CORS headers.
+    pub allowed_origins: Vec<String>,
+    /// Extra `Host` names (lower case, optionally with `:port`) besides the loopback names.
+    pub allowed_hosts: Vec<String>,
+    pub header_timeout_secs: u64,
+    pub idle_timeout_secs: u64,
+    pub body_timeout_secs: u64,
+    pub max_connections: usize,
+    pub shutdown_grace_secs: u64,
+}
+
+impl Default for HttpSettings {
+    fn default() -> Self {
+        HttpSettings {
+            allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
+            header_timeout_secs: 10,
+            idle_timeout_secs: 60,
+            body_timeout_secs: 30,
+            max_connections: 1024,
+            shutdown_grace_secs: 5,
+        }
+    }
+}
+
+/// Reads a token from a file: the whole content less one trailing newline, so `echo t > f`
+/// works while a token that really ends in spaces stays as written.
+pub fn read_token_file(what: &str, path: &Path) -> Result<String, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| bad(format!("{what}: cannot read {}: {e}", path.display())))?;
+    let t = text
+        .strip_suffix("\r\n")
+        .or_else(|| text.strip_suffix('\n'))
+        .unwrap_or(&text);
+    Ok(t.to_string())
+}
+
 /// A paired node (`[[nodes]]`, 04 §2.2).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeSettings {
@@ -136,6 +190,7 @@ struct FileWakes {
 #[serde(deny_unknown_fields)]
 struct FileAgent {
     visible_agents: Option<Vec<String>>,
+    token_file: Option<PathBuf>,
     wake_webhook: Option<FileWebhook>,
 }
 
@@ -171,6 +226,8 @@ pub struct AgentPolicy {
     /// Other agents this agent may see; `*` means all.
     pub visible_agents: Vec<String>,
     pub webhook: Option<Webhook>,
+    /// The agent's own bearer token (`token_file`): requests with it act only as this agent.
+    pub token: Option<String>,
 }
 
 /// The resolved configuration of one gateway.
@@ -193,6 +250,7 @@ pub struct GatewayConfig {
     pub claude_root: Option<PathBuf>,
     pub nodes: Vec<NodeSettings>,
     pub limits: Limits,
+    pub http: HttpSettings,
 }
 
 /// Flags of `aware serve` that override the file.
@@ -202,6 +260,8 @@ pub struct Overrides {
     pub config: Option<PathBuf>,
     pub bind: Option<String>,
     pub token: Option<String>,
+    /// `--token-file`.
+    pub token_file: Option<PathBuf>,
     pub durability: Option<String>,
     pub test_clock: bool,
     pub test_clock_start: Option<i64>,
@@ -244,6 +304,7 @@ impl GatewayConfig {
             claude_root: Some(default_claude_root()),
             nodes: Vec::new(),
             limits: Limits::default(),
+            http: HttpSettings::default(),
         }
     }
 
@@ -275,10 +336,33 @@ impl GatewayConfig {
                 ))
             })?;
         }
-        c.token = env("AWARE_TOKEN")
-            .or(o.token.clone())
-            .or(file.token.clone())
-            .filter(|t| !t.is_empty());
+        let from_file = |what: &str, p: Option<PathBuf>| -> Result<Option<String>, ConfigError> {
+            p.map(|p| read_token_file(what, &p)).transpose()
+        };
+        // Each source gives the token or a file holding it (kept out of `ps`).
+        let token = match env("AWARE_TOKEN") {
+            Some(t) => Some(t),
+            None => match from_file(
+                "AWARE_TOKEN_FILE",
+                env("AWARE_TOKEN_FILE").map(PathBuf::from),
+            )? {
+                Some(t) => Some(t),
+                None => match o.token.clone() {
+                    Some(t) => Some(t),
+                    None => match from_file("--token-file", o.token_file.clone())? {
+                        Some(t) => Some(t),
+                        None => match file.token.clone() {
+                            Some(t) => Some(t),
+                            None => from_file("token_file", file.token_file.clone())?,
+                        },
+                    },
+                },
+            },
+        };
+        c.token = token.filter(|t| !t.is_empty());
+        if let Some(h) = &file.http {
+            apply_http(&mut c.http, h)?;
+        }
         if let Some(d) = o.durability.as_deref().or(file.durability.as_deref()) {
             c.durability = parse_durability(d)?;
         }
@@ -321,9 +405,27 @@ impl GatewayConfig {
                 }
             }
             if let Some(h) = a.wake_webhook {
-                if !(h.url.starts_with("http://") || h.url.starts_with("https://")) {
+                // Parsed now so a typo is a start-up error, not a silent failure per wake.
+                let parsed = url::Url::parse(&h.url);
+                let ok = parsed.as_ref().is_ok_and(|u| {
+                    // No TLS client is built into the webhook sender: an https URL would fail
+                    // every delivery, so it is refused here rather than at each wake.
+                    u.scheme() == "http" && u.host_str().is_some()
+                });
+                if !ok {
+                    let why = match parsed {
+                        Err(e) => e.to_string(),
+                        Ok(u) if u.scheme() == "https" => {
+                            "https is not supported: the webhook sender has no TLS client; use http:// on a trusted network or a local TLS-terminating proxy".to_string()
+                        }
+                        Ok(u) if u.scheme() != "http" => {
+                            format!("scheme {:?} is not http", u.scheme())
+                        }
+                        Ok(_) => "no host".to_string(),
+                    };
                     return Err(bad(format!(
-                        "agents.{id}.wake_webhook.url must be an http:// or https:// URL"
+                        "agents.{id}.wake_webhook.url must be an http:// URL with a host (got {:?}: {why})",
+                        h.url
                     )));
                 }
                 policy.webhook = Some(Webhook {
@@ -335,6 +437,13 @@ impl GatewayConfig {
                     max_in_flight: h.max_in_flight.unwrap_or(4).max(1),
                     max_queued: h.max_queued.unwrap_or(1000),
                 });
+            }
+            if let Some(p) = &a.token_file {
+                let t = read_token_file(&format!("agents.{id}.token_file"), p)?;
+                if t.trim().is_empty() {
+                    return Err(bad(format!("agents.{id}.token_file holds an empty token")));
+                }
+                policy.token = Some(t);
             }
             c.agents.insert(agent.as_str().into(), policy);
         }
@@ -398,23 +507,117 @@ impl GatewayConfig {
         Ok(c)
     }
 
+    /// Checks that only make sense on the whole configuration. Agent tokens restrict what a
+    /// request may do only if unauthenticated requests are refused, so they need a main token;
+    /// and no two holders may share a token, or a request could not be told apart.
+    pub fn check_tokens(&self) -> Result<(), ConfigError> {
+        let mut seen: Vec<(&str, &str)> = Vec::new();
+        if let Some(t) = &self.token {
+            seen.push(("token", t));
+        }
+        for (id, a) in &self.agents {
+            let Some(t) = &a.token else { continue };
+            if self.token.is_none() {
+                return Err(bad(format!(
+                    "agents.{id}.token_file needs a main token (token, token_file, --token, --token-file or AWARE_TOKEN): without one every request is the operator"
+                )));
+            }
+            if let Some((other, _)) = seen.iter().find(|(_, s)| *s == t.as_str()) {
+                return Err(bad(format!(
+                    "agents.{id}.token_file holds the same token as {other}"
+                )));
+            }
+            seen.push((id, t));
+        }
+        Ok(())
+    }
+
     pub fn db_path(&self) -> PathBuf {
         self.data_dir.join("state.db")
     }
 
-    /// May `caller` see sessions of `other`? (03 §5.3)
+    /// May `caller` see sessions of `other`? (03 §5.3) The one rule every check uses.
     pub fn visible(&self, caller: &str, other: &str) -> bool {
-        caller == other
-            || self
-                .agents
-                .get(caller)
-                .is_some_and(|p| p.visible_agents.iter().any(|v| v == "*" || v == other))
+        self.visible_set(caller)
+            .is_none_or(|set| set.iter().any(|a| a == other))
+    }
+
+    /// The agents `caller` may see: itself and its `visible_agents`; `None` means all (`*`).
+    pub fn visible_set(&self, caller: &str) -> Option<Vec<String>> {
+        match self.agents.get(caller) {
+            Some(p) if p.visible_agents.iter().any(|v| v == "*") => None,
+            Some(p) => Some(
+                std::iter::once(caller.to_string())
+                    .chain(p.visible_agents.iter().cloned())
+                    .collect(),
+            ),
+            None => Some(vec![caller.to_string()]),
+        }
     }
 
     /// The bind address is loopback (127.0.0.0/8 or ::1).
     pub fn bind_is_loopback(&self) -> bool {
         self.bind.ip().is_loopback()
     }
+}
+
+fn apply_http(d: &mut HttpSettings, h: &FileHttp) -> Result<(), ConfigError> {
+    for o in h.allowed_origins.clone().unwrap_or_default() {
+        let lower = o.to_ascii_lowercase();
+        let rest = lower
+            .strip_prefix("http://")
+            .or_else(|| lower.strip_prefix("https://"));
+        match rest {
+            Some(r) if !r.is_empty() && !r.contains('/') => d.allowed_origins.push(lower),
+            _ => {
+                return Err(bad(format!(
+                    "http.allowed_origins: {o:?} must be an origin like http://localhost:3000 (scheme, host, optional port; no path)"
+                )))
+            }
+        }
+    }
+    for host in h.allowed_hosts.clone().unwrap_or_default() {
+        let lower = host.to_ascii_lowercase();
+        if lower.is_empty() || lower.contains(['/', ' ', '@']) {
+            return Err(bad(format!(
+                "http.allowed_hosts: {host:?} must be a host name or address, optionally with :port"
+            )));
+        }
+        d.allowed_hosts.push(lower);
+    }
+    let secs = |name: &str, v: Option<u64>, dflt: u64| -> Result<u64, ConfigError> {
+        match v {
+            Some(0) => Err(bad(format!("http.{name} must be at least 1"))),
+            Some(n) => Ok(n),
+            None => Ok(dflt),
+        }
+    };
+    d.header_timeout_secs = secs(
+        "header_timeout_secs",
+        h.header_timeout_secs,
+        d.header_timeout_secs,
+    )?;
+    d.idle_timeout_secs = secs(
+        "idle_timeout_secs",
+        h.idle_timeout_secs,
+        d.idle_timeout_secs,
+    )?;
+    d.body_timeout_secs = secs(
+        "body_timeout_secs",
+        h.body_timeout_secs,
+        d.body_timeout_secs,
+    )?;
+    d.shutdown_grace_secs = secs(
+        "shutdown_grace_secs",
+        h.shutdown_grace_secs,
+        d.shutdown_grace_secs,
+    )?;
+    match h.max_connections {
+        Some(0) => return Err(bad("http.max_connections must be at least 1")),
+        Some(n) => d.max_connections = n,
+        None => {}
+    }
+    Ok(())
 }
 
 fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
@@ -436,4 +639,73 @@ pub fn wall_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_files_drop_one_trailing_newline() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t");
+        std::fs::write(&p, "abc\n\n").unwrap();
+        assert_eq!(read_token_file("t", &p).unwrap(), "abc\n");
+        std::fs::write(&p, "abc\r\n").unwrap();
+        assert_eq!(read_token_file("t", &p).unwrap(), "abc");
+        let e = read_token_file("token_file", &dir.path().join("missing")).unwrap_err();
+        assert!(e.to_string().contains("token_file"), "{e}");
+    }
+
+    #[test]
+    fn agent_tokens_need_a_distinct_main_token() {
+        let mut c = GatewayConfig::for_data_dir("/nonexistent");
+        let agent = AgentPolicy {
+            token: Some("agent-token-0123456789".into()),
+            ..Default::default()
+        };
+        c.agents.insert("ops".into(), agent);
+        assert!(c
+            .check_tokens()
+            .unwrap_err()
+            .to_string()
+            .contains("main token"));
+        c.token = Some("agent-token-0123456789".into());
+        assert!(c
+            .check_tokens()
+            .unwrap_err()
+            .to_string()
+            .contains("same token"));
+        c.token = Some("main-token-0123456789".into());
+        assert!(c.check_tokens().is_ok());
+    }
+
+    #[test]
+    fn http_settings_are_checked() {
+        let mut d = HttpSettings::default();
+        let bad_origin = FileHttp {
+            allowed_origins: Some(vec!["http://a.example/path".into()]),
+            ..Default::default()
+        };
+        assert!(apply_http(&mut d, &bad_origin).is_err());
+        let zero = FileHttp {
+            idle_timeout_secs: Some(0),
+            ..Default::default()
+        };
+        assert!(apply_http(&mut d, &zero)
+            .unwrap_err()
+            .to_string()
+            .contains("idle_timeout_secs"));
+        let ok = FileHttp {
+            allowed_origins: Some(vec!["HTTP://App.Example:3000".into()]),
+            max_connections: Some(8),
+            ..Default::default()
+        };
+        apply_http(&mut d, &ok).unwrap();
+        assert_eq!(
+            d.allowed_origins,
+            vec!["http://app.example:3000".to_string()]
+        );
+        assert_eq!(d.max_connections, 8);
+    }
 }

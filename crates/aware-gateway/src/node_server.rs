@@ -44,15 +44,9 @@ pub async fn run_node(
         .await
 }
 
-/// Equal-length-independent comparison: the time depends only on the lengths, never on where
-/// the first difference is.
+/// The gateway's one token compare (digests in constant time: neither content nor length leaks).
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    let n = a.len().max(b.len());
-    let mut diff = u8::from(a.len() != b.len());
-    for i in 0..n {
-        diff |= a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0);
-    }
-    diff == 0
+    crate::edge::secrets_equal(a, b)
 }
 
 fn authorized(cfg: &NodeServerConfig, headers: &HeaderMap) -> bool {

@@ -2,6 +2,7 @@
 //! body), and the session routes. Handlers only translate between the wire and the engine.
 
 use crate::body::{Obj, Query};
+use crate::edge::Identity;
 use crate::error::{ApiError, ApiResult};
 use crate::server::{blocking, Req};
 use crate::{admin, metrics, tools, wakes, wire};
@@ -20,7 +21,7 @@ const DELETE: Method = Method::DELETE;
 /// The route pattern of a path and the methods it accepts; `""` when no route matches.
 pub(crate) fn route_of(s: &[&str]) -> (&'static str, &'static [Method]) {
     match s {
-        ["health"] => ("/health", &[GET]),
+        ["health"] => ("/health", &[GET, Method::HEAD]),
         ["metrics"] => ("/metrics", &[GET]),
         ["v1", "sessions"] => ("/v1/sessions", &[GET, POST]),
         ["v1", "sessions", _] => ("/v1/sessions/{key}", &[GET, DELETE]),
@@ -117,6 +118,7 @@ pub(crate) async fn caller(req: &Req) -> ApiResult<Option<SessionRef>> {
     };
     let engine = req.state.engine()?;
     let r = engine.resolve(&key, agent.as_ref())?;
+    acts_as_own(req, r.key.as_str(), r.agent.as_str())?;
     let r2 = r.clone();
     let exists = blocking(move || Ok(engine.session_exists(&r2)?)).await?;
     if !exists {
@@ -128,6 +130,22 @@ pub(crate) async fn caller(req: &Req) -> ApiResult<Option<SessionRef>> {
     Ok(Some(r))
 }
 
+/// The agent whose view a request has: the calling session's agent, else the agent of the
+/// token (an agent token with no `X-Aware-Session`), else `None` for the operator, who sees
+/// everything. Every visibility check goes through this and `GatewayConfig::visible` (03 §5.3).
+pub(crate) fn viewer(req: &Req, caller: Option<&SessionRef>) -> Option<String> {
+    match (caller, &req.identity) {
+        (Some(c), _) => Some(c.agent.as_str().to_string()),
+        (None, Identity::Agent(a)) => Some(a.clone()),
+        (None, Identity::Operator) => None,
+    }
+}
+
+/// May this request see sessions of `agent`?
+pub(crate) fn may_see(req: &Req, caller: Option<&SessionRef>, agent: &str) -> bool {
+    viewer(req, caller).is_none_or(|v| req.state.config.visible(&v, agent))
+}
+
 /// 403 unless the caller may access `agent` (03 §5.3). Operators see everything.
 pub(crate) fn check_visible(
     req: &Req,
@@ -135,14 +153,33 @@ pub(crate) fn check_visible(
     key: &str,
     agent: &str,
 ) -> ApiResult<()> {
-    match caller {
-        Some(c) if !req.state.config.visible(c.agent.as_str(), agent) => {
-            Err(ApiError::forbidden(format!(
-                "session \"{key}\" belongs to agent \"{agent}\", which agent \"{}\" may not access",
-                c.agent
-            )))
-        }
+    if may_see(req, caller, agent) {
+        return Ok(());
+    }
+    Err(ApiError::forbidden(format!(
+        "session \"{key}\" belongs to agent \"{agent}\", which agent \"{}\" may not access",
+        viewer(req, caller).unwrap_or_default()
+    )))
+}
+
+/// A request with an agent's token acts only as that agent's sessions: as the caller, as the
+/// session a write route changes, as the session it creates.
+pub(crate) fn acts_as_own(req: &Req, key: &str, agent: &str) -> ApiResult<()> {
+    match &req.identity {
+        Identity::Agent(a) if a != agent => Err(ApiError::forbidden(format!(
+            "this token belongs to agent \"{a}\" and may act only as its sessions, not as \"{key}\" of agent \"{agent}\""
+        ))),
         _ => Ok(()),
+    }
+}
+
+/// Routes only the operator (the main token) may use.
+fn operator_only(req: &Req, route: &str) -> ApiResult<()> {
+    match &req.identity {
+        Identity::Agent(a) => Err(ApiError::forbidden(format!(
+            "{route} needs the operator token; the token of agent \"{a}\" may not use it"
+        ))),
+        Identity::Operator => Ok(()),
     }
 }
 
@@ -184,6 +221,9 @@ async fn path_session(
         ));
     }
     check_visible(req, caller, r.key.as_str(), r.agent.as_str())?;
+    if req.method != GET {
+        acts_as_own(req, r.key.as_str(), r.agent.as_str())?;
+    }
     Ok(r)
 }
 
@@ -191,10 +231,14 @@ pub(crate) async fn handle(req: Req, s: &[&str], route: &'static str) -> ApiResu
     match route {
         "/health" => return health(&req).await,
         "/metrics" => {
+            operator_only(&req, route)?;
             req.state.engine()?;
             return metrics::render(&req.state).await;
         }
-        "/v1/admin" => return admin::handle(req, s[2]).await,
+        "/v1/admin" => {
+            operator_only(&req, route)?;
+            return admin::handle(req, s[2]).await;
+        }
         "/v1/tools" => {
             req.state.engine()?;
             return ok(tools::list());
@@ -205,8 +249,11 @@ pub(crate) async fn handle(req: Req, s: &[&str], route: &'static str) -> ApiResu
     let caller = caller(&req).await?;
     let c = caller.as_ref();
     let mut q = Query::parse(req.query.as_deref())?;
+    if route.starts_with("/v1/catalog") {
+        operator_only(&req, route)?;
+    }
     match route {
-        "/v1/wakes" => return wakes::sse(req.state.clone(), c.cloned(), q).await,
+        "/v1/wakes" => return wakes::sse(req.state.clone(), viewer(&req, c), q).await,
         "/v1/catalog" => return crate::catalog::list(&req, c, q).await,
         "/v1/catalog/continue" => {
             q.finish()?;
@@ -326,6 +373,11 @@ pub(crate) async fn handle(req: Req, s: &[&str], route: &'static str) -> ApiResu
             q.finish()?;
             let mut b = Obj::parse(&req.body, false)?;
             let text = b.req_str("text")?;
+            if text.trim().is_empty() {
+                return Err(ApiError::invalid(
+                    "text must not be blank (clear a goal with DELETE)",
+                ));
+            }
             let status = match b.opt_str("status")?.as_deref() {
                 None | Some("active") => GoalStatus::Active,
                 Some("complete") => GoalStatus::Complete,
@@ -672,7 +724,15 @@ async fn create_session(req: &Req, caller: Option<&SessionRef>) -> ApiResult<Res
     };
     b.finish()?;
     let target = resolve_ref(req, &key, agent.as_ref(), caller)?;
+    if let Some(p) = &parent {
+        if SessionRef::with_default(p.clone(), &target.agent) == target {
+            return Err(ApiError::invalid(
+                "parentSessionKey must name a session other than the new one",
+            ));
+        }
+    }
     check_visible(req, caller, target.key.as_str(), target.agent.as_str())?;
+    acts_as_own(req, target.key.as_str(), target.agent.as_str())?;
     let engine = req.state.engine()?;
     // An existing session is answered as it is (idempotent create, 03 §3.4), even when the
     // parent named in the repeat has since been deleted.
@@ -718,17 +778,16 @@ async fn list_sessions(
     };
     if let Some(a) = q.take("agentId")? {
         let a = parse_agent("agentId", &a)?;
-        if let Some(c) = caller {
-            if !req.state.config.visible(c.agent.as_str(), a.as_str()) {
-                return Err(ApiError::forbidden(format!(
-                    "agent \"{}\" may not access agent \"{}\"",
-                    c.agent, a
-                )));
-            }
+        if !may_see(req, caller, a.as_str()) {
+            return Err(ApiError::forbidden(format!(
+                "agent \"{}\" may not access agent \"{}\"",
+                viewer(req, caller).unwrap_or_default(),
+                a
+            )));
         }
         filter.agents = vec![a.as_str().into()];
-    } else if let Some(c) = caller {
-        filter.agents = visible_agents(req, c);
+    } else if let Some(v) = viewer(req, caller) {
+        filter.agents = req.state.config.visible_set(&v).unwrap_or_default();
     }
     if let Some(k) = q.take("kind")? {
         if SessionKind::parse(&k).is_none() {
@@ -774,12 +833,8 @@ async fn list_sessions(
 
 /// The agents a caller may list: its own plus `visible_agents` (empty = all, for `*`).
 pub(crate) fn visible_agents(req: &Req, caller: &SessionRef) -> Vec<String> {
-    let own = caller.agent.as_str().to_string();
-    match req.state.config.agents.get(&own) {
-        Some(p) if p.visible_agents.iter().any(|v| v == "*") => Vec::new(),
-        Some(p) => std::iter::once(own)
-            .chain(p.visible_agents.iter().cloned())
-            .collect(),
-        None => vec![own],
-    }
+    req.state
+        .config
+        .visible_set(caller.agent.as_str())
+        .unwrap_or_default()
 }

@@ -2,6 +2,7 @@
 //! timers, graceful shutdown, and the request dispatcher.
 
 use crate::config::GatewayConfig;
+use crate::edge::{self, Identity, Origin};
 use crate::error::{ApiError, ApiResult};
 use crate::{metrics, routes};
 use aware_engine::{Clock, Engine, EngineConfig, ManualClock, SystemClock};
@@ -28,6 +29,10 @@ pub(crate) enum Phase {
 
 pub struct AppState {
     pub(crate) config: GatewayConfig,
+    /// The port the listener is bound to (the `Host` check compares with it).
+    pub(crate) port: u16,
+    /// Set when shutdown begins: SSE streams send a final event and end.
+    pub(crate) stopping: tokio::sync::watch::Sender<bool>,
     /// Written by the start-up task only; a std lock, never held across `.await`.
     pub(crate) phase: RwLock<Phase>,
     pub(crate) clock: Arc<dyn Clock>,
@@ -113,10 +118,32 @@ pub fn check_bind_policy(config: &GatewayConfig) -> Result<(), String> {
             config.bind
         ));
     }
+    config.check_tokens().map_err(|e| e.to_string())?;
+    if !config.bind_is_loopback() {
+        // Off loopback the token is all that stands between the network and the hub: a short
+        // or blank one is guessable.
+        let tokens = config
+            .token
+            .iter()
+            .map(|t| ("the bearer token".to_string(), t))
+            .chain(config.agents.iter().filter_map(|(id, a)| {
+                a.token
+                    .as_ref()
+                    .map(|t| (format!("agents.{id}.token_file"), t))
+            }));
+        for (what, t) in tokens {
+            if t.trim().is_empty() || t.len() < 16 {
+                return Err(format!(
+                    "refusing to listen on {} with a weak token: {what} must be at least 16 bytes and not blank",
+                    config.bind
+                ));
+            }
+        }
+    }
     Ok(())
 }
 
-pub fn new_state(config: GatewayConfig) -> Shared {
+pub fn new_state(config: GatewayConfig, port: u16) -> Shared {
     let test_clock = config
         .test_clock_start
         .map(|t| Arc::new(ManualClock::new(t)));
@@ -141,6 +168,8 @@ pub fn new_state(config: GatewayConfig) -> Shared {
         monitor: RwLock::new(None),
         adopt_locks: Mutex::new(BTreeMap::new()),
         config,
+        port,
+        stopping: tokio::sync::watch::Sender::new(false),
         phase: RwLock::new(Phase::Unavailable("opening".into())),
         clock,
         test_clock,
@@ -156,21 +185,34 @@ pub fn new_state(config: GatewayConfig) -> Shared {
 }
 
 /// Opens the store (retrying every 5 s), starts webhook delivery, runs the restart sweep and the
-/// first prune, then marks the gateway ready.
-async fn start_up(state: Shared) {
+/// first prune, then marks the gateway ready. A store that no retry can fix (its schema is newer
+/// than this binary) is reported on `fatal` and start-up ends.
+async fn start_up(state: Shared, fatal: tokio::sync::oneshot::Sender<String>) {
     let config = engine_config(&state.config);
     let engine = loop {
         let (c, clock) = (config.clone(), state.clock.clone());
         let opened = tokio::task::spawn_blocking(move || {
             if let Some(dir) = c.db_path.parent() {
-                let _ = std::fs::create_dir_all(dir);
+                let _ = create_private_dir(dir);
             }
             Engine::open(c, clock)
         })
         .await;
         match opened {
             Ok(Ok(engine)) => break engine,
+            Ok(Err(
+                e @ aware_engine::EngineError::Store(aware_store::StoreError::SchemaTooNew {
+                    ..
+                }),
+            )) => {
+                // Waiting cannot help: only another binary can read this database (01 §2).
+                tracing::error!(event = "store_open_failed", error = %e, "cannot open the store");
+                state.set_phase(Phase::Unavailable(e.to_string()));
+                let _ = fatal.send(e.to_string());
+                return;
+            }
             Ok(Err(e)) => {
+                // Locked, unreadable or missing files may be fixed while we wait.
                 tracing::error!(event = "store_open_failed", error = %e, "cannot open the store; retrying in 5 s");
                 state.set_phase(Phase::Unavailable(e.to_string()));
             }
@@ -229,21 +271,49 @@ pub(crate) async fn run_monitor(state: &AppState) {
     }
 }
 
+/// Why [`run`] ended with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// Start-up cannot succeed (a database newer than this binary): `serve` exits with 2.
+    #[error("{0}")]
+    Fatal(String),
+}
+
+/// Creates a directory (and its parents) readable by its owner only: the data dir holds the
+/// hub's state and must not be readable by other local users whatever the umask.
+pub fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    let mut b = std::fs::DirBuilder::new();
+    b.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+    b.create(dir)
+}
+
 /// Serves on an already-bound listener until `shutdown` resolves, then finishes in-flight
-/// requests and the writer's queue.
+/// requests (for at most `[http] shutdown_grace_secs`) and the writer's queue.
 pub async fn run(
     listener: TcpListener,
     config: GatewayConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let state = new_state(config);
-    let startup = tokio::spawn(start_up(state.clone()));
+) -> Result<(), RunError> {
+    let port = listener.local_addr()?.port();
+    let state = new_state(config, port);
+    let (fatal_tx, fatal_rx) = tokio::sync::oneshot::channel();
+    let startup = tokio::spawn(start_up(state.clone(), fatal_tx));
     let app = axum::Router::new()
         .fallback(dispatch)
         .with_state(state.clone());
-    let result = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await;
+    let fatal = crate::conn::serve(
+        listener,
+        app,
+        state.config.http.clone(),
+        state.stopping.clone(),
+        shutdown,
+        async move { fatal_rx.await.ok() },
+    )
+    .await;
     startup.abort();
     let ready = match state.phase.read().map(|p| p.clone()) {
         Ok(Phase::Ready(engine)) => Some(engine),
@@ -252,7 +322,10 @@ pub async fn run(
     if let Some(engine) = ready {
         let _ = tokio::task::spawn_blocking(move || engine.close()).await;
     }
-    result
+    match fatal {
+        Some(msg) => Err(RunError::Fatal(msg)),
+        None => Ok(()),
+    }
 }
 
 /// Everything a handler needs from the request.
@@ -262,25 +335,7 @@ pub(crate) struct Req {
     pub query: Option<String>,
     pub headers: HeaderMap,
     pub body: Vec<u8>,
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-fn authorized(state: &AppState, headers: &HeaderMap) -> bool {
-    let Some(token) = &state.config.token else {
-        return true;
-    };
-    let given = headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    constant_time_eq(given.as_bytes(), token.as_bytes())
+    pub identity: Identity,
 }
 
 async fn dispatch(
@@ -297,68 +352,13 @@ async fn dispatch(
         // Outside test mode the admin routes do not exist at all (03 §9), whatever the method.
         route = "";
     }
-    let is_health = route == "/health";
-    let response = if !is_health && !authorized(&state, &headers) {
-        ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "missing or wrong bearer token",
-        )
-        .into_response()
-    } else if route.is_empty() {
-        ApiError::not_found("not_found", format!("no route for {raw_path}")).into_response()
-    } else if !allowed.contains(&method) {
-        let mut r = ApiError::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method_not_allowed",
-            format!(
-                "{method} is not allowed for {route}; use {}",
-                allowed
-                    .iter()
-                    .map(|m| m.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        )
-        .into_response();
-        if let Ok(v) = allowed
-            .iter()
-            .map(|m| m.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-            .parse()
-        {
-            r.headers_mut().insert(axum::http::header::ALLOW, v);
-        }
-        r
-    } else {
-        match axum::body::to_bytes(body, crate::body::MAX_BODY_BYTES + 1).await {
-            Err(_) => ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
-                "body must be at most 1 MiB",
-            )
-            .into_response(),
-            Ok(bytes) if bytes.len() > crate::body::MAX_BODY_BYTES => ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
-                "body must be at most 1 MiB",
-            )
-            .into_response(),
-            Ok(bytes) => {
-                let req = Req {
-                    state: state.clone(),
-                    method,
-                    query: uri.query().map(str::to_string),
-                    headers,
-                    body: bytes.to_vec(),
-                };
-                match routes::handle(req, &segments, route).await {
-                    Ok(r) => r,
-                    Err(e) => e.into_response(),
-                }
-            }
-        }
+    let response = match edge_then_route(
+        &state, method, &uri, headers, body, &segments, route, allowed,
+    )
+    .await
+    {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
     };
     metrics::count_request(
         &state,
@@ -366,4 +366,129 @@ async fn dispatch(
         response.status().as_u16(),
     );
     response
+}
+
+/// The order of checks: Host → origin (and a CORS preflight) → token → route and method → body
+/// size and media type → the handler. Host and origin come first so a page in a browser learns
+/// nothing, not even whether a token is needed.
+#[allow(clippy::too_many_arguments)]
+async fn edge_then_route(
+    state: &Shared,
+    method: Method,
+    uri: &Uri,
+    headers: HeaderMap,
+    body: Body,
+    segments: &[&str],
+    route: &'static str,
+    allowed: &'static [Method],
+) -> ApiResult<Response> {
+    let host = uri.authority().map(|a| a.as_str().to_string()).or_else(|| {
+        headers
+            .get(axum::http::header::HOST)
+            .map(|h| h.to_str().unwrap_or("?").to_string())
+    });
+    edge::check_host(&state.config, state.port, host.as_deref())?;
+    let origin = edge::check_origin(&state.config, &headers, host.as_deref().unwrap_or(""))?;
+    if let Some(r) = edge::preflight(&method, &headers, &origin) {
+        return Ok(r);
+    }
+    let mut response = route_checked(state, method, uri, headers, body, segments, route, allowed)
+        .await
+        .unwrap_or_else(|e| e.into_response());
+    if let Origin::Allowed(o) = &origin {
+        edge::add_cors(&mut response, o);
+    }
+    Ok(response)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn route_checked(
+    state: &Shared,
+    method: Method,
+    uri: &Uri,
+    headers: HeaderMap,
+    body: Body,
+    segments: &[&str],
+    route: &'static str,
+    allowed: &'static [Method],
+) -> ApiResult<Response> {
+    let is_health = route == "/health";
+    let identity = if is_health {
+        Identity::Operator
+    } else {
+        edge::identify(&state.config, &headers).ok_or_else(|| {
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "missing or wrong bearer token",
+            )
+        })?
+    };
+    if route.is_empty() {
+        return Err(ApiError::not_found(
+            "not_found",
+            format!("no route for {}", uri.path()),
+        ));
+    }
+    if !allowed.contains(&method) {
+        let list = allowed
+            .iter()
+            .map(|m| m.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let mut r = ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            format!("{method} is not allowed for {route}; use {list}"),
+        )
+        .into_response();
+        if let Ok(v) = list.parse() {
+            r.headers_mut().insert(axum::http::header::ALLOW, v);
+        }
+        return Ok(r);
+    }
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            "body must be at most 1 MiB",
+        )
+    };
+    let limit = Duration::from_secs(state.config.http.body_timeout_secs);
+    let bytes = match tokio::time::timeout(
+        limit,
+        axum::body::to_bytes(body, crate::body::MAX_BODY_BYTES + 1),
+    )
+    .await
+    {
+        Err(_) => {
+            let mut r = ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                format!(
+                    "the request body did not arrive within {} s",
+                    limit.as_secs()
+                ),
+            )
+            .into_response();
+            r.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+            return Ok(r);
+        }
+        Ok(Err(_)) => return Err(too_large()),
+        Ok(Ok(b)) if b.len() > crate::body::MAX_BODY_BYTES => return Err(too_large()),
+        Ok(Ok(b)) => b,
+    };
+    edge::check_media_type(&headers, bytes.len())?;
+    let req = Req {
+        state: state.clone(),
+        method,
+        query: uri.query().map(str::to_string),
+        headers,
+        body: bytes.to_vec(),
+        identity,
+    };
+    routes::handle(req, segments, route).await
 }

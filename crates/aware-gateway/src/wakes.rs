@@ -6,7 +6,6 @@ use crate::error::{ApiError, ApiResult};
 use crate::routes::{parse_agent, parse_key};
 use crate::server::{blocking, Shared};
 use crate::wire;
-use aware_core::SessionRef;
 use aware_engine::Wake;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -44,19 +43,19 @@ fn event_of(w: &Wake) -> Event {
         .data(wire::wake(w).to_string())
 }
 
+/// `viewer` is the agent whose view the stream has (`routes::viewer`); `None` for the operator.
 pub(crate) async fn sse(
     state: Shared,
-    caller: Option<SessionRef>,
+    viewer: Option<String>,
     mut q: Query,
 ) -> ApiResult<Response> {
     let mut agents = Vec::new();
     for a in q.take_all("agent") {
         let a = parse_agent("agent", &a)?;
-        if let Some(c) = &caller {
-            if !state.config.visible(c.agent.as_str(), a.as_str()) {
+        if let Some(v) = &viewer {
+            if !state.config.visible(v, a.as_str()) {
                 return Err(ApiError::forbidden(format!(
-                    "agent \"{}\" may not access agent \"{}\"",
-                    c.agent, a
+                    "agent \"{v}\" may not access agent \"{a}\""
                 )));
             }
         }
@@ -68,18 +67,7 @@ pub(crate) async fn sse(
         .map(|s| parse_key(s).map(|k| k.as_str().to_string()))
         .collect::<ApiResult<Vec<_>>>()?;
     q.finish()?;
-    let visible = caller.as_ref().and_then(|c| {
-        let own = c.agent.as_str().to_string();
-        match state.config.agents.get(&own) {
-            Some(p) if p.visible_agents.iter().any(|v| v == "*") => None,
-            Some(p) => Some(
-                std::iter::once(own)
-                    .chain(p.visible_agents.iter().cloned())
-                    .collect(),
-            ),
-            None => Some(vec![own]),
-        }
-    });
+    let visible = viewer.and_then(|v| state.config.visible_set(&v));
     let filter = std::sync::Arc::new(Filter {
         agents,
         sessions,
@@ -111,7 +99,20 @@ pub(crate) async fn sse(
             .into_iter()
             .map(|w| Ok::<Event, Infallible>(event_of(&w))),
     );
-    let stream = first.chain(live);
+    // On shutdown the stream ends with a final event, so clients (and `aware drain --follow`)
+    // know to reconnect instead of waiting on a socket that will never speak again.
+    let mut stop = state.stopping.subscribe();
+    let stopped = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    let last = futures_util::stream::once(async {
+        Ok::<Event, Infallible>(
+            Event::default()
+                .event("shutdown")
+                .data(r#"{"reason":"the gateway is shutting down"}"#),
+        )
+    });
+    let stream = first.chain(live).take_until(stopped).chain(last);
     Ok(Sse::new(stream)
         .keep_alive(
             KeepAlive::new()

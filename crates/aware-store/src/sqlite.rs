@@ -128,6 +128,38 @@ fn open_conn(path: &Path, flags: OpenFlags) -> Result<Connection> {
     Ok(conn)
 }
 
+/// Creates the database file owner-only (0600) when it is missing, whatever the umask. SQLite
+/// gives the `-wal` and `-shm` files the mode of the database file, so they follow.
+fn create_private_file(path: &Path) -> Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let created = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path);
+        let io = |e: std::io::Error| StoreError::Open {
+            path: path.to_path_buf(),
+            source: rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CANTOPEN),
+                Some(e.to_string()),
+            ),
+        };
+        match created {
+            // The mode given to open() is masked by the umask; set it explicitly.
+            Ok(f) => f
+                .set_permissions(std::fs::Permissions::from_mode(0o600))
+                .map_err(io)?,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io(e)),
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
+}
+
 /// Runs a fixed control statement through the statement cache instead of re-parsing it.
 fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(|_| ())
@@ -138,6 +170,7 @@ impl SqliteStore {
     /// and starts the writer thread.
     pub fn open(options: StoreOptions) -> Result<Self> {
         let path = options.path.clone();
+        create_private_file(&path)?;
         let writer_conn = open_conn(
             &path,
             OpenFlags::SQLITE_OPEN_READ_WRITE

@@ -1064,7 +1064,7 @@ struct Gateway {
     runtime: Option<tokio::runtime::Runtime>,
     base: String,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
-    server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    server: Option<tokio::task::JoinHandle<Result<(), aware_gateway::RunError>>>,
 }
 
 impl Gateway {

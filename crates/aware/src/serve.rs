@@ -42,6 +42,10 @@ pub struct ServeArgs {
     /// Write the bound port to this file once listening.
     #[arg(long, value_name = "FILE")]
     port_file: Option<PathBuf>,
+    /// Read the bearer token from this file (one trailing newline is dropped), so it does not
+    /// show in `ps`.
+    #[arg(long, env = "AWARE_TOKEN_FILE", value_name = "FILE")]
+    token_file: Option<PathBuf>,
     /// Durability of commits [default: full].
     #[arg(long, value_enum)]
     durability: Option<DurabilityArg>,
@@ -153,6 +157,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         config: config_file.clone(),
         bind,
         token: args.token,
+        token_file: args.token_file,
         durability: args.durability.map(|d| match d {
             DurabilityArg::Full => "full".to_string(),
             DurabilityArg::Normal => "normal".to_string(),
@@ -163,7 +168,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
     // clap has already read AWARE_DATA_DIR, AWARE_BIND and AWARE_TOKEN into the flags, below a
     // flag given on the command line; the loader must not let them win over the flags again.
     let env = |name: &str| {
-        if matches!(name, "AWARE_DATA_DIR" | "AWARE_BIND" | "AWARE_TOKEN") {
+        if matches!(
+            name,
+            "AWARE_DATA_DIR" | "AWARE_BIND" | "AWARE_TOKEN" | "AWARE_TOKEN_FILE"
+        ) {
             return None;
         }
         std::env::var(name).ok().filter(|v| !v.is_empty())
@@ -172,13 +180,15 @@ pub fn run(args: ServeArgs) -> Result<()> {
     if let Err(msg) = check_bind_policy(&config) {
         config_error(msg);
     }
-    std::fs::create_dir_all(&config.data_dir)
+    aware_gateway::create_private_dir(&config.data_dir)
         .with_context(|| format!("create data directory {}", config.data_dir.display()))?;
+    raise_fd_limit();
+    let grace = std::time::Duration::from_secs(config.http.shutdown_grace_secs);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("start the async runtime")?;
-    runtime.block_on(async move {
+    let result = runtime.block_on(async move {
         let listener = match tokio::net::TcpListener::bind(config.bind).await {
             Ok(l) => l,
             Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => config_error(format!(
@@ -207,10 +217,45 @@ pub fn run(args: ServeArgs) -> Result<()> {
         if let Some(p) = &args.port_file {
             std::fs::write(p, addr.port().to_string()).with_context(|| format!("write {}", p.display()))?;
         }
-        aware_gateway::run(listener, config, shutdown_signal()).await?;
+        match aware_gateway::run(listener, config, shutdown_signal()).await {
+            Err(aware_gateway::RunError::Fatal(msg)) => config_error(msg),
+            other => other?,
+        }
         tracing::info!(event = "stopped", "gateway stopped");
         Ok(())
-    })
+    });
+    // A blocking engine call stuck in outside I/O must not keep the process alive forever.
+    runtime.shutdown_timeout(grace);
+    result
+}
+
+/// Raises the soft limit on open descriptors to the hard limit, so the connection cap (not the
+/// descriptor limit) is what bounds connections.
+fn raise_fd_limit() {
+    #[cfg(unix)]
+    {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes one `rlimit` into the valid, exclusively borrowed `lim` and
+        // keeps no pointer to it; setrlimit only reads it.
+        let got = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
+        if got != 0 || lim.rlim_cur >= lim.rlim_max {
+            return;
+        }
+        let before = lim.rlim_cur;
+        lim.rlim_cur = lim.rlim_max;
+        // SAFETY: as above; `lim` is a fully initialised rlimit.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } == 0 {
+            tracing::debug!(
+                event = "fd_limit_raised",
+                from = before,
+                to = lim.rlim_cur,
+                "raised the open-file limit"
+            );
+        }
+    }
 }
 
 async fn shutdown_signal() {

@@ -122,6 +122,7 @@ impl Server {
             .arg(self.now.to_string())
             .args(&self.extra_args)
             .env_remove("AWARE_TOKEN")
+            .env_remove("AWARE_TOKEN_FILE")
             .env_remove("AWARE_DATA_DIR")
             .env_remove("AWARE_BIND")
             .stdout(Stdio::null())

@@ -1,0 +1,355 @@
+//! Connections: the accept loop with a connection cap, per-connection deadlines (request head,
+//! idle keep-alive), and graceful shutdown with a grace period.
+//!
+//! hyper's own header timeout also runs while a kept-alive connection waits for its next
+//! request, so it cannot tell "slow head" from "idle between requests"; the deadlines here are
+//! kept by a small wrapper around the socket that knows whether a request is in flight (then no
+//! read deadline applies: an SSE stream may stay open for hours).
+
+use crate::config::HttpSettings;
+use axum::body::{Body, Bytes};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
+use tokio::time::{Instant, Sleep};
+use tower::ServiceExt;
+
+/// What one connection is doing, shared by its socket wrapper and its requests.
+struct Track {
+    /// Requests whose response has not been fully handed to hyper yet.
+    active: AtomicUsize,
+    times: Mutex<Times>,
+}
+
+struct Times {
+    /// Since when the connection has had nothing to do (accept, or the end of a response).
+    idle_since: Instant,
+    /// No request has been seen yet: the first head is due within the header timeout.
+    fresh: bool,
+    /// When the first byte of the next request head arrived.
+    head_started: Option<Instant>,
+}
+
+impl Track {
+    fn new() -> Self {
+        Track {
+            active: AtomicUsize::new(0),
+            times: Mutex::new(Times {
+                idle_since: Instant::now(),
+                fresh: true,
+                head_started: None,
+            }),
+        }
+    }
+
+    fn begin(self: &Arc<Self>) -> Active {
+        self.active.fetch_add(1, Ordering::SeqCst);
+        if let Ok(mut t) = self.times.lock() {
+            t.fresh = false;
+            t.head_started = None;
+        }
+        Active(self.clone())
+    }
+
+    fn saw_bytes(&self) {
+        if self.active.load(Ordering::SeqCst) == 0 {
+            if let Ok(mut t) = self.times.lock() {
+                t.head_started.get_or_insert_with(Instant::now);
+            }
+        }
+    }
+
+    /// When a read that finds nothing must give up; `None` while a request is in flight.
+    fn deadline(&self, header: Duration, idle: Duration) -> Option<Instant> {
+        if self.active.load(Ordering::SeqCst) > 0 {
+            return None;
+        }
+        let t = self.times.lock().ok()?;
+        Some(match t.head_started {
+            Some(start) => start + header,
+            None if t.fresh => t.idle_since + header,
+            None => t.idle_since + idle,
+        })
+    }
+}
+
+/// Held by a response body until hyper has taken all of it.
+struct Active(Arc<Track>);
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        if let Ok(mut t) = self.0.times.lock() {
+            t.idle_since = Instant::now();
+        }
+        self.0.active.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A response body that marks its request finished when dropped.
+struct Tracked {
+    inner: Body,
+    _active: Active,
+}
+
+impl http_body::Body for Tracked {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The socket with read deadlines.
+struct Deadlines {
+    inner: TcpStream,
+    track: Arc<Track>,
+    header: Duration,
+    idle: Duration,
+    sleep: Pin<Box<Sleep>>,
+    armed: Option<Instant>,
+    /// A write that cannot progress (a client that never reads) gives up after the idle
+    /// timeout, so it does not hold a connection slot forever.
+    write_sleep: Pin<Box<Sleep>>,
+    write_armed: bool,
+}
+
+impl Deadlines {
+    fn write_progress<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        r: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        if r.is_ready() {
+            self.write_armed = false;
+            return r;
+        }
+        if !self.write_armed {
+            self.write_sleep.as_mut().reset(Instant::now() + self.idle);
+            self.write_armed = true;
+        }
+        match self.write_sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client did not read the answer",
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl AsyncRead for Deadlines {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        let before = buf.filled().len();
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                if buf.filled().len() > before {
+                    this.track.saw_bytes();
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => {
+                let Some(due) = this.track.deadline(this.header, this.idle) else {
+                    return Poll::Pending;
+                };
+                if this.armed != Some(due) {
+                    this.sleep.as_mut().reset(due);
+                    this.armed = Some(due);
+                }
+                match this.sleep.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "request head or keep-alive deadline passed",
+                    ))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+}
+
+impl AsyncWrite for Deadlines {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.write_progress(cx, r)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let r = Pin::new(&mut self.inner).poll_flush(cx);
+        self.write_progress(cx, r)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.write_progress(cx, r)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+async fn serve_one(
+    stream: TcpStream,
+    app: axum::Router,
+    http: HttpSettings,
+    mut stop: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    let track = Arc::new(Track::new());
+    let io = TokioIo::new(Deadlines {
+        inner: stream,
+        track: track.clone(),
+        header: Duration::from_secs(http.header_timeout_secs),
+        idle: Duration::from_secs(http.idle_timeout_secs),
+        sleep: Box::pin(tokio::time::sleep(Duration::from_secs(0))),
+        armed: None,
+        write_sleep: Box::pin(tokio::time::sleep(Duration::from_secs(0))),
+        write_armed: false,
+    });
+    let svc = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+        let (app, track) = (app.clone(), track.clone());
+        async move {
+            let active = track.begin();
+            let resp = match app.oneshot(req.map(Body::new)).await {
+                Ok(r) => r,
+                Err(never) => match never {},
+            };
+            Ok::<_, Infallible>(resp.map(|inner| {
+                Body::new(Tracked {
+                    inner,
+                    _active: active,
+                })
+            }))
+        }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .keep_alive(true)
+        .serve_connection(io, svc);
+    tokio::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => return,
+        _ = stop.wait_for(|s| *s) => conn.as_mut().graceful_shutdown(),
+    }
+    let _ = conn.await;
+}
+
+/// Accepts until `shutdown` resolves (or `fatal` yields a message), at most
+/// `max_connections` at a time, then lets the open connections finish for up to the grace
+/// period. `stopping` is set when shutdown begins (SSE streams end with a final event on it).
+pub(crate) async fn serve(
+    listener: TcpListener,
+    app: axum::Router,
+    http: HttpSettings,
+    stopping: watch::Sender<bool>,
+    shutdown: impl Future<Output = ()>,
+    fatal: impl Future<Output = Option<String>>,
+) -> Option<String> {
+    let permits = Arc::new(Semaphore::new(http.max_connections));
+    let mut conns = JoinSet::new();
+    tokio::pin!(shutdown);
+    tokio::pin!(fatal);
+    let mut fatal_done = false;
+    let mut fatal_msg = None;
+    loop {
+        // A slot first, then accept: over the cap, new connections wait in the kernel's backlog
+        // until a slot frees (the deadlines above free slots held by idle or slow clients).
+        let permit = tokio::select! {
+            _ = &mut shutdown => break,
+            m = &mut fatal, if !fatal_done => {
+                fatal_done = true;
+                if m.is_some() { fatal_msg = m; break; }
+                continue;
+            }
+            p = permits.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+        };
+        let accepted = tokio::select! {
+            _ = &mut shutdown => break,
+            m = &mut fatal, if !fatal_done => {
+                fatal_done = true;
+                if m.is_some() { fatal_msg = m; break; }
+                continue;
+            }
+            a = listener.accept() => a,
+        };
+        match accepted {
+            Ok((stream, _)) => {
+                let (app, http, stop) = (app.clone(), http.clone(), stopping.subscribe());
+                conns.spawn(async move {
+                    serve_one(stream, app, http, stop).await;
+                    drop(permit);
+                });
+            }
+            Err(e) => {
+                // Out of descriptors or a transient error: back off instead of spinning.
+                tracing::warn!(event = "accept_failed", error = %e, "accept failed; retrying in 100 ms");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        while conns.try_join_next().is_some() {}
+    }
+    drop(listener);
+    let _ = stopping.send(true);
+    while conns.try_join_next().is_some() {}
+    let grace = Duration::from_secs(http.shutdown_grace_secs);
+    if !conns.is_empty() {
+        tracing::info!(
+            event = "shutdown_waiting",
+            connections = conns.len(),
+            "shutting down: waiting up to {} s for {} open connections (SSE streams were sent a shutdown event)",
+            grace.as_secs(),
+            conns.len()
+        );
+    }
+    let all_done = async { while conns.join_next().await.is_some() {} };
+    if tokio::time::timeout(grace, all_done).await.is_err() {
+        tracing::warn!(
+            event = "shutdown_grace_expired",
+            connections = conns.len(),
+            "shutdown grace period of {} s is over; closing {} connections still open",
+            grace.as_secs(),
+            conns.len()
+        );
+        conns.abort_all();
+    }
+    fatal_msg
+}
