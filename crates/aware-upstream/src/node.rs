@@ -34,6 +34,24 @@ const HISTORY_MESSAGES: usize = 200;
 
 // --- node side -----------------------------------------------------------------------------------
 
+/// Opens thread `thread_id` under `root` for the node's answers.
+///
+/// "Thread not found" is definitive (the gateway counts it towards `upstream_missing`), so it is
+/// answered only when the root itself can be read and no regular transcript of that id lies
+/// under it; an unreadable root is an I/O error, never a deletion.
+fn open_thread_file(root: &Path, thread_id: &str) -> Result<(File, u64), ProviderError> {
+    if let Err(e) = std::fs::read_dir(root) {
+        return Err(ProviderError::Io(format!(
+            "the Claude root {} cannot be read: {e}",
+            root.display()
+        )));
+    }
+    let local = LocalClaude::new(root);
+    let (path, _) = local.find(thread_id).ok_or(ProviderError::ThreadNotFound)?;
+    let (file, meta) = local.open(&path)?;
+    Ok((file, meta.len()))
+}
+
 /// The `limit` newest items of thread `thread_id` under `root`, newest first (04 §2.2).
 ///
 /// The transcript is read from its end in chunks of 64 KiB until `limit` items are found or the
@@ -45,20 +63,7 @@ pub fn thread_items(
     thread_id: &str,
     limit: usize,
 ) -> Result<Vec<Value>, ProviderError> {
-    let (path, _) = LocalClaude::new(root)
-        .find(thread_id)
-        .ok_or(ProviderError::ThreadNotFound)?;
-    let mut file = match File::open(&path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(ProviderError::ThreadNotFound)
-        }
-        Err(e) => return Err(ProviderError::Io(e.to_string())),
-    };
-    let size = file
-        .metadata()
-        .map_err(|e| ProviderError::Io(e.to_string()))?
-        .len();
+    let (mut file, size) = open_thread_file(root, thread_id)?;
     let mut items = Vec::new();
     if limit == 0 {
         return Ok(items);
@@ -465,6 +470,11 @@ pub struct NodeClient {
     url: String,
     token: Option<String>,
     agent: ureq::Agent,
+    /// Bound of one request (connect, send and read together).
+    request_timeout: Duration,
+    /// Bound of one `check` batch: shorter than the monitor's deadline, so the thread returns
+    /// (and frees its executor slot) before the monitor gives up on it.
+    check_budget: Duration,
 }
 
 /// Percent-encodes one path segment (everything but unreserved characters).
@@ -492,16 +502,43 @@ impl NodeClient {
             id: id.to_string(),
             url: url.trim_end_matches('/').to_string(),
             token: token.filter(|t| !t.is_empty()).map(str::to_string),
-            agent: ureq::AgentBuilder::new().timeout(NODE_TIMEOUT).build(),
+            agent: ureq::AgentBuilder::new()
+                .timeout_connect(NODE_TIMEOUT)
+                .timeout(NODE_TIMEOUT)
+                .build(),
+            request_timeout: NODE_TIMEOUT,
+            check_budget: NODE_TIMEOUT,
         }
+    }
+
+    /// Fits the client under a caller's `deadline` (the monitor's provider timeout): requests
+    /// and whole checks end at three quarters of it (at most 10 s per request), so a hanging
+    /// node never keeps a thread past the deadline.
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        let inner = deadline.mul_f64(0.75);
+        self.request_timeout = NODE_TIMEOUT.min(inner);
+        self.check_budget = inner;
+        self.agent = ureq::AgentBuilder::new()
+            .timeout_connect(self.request_timeout)
+            .timeout(self.request_timeout)
+            .build();
+        self
     }
 
     pub fn id(&self) -> &str {
         &self.id
     }
 
-    fn get(&self, path: &str, query: &[(&str, &str)]) -> Result<Value, NodeError> {
-        let mut req = self.agent.get(&format!("{}{}", self.url, path));
+    fn get(
+        &self,
+        path: &str,
+        query: &[(&str, &str)],
+        timeout: Duration,
+    ) -> Result<Value, NodeError> {
+        let mut req = self
+            .agent
+            .get(&format!("{}{}", self.url, path))
+            .timeout(timeout.min(self.request_timeout));
         for (k, v) in query {
             req = req.query(k, v);
         }
@@ -537,12 +574,17 @@ impl NodeClient {
     }
 
     /// The newest `limit` items of a thread, newest first.
-    fn items(&self, thread_id: &str, limit: usize) -> Result<Vec<Value>, NodeError> {
+    fn items(
+        &self,
+        thread_id: &str,
+        limit: usize,
+        timeout: Duration,
+    ) -> Result<Vec<Value>, NodeError> {
         let path = format!(
             "/v1/node/claude/threads/{}/items",
             encode_segment(thread_id)
         );
-        let body = self.get(&path, &[("limit", &limit.to_string())])?;
+        let body = self.get(&path, &[("limit", &limit.to_string())], timeout)?;
         match body.get("items") {
             Some(Value::Array(items)) => Ok(items.clone()),
             _ => Err(NodeError::Other(format!(
@@ -568,7 +610,7 @@ impl Provider for NodeClient {
         if let Some(c) = cursor {
             query.push(("cursor", c));
         }
-        let body = self.get("/v1/node/claude/threads", &query)?;
+        let body = self.get("/v1/node/claude/threads", &query, self.request_timeout)?;
         let Some(items) = body.get("items").and_then(Value::as_array) else {
             return Err(ProviderError::Unavailable(format!(
                 "node {} sent an answer without items",
@@ -599,7 +641,7 @@ impl Provider for NodeClient {
         thread_id: &str,
         with_history: bool,
     ) -> Result<ThreadInfo, ProviderError> {
-        let items = self.items(thread_id, ITEMS_LIMIT)?;
+        let items = self.items(thread_id, ITEMS_LIMIT, self.request_timeout)?;
         Ok(ThreadInfo {
             upstream_kind: "claude-cli".into(),
             upstream_ref: json!({"nodeId": self.id, "threadId": thread_id}),
@@ -613,18 +655,29 @@ impl Provider for NodeClient {
     }
 
     fn check(&self, probes: &[Probe]) -> Result<Vec<Outcome>, ProviderError> {
+        let until = std::time::Instant::now() + self.check_budget;
         let mut outcomes = Vec::new();
         for probe in probes {
             if !probe_applies(probe, &self.id) {
                 continue;
             }
-            match self.items(&probe.thread_id, ITEMS_LIMIT) {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                tracing::debug!(node = %self.id, "check budget spent; the remaining probes wait for the next tick");
+                break;
+            }
+            match self.items(&probe.thread_id, ITEMS_LIMIT, left) {
                 Ok(items) => outcomes.extend(check_items(probe, &items, wall_ms())),
+                // The node answered, definitively, that the thread is gone: counted like a
+                // deleted local file (issue 15; 04 §10 step 2 said never).
+                Err(NodeError::ThreadNotFound) => outcomes.push(Outcome::Missing {
+                    session_key: probe.session_key.clone(),
+                }),
                 Err(NodeError::Unreachable(m)) => {
                     tracing::debug!(node = %self.id, error = %m, "paired node unreachable; no outcome for the batch");
                     break;
                 }
-                // Unknown thread, refused token, timeout: no outcome, never `missing`.
+                // Refused token, timeout, malformed answer: no outcome.
                 Err(e) => {
                     tracing::debug!(node = %self.id, session = %probe.session_key, error = ?e, "paired-node probe gave no outcome");
                 }

@@ -1010,3 +1010,58 @@ fn s143_no_growth_and_a_directory_counts_as_missing() {
     u.assert_missing_key(missing[0]["sequence"].as_i64().unwrap(), &src16);
     assert!(!u.linked());
 }
+
+// --- files outside the root and FIFOs (issue 9) -------------------------------------------------
+
+#[test]
+fn a_symlink_out_of_the_root_is_neither_listed_nor_adopted() {
+    let u = Up::new();
+    let outside = tempfile::tempdir().unwrap();
+    let secret = outside.path().join("secret.jsonl");
+    std::fs::write(
+        &secret,
+        line(&user_row("secret prompt", "2026-01-01T00:00:01.000Z")),
+    )
+    .unwrap();
+    let linked = new_uuid();
+    std::os::unix::fs::symlink(
+        &secret,
+        u.file.parent().unwrap().join(format!("{linked}.jsonl")),
+    )
+    .unwrap();
+    let r = u.s.get("/v1/catalog");
+    assert_eq!(r.status, 200, "{}", r.body);
+    let ids: Vec<&str> = r.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["threadId"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [T], "{}", r.body);
+    assert!(!r.body.to_string().contains("secret prompt"));
+    let r = u.adopt_thread(&linked);
+    assert_eq!(
+        (r.status, r.code()),
+        (404, "thread_not_found"),
+        "{}",
+        r.body
+    );
+}
+
+#[test]
+fn a_fifo_in_place_of_an_adopted_transcript_is_missing() {
+    let mut u = Up::adopted_and_watched();
+    u.delete_file();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&u.file)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    // Each tick answers (a blocking open would hang it) and counts the FIFO as missing.
+    for n in 1..=3 {
+        u.tick(n);
+    }
+    assert_eq!(u.missing().len(), 1, "{:?}", u.events());
+    assert!(!u.linked());
+    assert_eq!(u.s.get("/health").status, 200);
+}

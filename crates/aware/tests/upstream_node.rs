@@ -544,24 +544,53 @@ fn s145_paired_node_window_and_the_50_item_rule() {
 // --- S146 ---------------------------------------------------------------------------------------
 
 #[test]
-fn s146_nodes_never_report_missing() {
+fn s146_a_deleted_node_thread_becomes_upstream_missing() {
+    // Issue 15 supersedes 04 §10 step 2: the node answers a definitive 404 `thread_not_found`,
+    // and three in a row give `upstream_missing`, as for a deleted local file.
+    let mut u = Up::adopted_and_watched(&initial_transcript());
+    std::fs::remove_file(&u.file).unwrap();
+    let (status, body) = u.node.get(
+        &format!("/v1/node/claude/threads/{T}/items"),
+        Some(NODE_TOKEN),
+    );
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (404, Some("thread_not_found")),
+        "{body}"
+    );
+    u.tick(1);
+    u.tick(2);
+    assert!(u.of_kind("upstream_missing").is_empty(), "{:?}", u.events());
+    assert_eq!(u.links(), 1);
+    u.tick(3);
+    let missing = u.of_kind("upstream_missing");
+    assert_eq!(missing.len(), 1, "{:?}", u.events());
+    assert_eq!(missing[0]["payload"], json!({"channel": "claude"}));
+    assert_eq!(u.upstream()["linked"], false);
+    assert_eq!(u.links(), 0);
+    u.tick(4);
+    assert_eq!(u.of_kind("upstream_missing").len(), 1, "recorded once");
+}
+
+#[test]
+fn s146_an_unreachable_node_or_unreadable_root_is_never_missing() {
     let mut u = Up::adopted_and_watched(&initial_transcript());
     let marker = u.marker();
 
-    // The thread is deleted on the node: 5 ticks, no `upstream_missing`, the link is kept.
-    std::fs::remove_file(&u.file).unwrap();
-    for n in 1..=5 {
+    // The node's whole root is gone (unmounted, renamed): an error, not a deletion.
+    let root = u.file.parent().unwrap().parent().unwrap().to_path_buf();
+    let moved = root.with_extension("moved");
+    std::fs::rename(&root, &moved).unwrap();
+    for n in 1..=4 {
         u.tick(n);
     }
     assert!(u.of_kind("upstream_missing").is_empty(), "{:?}", u.events());
-    assert_eq!(u.upstream()["linked"], true);
     assert_eq!(u.marker(), marker);
-    assert_eq!(u.links(), 1);
+    std::fs::rename(&moved, &root).unwrap();
 
     // The node is stopped: 5 more ticks, still nothing.
-    std::fs::write(&u.file, initial_transcript()).unwrap();
     assert_eq!(u.node.stop(), Some(0), "SIGTERM stops the node cleanly");
-    for n in 6..=10 {
+    for n in 5..=9 {
         u.tick(n);
     }
     assert!(u.of_kind("upstream_missing").is_empty(), "{:?}", u.events());
@@ -584,6 +613,70 @@ fn s146_nodes_never_report_missing() {
         "{}",
         r.body
     );
+}
+
+/// Threads of process `pid` (`/proc/PID/status`).
+fn threads_of(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn a_hanging_node_does_not_grow_the_gateways_threads() {
+    // Issue 9: the node accepts connections and never answers (SIGSTOP keeps its listening
+    // socket, so the kernel still accepts). With a 1 s provider deadline the monitor ticks many
+    // times; each node call must end and free its slot instead of leaving a thread behind.
+    let root = tempfile::tempdir().unwrap();
+    let file = root.path().join("p1").join(format!("{T}.jsonl"));
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, initial_transcript()).unwrap();
+    let node = Node::start(root.path(), Some(NODE_TOKEN));
+    let cfg = config(&node.url(), NODE_TOKEN).replace(
+        "enabled = true\n",
+        "enabled = true\nprovider_timeout_secs = 1\n",
+    );
+    let mut s = Server::with_config(&cfg);
+    s.create(X);
+    let r = s.post(
+        "/v1/catalog/continue",
+        json!({"catalogId":"claude","hostId":HOST,"threadId":T}),
+    );
+    assert_eq!(
+        (r.status, &r.body["linked"]),
+        (200, &json!(true)),
+        "{}",
+        r.body
+    );
+    let w = s.watch(X, NA);
+    assert!(w.status == 200 || w.status == 201, "{}", w.body);
+    let node_pid = node.child.as_ref().unwrap().id().to_string();
+    assert!(Command::new("kill")
+        .args(["-STOP", &node_pid])
+        .status()
+        .unwrap()
+        .success());
+
+    let pid = s.child.as_ref().unwrap().id();
+    let tick = |s: &mut Server, n: i64| s.set_clock(T0 + 15_000 + (n - 1) * 60_000);
+    tick(&mut s, 1);
+    tick(&mut s, 2);
+    let before = threads_of(pid);
+    for n in 3..=16 {
+        tick(&mut s, n);
+        let r = s.get(&format!("/v1/sessions/{}", seg(NA)));
+        assert_eq!(r.status, 200, "the API keeps answering: {}", r.body);
+    }
+    let after = threads_of(pid);
+    let _ = Command::new("kill").args(["-CONT", &node_pid]).status();
+    assert!(
+        after <= before + 2,
+        "threads grew from {before} to {after} over 14 ticks against a hanging node"
+    );
+    assert_eq!(s.get("/health").status, 200);
 }
 
 #[test]
