@@ -11,6 +11,7 @@
 //! Architecture invariant: classification and scanning do no I/O and never panic on any input;
 //! providers never write the store; only the monitor records, through the engine.
 
+pub mod bigrow;
 pub mod classify;
 pub mod exec;
 pub mod local;

@@ -1,8 +1,9 @@
 //! The local Claude Code provider (04 §2.1, §8): transcripts under `[claude] root`.
 
+use crate::bigrow::slim_row;
 use crate::classify::{classify, RowClass};
 use crate::provider::{CatalogItem, Outcome, Probe, Provider, ProviderError, ThreadInfo};
-use crate::scan::{scan_window, ScanInput, WINDOW_BYTES};
+use crate::scan::{scan_lines, ScanInput, Scanner, WINDOW_BYTES};
 use aware_engine::{ImportTurn, Role};
 use serde_json::{json, Value};
 use std::fs::File;
@@ -10,6 +11,9 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
+/// Oversized rows one check consumes at most before it returns its progress (the rest waits
+/// for the next tick), so one check's time stays bounded.
+const OVERSIZED_PER_CHECK: u64 = 256 << 20;
 /// Bytes read from the head of a transcript for `cwd` and `title`.
 const HEAD_BYTES: u64 = 64 * 1024;
 /// History imported at adoption: the newest rows up to these bounds (04 §3 step 5).
@@ -354,17 +358,53 @@ impl LocalClaude {
                 rebased: true,
             });
         }
-        let len = ((size - offset) as usize).min(WINDOW_BYTES);
-        let window = read_at(&mut file, offset, len).ok()?;
-        self.check_bytes_read
-            .fetch_add(window.len() as u64, std::sync::atomic::Ordering::Relaxed);
         let input = ScanInput {
             own_recent_user_texts: &probe.own_recent_user_texts,
             queued: &queued,
             fallback_time_ms: mtime_ms(&meta),
         };
-        let (consumed, out) = scan_window(&window, &input)?;
-        let next = offset + consumed as u64;
+        let mut scanner = Scanner::new(&input);
+        let mut at = offset;
+        let mut oversized = 0u64;
+        while at < size {
+            let len = ((size - at) as usize).min(WINDOW_BYTES);
+            let window = read_at(&mut file, at, len).ok()?;
+            self.count_read(window.len() as u64);
+            if let Some(consumed) = scan_lines(&window, &mut scanner) {
+                at += consumed as u64;
+                break;
+            }
+            if window.len() < WINDOW_BYTES {
+                // No newline up to the end of the file: the row is still being written.
+                break;
+            }
+            // A row longer than the window (issue 15): find its end and classify it from a
+            // stream, with bounded memory, instead of blocking the marker for ever.
+            let Some(end) = self.find_newline(&mut file, at + WINDOW_BYTES as u64, size)? else {
+                break;
+            };
+            let mut row_len = end - at;
+            if row_len > 0 && read_at(&mut file, end - 1, 1).ok()? == b"\r" {
+                row_len -= 1;
+            }
+            file.seek(SeekFrom::Start(at)).ok()?;
+            let slim = slim_row(std::io::BufReader::new((&file).take(row_len))).ok()?;
+            self.count_read(row_len);
+            if let Some(row) = slim.row {
+                scanner.feed(&row);
+            }
+            oversized += end + 1 - at;
+            at = end + 1;
+            if oversized >= OVERSIZED_PER_CHECK {
+                break;
+            }
+        }
+        if at == offset {
+            return None;
+        }
+        let consumed = at - offset;
+        let out = scanner.finish();
+        let next = offset + consumed;
         let mut marker = json!({"offset": next});
         if !out.queued.is_empty() {
             marker["queued"] = json!(out.queued);
@@ -446,6 +486,30 @@ impl Provider for LocalClaude {
 }
 
 impl LocalClaude {
+    fn count_read(&self, n: u64) {
+        self.check_bytes_read
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The position of the first `\n` at or after `from` and before `size`, read in 64 KiB
+    /// pieces; `Some(None)` when there is none yet, `None` on a read error.
+    fn find_newline(&self, file: &mut File, from: u64, size: u64) -> Option<Option<u64>> {
+        let mut pos = from;
+        while pos < size {
+            let len = ((size - pos) as usize).min(64 * 1024);
+            let chunk = read_at(file, pos, len).ok()?;
+            self.count_read(chunk.len() as u64);
+            if let Some(i) = chunk.iter().position(|b| *b == b'\n') {
+                return Some(Some(pos + i as u64));
+            }
+            if chunk.is_empty() {
+                break;
+            }
+            pos += chunk.len() as u64;
+        }
+        Some(None)
+    }
+
     /// Total transcript bytes the checks have read so far.
     pub fn check_bytes_read(&self) -> u64 {
         self.check_bytes_read

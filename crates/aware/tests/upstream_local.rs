@@ -929,17 +929,63 @@ fn s140_the_1_mib_window() {
 }
 
 #[test]
-fn s141_oversized_and_partial_rows_block_never_skip() {
+fn s141_oversized_rows_are_classified_and_partial_rows_wait() {
+    // Issue 15 supersedes 04 §8 step 6: a row over the window is read on as a stream, classified
+    // and consumed, so it no longer blocks the session for ever.
     let mut u = Up::adopted_and_watched();
     u.append(&assistant_row_of(2 * MIB));
     u.u("after");
-    for n in 1..=3 {
+    u.tick(1);
+    assert_eq!(u.hdms().len(), 1, "{:?}", u.events());
+    assert_eq!(u.marker(), json!({"offset": u.size()}));
+
+    // An oversized row still being written (no newline yet) waits, whatever its size.
+    let mut u = Up::adopted_and_watched();
+    let big = user_row_of("pasted", "2026-01-01T00:00:10.000Z", 3 * MIB);
+    u.append(big.trim_end_matches('\n'));
+    for n in 1..=2 {
         u.tick(n);
         assert!(u.hdms().is_empty(), "tick {n}");
         assert_eq!(u.marker(), json!({"offset": u.b0}), "tick {n}");
     }
+    u.append("\n");
+    u.tick(3);
+    assert_eq!(u.hdms().len(), 1, "{:?}", u.events());
+    assert_eq!(u.marker(), json!({"offset": u.size()}));
+}
 
-    // Instead: a human row still being written.
+#[test]
+fn forty_mib_rows_count_once() {
+    // A 40 MiB tool result followed by a typed prompt: exactly one human turn.
+    let mut u = Up::adopted_and_watched();
+    let result = json!({"type":"user","timestamp":"2026-01-01T00:00:09.000Z",
+        "message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t",
+        "content":"log line\n".repeat(40 * MIB / 9)}]}});
+    u.append(&line(&result));
+    u.u_at("typed after the big result", "2026-01-01T00:00:10.000Z");
+    u.tick(1);
+    let hdms = u.hdms();
+    assert_eq!(hdms.len(), 1, "{hdms:?}");
+    assert!(hdms[0].get("payload").is_none(), "one turn: {}", hdms[0]);
+    assert_eq!(hdms[0]["occurredAt"], T0 + 10_000);
+    assert_eq!(u.marker(), json!({"offset": u.size()}));
+
+    // A 40 MiB pasted prompt: one human turn.
+    let mut u = Up::adopted_and_watched();
+    u.append(&line(&user_row(
+        &"pasted text ".repeat(40 * MIB / 12),
+        "2026-01-01T00:00:11.000Z",
+    )));
+    u.tick(1);
+    let hdms = u.hdms();
+    assert_eq!(hdms.len(), 1, "{hdms:?}");
+    assert!(hdms[0].get("payload").is_none(), "one turn: {}", hdms[0]);
+    assert_eq!(hdms[0]["occurredAt"], T0 + 11_000);
+    assert_eq!(u.marker(), json!({"offset": u.size()}));
+}
+
+#[test]
+fn s141_a_row_still_being_written_waits() {
     let mut u = Up::adopted_and_watched();
     let row = line(&user_row("partial", "2026-01-01T00:00:10.000Z"));
     u.append(row.trim_end_matches('\n'));
