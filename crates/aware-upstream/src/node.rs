@@ -7,16 +7,19 @@
 //! - the gateway side: [`NodeClient`] implements [`Provider`] over HTTP, and [`check_items`] is
 //!   the pure paired-node check of 04 §10 over one fetched item list.
 
+use crate::bigrow::slim_row;
 use crate::classify::{classify, normalise, RowClass};
 use crate::local::{read_at, LocalClaude};
 use crate::provider::{CatalogItem, Outcome, Probe, Provider, ProviderError, ThreadInfo};
-use crate::scan::{node_item_to_row, scan_rows, ScanInput, QUEUED_MEMORY_MAX};
+use crate::scan::{
+    node_item_to_row, scan_rows, ScanInput, Scanner, QUEUED_MEMORY_MAX, WINDOW_BYTES,
+};
 use aware_engine::{ImportTurn, Role};
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 use std::collections::VecDeque;
 use std::fs::File;
-use std::io::Read;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 use std::time::Duration;
 
@@ -52,7 +55,8 @@ fn open_thread_file(root: &Path, thread_id: &str) -> Result<(File, u64), Provide
     Ok((file, meta.len()))
 }
 
-/// The `limit` newest items of thread `thread_id` under `root`, newest first (04 §2.2).
+/// The `limit` newest items of thread `thread_id` under `root`, newest first (04 §2.2, the v1
+/// request, still answered).
 ///
 /// The transcript is read from its end in chunks of 64 KiB until `limit` items are found or the
 /// start of the file is reached, so a long transcript is not read whole. Rows that are blank,
@@ -68,23 +72,106 @@ pub fn thread_items(
     if limit == 0 {
         return Ok(items);
     }
-    let take = |line: &[u8], items: &mut Vec<Value>| {
-        if let Some(item) = line_to_item(line) {
+    walk_back(&mut file, size, |file, line| {
+        if let Some(item) = line_item(file, line)? {
             items.push(item);
         }
-        items.len() >= limit
-    };
-    // The start of the line being assembled: pieces in the order they were read, i.e. each
-    // piece precedes the previous ones in the file.
+        Ok(items.len() >= limit)
+    })?;
+    Ok(items)
+}
+
+/// One page of the items after a uuid (issue 15): oldest first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ItemsPage {
+    pub items: Vec<Value>,
+    /// More items follow the last one of this page.
+    pub more: bool,
+    /// The `after` uuid was found (always true when reading from the start).
+    pub found: bool,
+}
+
+/// Most items of one page, and the default.
+pub const PAGE_LIMIT_MAX: usize = 500;
+pub const PAGE_LIMIT_DEFAULT: usize = 200;
+/// A page stops growing past this many bytes of items (one oversized item may pass it).
+const PAGE_BYTES: usize = 8 << 20;
+
+/// The items that follow the row whose uuid is `after` (from the start of the transcript when
+/// `after` is `None`), oldest first, at most `limit` of them and about [`PAGE_BYTES`], with a
+/// `more` flag (issue 15). When `after` is not in the transcript (it was rewritten), `found` is
+/// false and the page holds the oldest items of the whole file.
+///
+/// The transcript is read backwards from its end to the marker, keeping only the oldest `limit`
+/// items seen so far, so memory stays bounded however far the marker is.
+pub fn thread_items_after(
+    root: &Path,
+    thread_id: &str,
+    after: Option<&str>,
+    limit: usize,
+) -> Result<ItemsPage, ProviderError> {
+    let (mut file, size) = open_thread_file(root, thread_id)?;
+    // Newest first while walking back; the front is dropped when the page is over its bounds.
+    let mut kept: VecDeque<(Value, usize)> = VecDeque::new();
+    let (mut bytes, mut more, mut found) = (0usize, false, after.is_none());
+    let limit = limit.max(1);
+    walk_back(&mut file, size, |file, line| {
+        let Some(item) = line_item(file, line)? else {
+            return Ok(false);
+        };
+        if after.is_some() && item_uuid(&item) == after {
+            found = true;
+            return Ok(true);
+        }
+        let len = serde_json::to_vec(&item).map_or(0, |v| v.len());
+        bytes += len;
+        kept.push_back((item, len));
+        while kept.len() > limit || (bytes > PAGE_BYTES && kept.len() > 1) {
+            if let Some((_, l)) = kept.pop_front() {
+                bytes -= l;
+                more = true;
+            }
+        }
+        Ok(false)
+    })?;
+    Ok(ItemsPage {
+        items: kept.into_iter().rev().map(|(i, _)| i).collect(),
+        more,
+        found,
+    })
+}
+
+/// A line handed to a [`walk_back`] visitor.
+enum Line<'a> {
+    /// The line's bytes, without its `\n`.
+    Bytes(&'a [u8]),
+    /// A line longer than the window, `[start, end)` in the file (without its `\n`): too long to
+    /// hold, it is streamed from the file.
+    Span(u64, u64),
+}
+
+/// Calls `visit` on every line of `file` (of `size` bytes) from the last to the first, until it
+/// answers true. At most one window (1 MiB) of a line is held; a longer one is handed over as a
+/// span (issue 9: a line without a newline is never read whole into memory).
+fn walk_back(
+    file: &mut File,
+    size: u64,
+    mut visit: impl FnMut(&mut File, Line) -> Result<bool, ProviderError>,
+) -> Result<(), ProviderError> {
+    // The end of the line being assembled, and its pieces in the order they were read (each
+    // piece precedes the previous ones in the file).
+    let mut line_end = size;
     let mut tail: Vec<Vec<u8>> = Vec::new();
+    let mut tail_len = 0usize;
+    let mut too_long = false;
     let mut pos = size;
     while pos > 0 {
         let start = pos.saturating_sub(CHUNK_BYTES);
-        let chunk = read_at(&mut file, start, (pos - start) as usize)
+        let chunk = read_at(file, start, (pos - start) as usize)
             .map_err(|e| ProviderError::Io(e.to_string()))?;
         if chunk.len() as u64 != pos - start {
             // The file shrank while it was read: answer with what is certain.
-            break;
+            return Ok(());
         }
         pos = start;
         let mut end = chunk.len();
@@ -92,25 +179,61 @@ pub fn thread_items(
             .get(..end)
             .and_then(|c| c.iter().rposition(|b| *b == b'\n'))
         {
+            let line_start = start + nl as u64 + 1;
             let head = chunk.get(nl + 1..end).unwrap_or_default();
-            let done = if tail.is_empty() {
-                take(head, &mut items)
+            let done = if too_long {
+                visit(file, Line::Span(line_start, line_end))?
+            } else if tail.is_empty() {
+                visit(file, Line::Bytes(head))?
             } else {
                 let line = join_line(head, &mut tail);
-                take(&line, &mut items)
+                visit(file, Line::Bytes(&line))?
             };
             if done {
-                return Ok(items);
+                return Ok(());
             }
+            tail.clear();
+            tail_len = 0;
+            too_long = false;
+            line_end = start + nl as u64;
             end = nl;
         }
-        tail.push(chunk.get(..end).unwrap_or_default().to_vec());
+        if !too_long {
+            let piece = chunk.get(..end).unwrap_or_default();
+            tail_len += piece.len();
+            if tail_len > WINDOW_BYTES {
+                tail.clear();
+                too_long = true;
+            } else {
+                tail.push(piece.to_vec());
+            }
+        }
     }
-    if pos == 0 {
+    if too_long {
+        visit(file, Line::Span(0, line_end))?;
+    } else {
         let line = join_line(&[], &mut tail);
-        take(&line, &mut items);
+        visit(file, Line::Bytes(&line))?;
     }
-    Ok(items)
+    Ok(())
+}
+
+/// The item of one line, streaming a line too long to hold (issue 15).
+fn line_item(file: &mut File, line: Line) -> Result<Option<Value>, ProviderError> {
+    match line {
+        Line::Bytes(bytes) => Ok(line_to_item(bytes)),
+        Line::Span(start, mut end) => {
+            let io = |e: std::io::Error| ProviderError::Io(e.to_string());
+            if end > start && read_at(file, end - 1, 1).map_err(io)? == b"\r" {
+                end -= 1;
+            }
+            file.seek(SeekFrom::Start(start)).map_err(io)?;
+            let slim = slim_row(std::io::BufReader::new((&*file).take(end - start))).map_err(io)?;
+            Ok(slim
+                .row
+                .and_then(|row| row_to_item_with_id(&row, || slim.row_id.clone())))
+        }
+    }
 }
 
 /// `head` followed by the pieces of `tail` in file order; empties `tail`.
@@ -136,11 +259,16 @@ fn line_to_item(line: &[u8]) -> Option<Value> {
 
 /// Builds the item of one parsed row (04 §2.2); `raw` is the line it was parsed from.
 pub fn row_to_item(row: &Value, raw: &[u8]) -> Option<Value> {
+    row_to_item_with_id(row, || format!("row:{}", sha256_hex32(raw)))
+}
+
+/// [`row_to_item`] with the row id of a row without uuid given by `row_id`.
+fn row_to_item_with_id(row: &Value, row_id: impl FnOnce() -> String) -> Option<Value> {
     let obj = row.as_object()?;
     let mut item = Map::new();
     let uuid = match obj.get("uuid").and_then(Value::as_str) {
         Some(u) if !u.is_empty() => u.to_string(),
-        _ => format!("row:{}", sha256_hex32(raw)),
+        _ => row_id(),
     };
     item.insert("uuid".into(), Value::from(uuid));
     match obj.get("type").and_then(Value::as_str)? {
@@ -367,6 +495,112 @@ pub fn check_items(probe: &Probe, items: &[Value], now_ms: i64) -> Option<Outcom
     })
 }
 
+/// What the paged check of one probe came to.
+#[derive(Debug, PartialEq)]
+pub enum Paged {
+    /// An outcome (activity), or none: nothing new, or the first page failed inconclusively.
+    Outcome(Option<Outcome>),
+    /// The node said, definitively, that the thread does not exist.
+    Missing,
+    /// The node does not know the marker (the transcript was rewritten) or does not page (an
+    /// older node): the v1 check over the 50 newest items decides.
+    Fallback,
+    /// The node could not be reached at all; the rest of the batch would fail the same way.
+    Unreachable,
+}
+
+/// The paged-node check (issue 15, superseding 04 §10 steps 2–4): pages of the items after the
+/// marker, oldest first, are classified in order until the node says there are no more or
+/// `until` passes; the marker moves to the newest item examined, so a walk cut short carries
+/// over to the next tick. `fetch(after)` fetches one page (`None`: from the start).
+pub fn check_paged(
+    probe: &Probe,
+    now_ms: i64,
+    until: std::time::Instant,
+    mut fetch: impl FnMut(Option<&str>) -> Result<ItemsPage, NodeError>,
+) -> Paged {
+    let marker = match probe.marker.get("uuid") {
+        Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        _ => return Paged::Outcome(None),
+    };
+    let queued: Vec<String> = probe
+        .marker
+        .get("queued")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    let input = ScanInput {
+        own_recent_user_texts: &probe.own_recent_user_texts,
+        queued: &queued,
+        fallback_time_ms: now_ms,
+    };
+    let mut scanner = Scanner::new(&input);
+    let mut after = marker;
+    let mut newest: Option<String> = None;
+    let mut first = true;
+    'pages: loop {
+        let page = match fetch(after.as_deref()) {
+            Ok(page) => page,
+            Err(e) if first => {
+                return match e {
+                    NodeError::ThreadNotFound => Paged::Missing,
+                    NodeError::Refused(_) => Paged::Fallback,
+                    NodeError::Unreachable(_) => Paged::Unreachable,
+                    NodeError::Other(_) => Paged::Outcome(None),
+                }
+            }
+            // A later page failed: keep what the earlier pages gave.
+            Err(_) => break,
+        };
+        if !page.found {
+            if first {
+                return Paged::Fallback;
+            }
+            break;
+        }
+        first = false;
+        if page.items.is_empty() {
+            break;
+        }
+        for item in &page.items {
+            // The marker can never move past an item without a uuid: stop before it.
+            let Some(uuid) = item_uuid(item) else {
+                break 'pages;
+            };
+            if let Some(row) = node_item_to_row(item) {
+                scanner.feed(&row);
+            }
+            newest = Some(uuid.to_string());
+        }
+        after.clone_from(&newest);
+        if !page.more || std::time::Instant::now() >= until {
+            break;
+        }
+    }
+    let Some(newest) = newest else {
+        return Paged::Outcome(None);
+    };
+    let out = scanner.finish();
+    let mut next_marker = json!({ "uuid": newest });
+    if !out.queued.is_empty() {
+        next_marker["queued"] = json!(out.queued);
+    }
+    let counted = out.human_turns > 0;
+    Paged::Outcome(Some(Outcome::Activity {
+        session_key: probe.session_key.clone(),
+        human_turns: out.human_turns,
+        next_marker,
+        occurred_at: out.occurred_at.filter(|_| counted),
+        dedupe_id: counted.then_some(newest),
+        rebased: false,
+    }))
+}
+
 /// The link baseline of a node thread (04 §3 step 6): `{uuid: null}` for an empty thread, the
 /// newest item's uuid, or `None` (decline) when the newest item has none.
 pub fn baseline(items: &[Value]) -> Option<Value> {
@@ -445,9 +679,11 @@ pub fn history_from_items(items: &[Value]) -> Vec<ImportTurn> {
 
 /// Why a node request failed.
 #[derive(Debug)]
-enum NodeError {
-    /// 404 `thread_not_found`.
+pub enum NodeError {
+    /// 404 `thread_not_found`: definitive.
     ThreadNotFound,
+    /// 400: the node refused the request as malformed (an older node that does not page).
+    Refused(String),
     /// The node could not be reached at all (connection refused, DNS): the rest of a batch is
     /// skipped, it would fail the same way.
     Unreachable(String),
@@ -459,7 +695,9 @@ impl From<NodeError> for ProviderError {
     fn from(e: NodeError) -> Self {
         match e {
             NodeError::ThreadNotFound => ProviderError::ThreadNotFound,
-            NodeError::Unreachable(m) | NodeError::Other(m) => ProviderError::Unavailable(m),
+            NodeError::Refused(m) | NodeError::Unreachable(m) | NodeError::Other(m) => {
+                ProviderError::Unavailable(m)
+            }
         }
     }
 }
@@ -553,6 +791,13 @@ impl NodeClient {
                 if code == 404 && err_code == Some("thread_not_found") {
                     return Err(NodeError::ThreadNotFound);
                 }
+                if code == 400 {
+                    return Err(NodeError::Refused(format!(
+                        "node {} refused the request: {}",
+                        self.id,
+                        err_code.unwrap_or("")
+                    )));
+                }
                 return Err(NodeError::Other(format!(
                     "node {} answered {code} {}",
                     self.id,
@@ -592,6 +837,38 @@ impl NodeClient {
                 self.id
             ))),
         }
+    }
+}
+
+impl NodeClient {
+    /// One page of the items after `after` (from the start when `None`), oldest first.
+    fn page(
+        &self,
+        thread_id: &str,
+        after: Option<&str>,
+        timeout: Duration,
+    ) -> Result<ItemsPage, NodeError> {
+        let path = format!(
+            "/v1/node/claude/threads/{}/items",
+            encode_segment(thread_id)
+        );
+        let limit = PAGE_LIMIT_DEFAULT.to_string();
+        let body = self.get(
+            &path,
+            &[("after", after.unwrap_or("")), ("limit", &limit)],
+            timeout,
+        )?;
+        let malformed = || NodeError::Other(format!("node {} sent a malformed page", self.id));
+        let items = match body.get("items") {
+            Some(Value::Array(items)) => items.clone(),
+            _ => return Err(malformed()),
+        };
+        let flag = |k: &str| body.get(k).and_then(Value::as_bool).ok_or_else(malformed);
+        Ok(ItemsPage {
+            items,
+            more: flag("more")?,
+            found: flag("found")?,
+        })
     }
 }
 
@@ -666,20 +943,29 @@ impl Provider for NodeClient {
                 tracing::debug!(node = %self.id, "check budget spent; the remaining probes wait for the next tick");
                 break;
             }
-            match self.items(&probe.thread_id, ITEMS_LIMIT, left) {
-                Ok(items) => outcomes.extend(check_items(probe, &items, wall_ms())),
+            let paged = check_paged(probe, wall_ms(), until, |after| {
+                let left = until.saturating_duration_since(std::time::Instant::now());
+                self.page(&probe.thread_id, after, left)
+            });
+            match paged {
+                Paged::Outcome(o) => outcomes.extend(o),
                 // The node answered, definitively, that the thread is gone: counted like a
                 // deleted local file (issue 15; 04 §10 step 2 said never).
-                Err(NodeError::ThreadNotFound) => outcomes.push(Outcome::Missing {
+                Paged::Missing => outcomes.push(Outcome::Missing {
                     session_key: probe.session_key.clone(),
                 }),
-                Err(NodeError::Unreachable(m)) => {
-                    tracing::debug!(node = %self.id, error = %m, "paired node unreachable; no outcome for the batch");
-                    break;
+                Paged::Fallback => {
+                    let left = until.saturating_duration_since(std::time::Instant::now());
+                    match self.items(&probe.thread_id, ITEMS_LIMIT, left) {
+                        Ok(items) => outcomes.extend(check_items(probe, &items, wall_ms())),
+                        Err(e) => {
+                            tracing::debug!(node = %self.id, session = %probe.session_key, error = ?e, "paired-node probe gave no outcome");
+                        }
+                    }
                 }
-                // Refused token, timeout, malformed answer: no outcome.
-                Err(e) => {
-                    tracing::debug!(node = %self.id, session = %probe.session_key, error = ?e, "paired-node probe gave no outcome");
+                Paged::Unreachable => {
+                    tracing::debug!(node = %self.id, "paired node unreachable; no outcome for the batch");
+                    break;
                 }
             }
         }

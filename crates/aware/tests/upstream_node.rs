@@ -476,7 +476,7 @@ fn s144_an_empty_thread_baselines_null_and_reports_its_first_prompt() {
 // --- S145 ---------------------------------------------------------------------------------------
 
 #[test]
-fn s145_paired_node_window_and_the_50_item_rule() {
+fn s145_paired_node_window_and_a_burst_past_50_items() {
     let first = line(&user_row("item-1", "first", "2025-12-31T23:00:00.000Z"));
     let mut u = Up::adopted_and_watched(&first);
     assert_eq!(u.marker(), json!({"uuid":"item-1"}));
@@ -516,8 +516,8 @@ fn s145_paired_node_window_and_the_50_item_rule() {
     assert_eq!(u.events().len(), 2, "{:?}", u.events());
     assert_eq!(u.marker(), json!({"uuid":"item-6"}));
 
-    // 60 new rows after the marker: only the 50 newest are classified (one event of 50 turns),
-    // and the marker becomes the newest uuid.
+    // 60 new rows after the marker: all are classified (issue 15 pages past the 50 newest of
+    // 04 §10), one event of 60 turns, and the marker becomes the newest uuid.
     let burst: Vec<Value> = (1..=60)
         .map(|i| {
             user_row(
@@ -531,7 +531,7 @@ fn s145_paired_node_window_and_the_50_item_rule() {
     u.tick(3);
     let hdm = u.of_kind("human_direct_message");
     assert_eq!(hdm.len(), 2, "{:?}", u.events());
-    assert_eq!(hdm[1]["payload"], json!({"turns": 50}));
+    assert_eq!(hdm[1]["payload"], json!({"turns": 60}));
     assert_eq!(hdm[1]["occurredAt"], T0 + 119_000);
     assert_eq!(u.marker(), json!({"uuid":"burst-60"}));
 
@@ -778,4 +778,71 @@ fn s146_a_public_bind_needs_a_token() {
     let _ = child.kill();
     let _ = child.wait();
     assert_eq!(health.ok(), Some(200));
+}
+
+#[test]
+fn five_hundred_prompts_between_two_ticks_are_all_counted() {
+    let first = line(&user_row("item-1", "first", "2025-12-31T23:00:00.000Z"));
+    let mut u = Up::adopted_and_watched(&first);
+    u.tick(1);
+    let burst: Vec<Value> = (1..=500)
+        .map(|i| {
+            user_row(
+                &format!("p-{i}"),
+                &format!("typed prompt {i}"),
+                "2026-01-01T00:01:00.000Z",
+            )
+        })
+        .collect();
+    u.append(&burst);
+    u.tick(2);
+    let hdm = u.of_kind("human_direct_message");
+    assert_eq!(hdm.len(), 1, "{:?}", u.events());
+    assert_eq!(hdm[0]["payload"], json!({"turns": 500}));
+    assert_eq!(u.marker(), json!({"uuid": "p-500"}));
+
+    // The v1 request is still answered: the newest 50, newest first.
+    let (status, body) = u.node.get(
+        &format!("/v1/node/claude/threads/{T}/items?limit=50"),
+        Some(NODE_TOKEN),
+    );
+    assert_eq!(status, 200);
+    assert_eq!(body["items"].as_array().unwrap().len(), 50);
+    assert_eq!(body["items"][0]["uuid"], "p-500");
+    // A page: after a uuid, oldest first, with `more`.
+    let (status, body) = u.node.get(
+        &format!("/v1/node/claude/threads/{T}/items?after=p-10&limit=3"),
+        Some(NODE_TOKEN),
+    );
+    assert_eq!(status, 200, "{body}");
+    let uuids: Vec<&str> = body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["uuid"].as_str().unwrap())
+        .collect();
+    assert_eq!(uuids, ["p-11", "p-12", "p-13"]);
+    assert_eq!(
+        (body["more"].clone(), body["found"].clone()),
+        (json!(true), json!(true))
+    );
+    let (_, body) = u.node.get(
+        &format!("/v1/node/claude/threads/{T}/items?after=p-499"),
+        Some(NODE_TOKEN),
+    );
+    assert_eq!(body["items"][0]["uuid"], "p-500");
+    assert_eq!(body["more"], false);
+    let (_, body) = u.node.get(
+        &format!("/v1/node/claude/threads/{T}/items?after=&limit=1"),
+        Some(NODE_TOKEN),
+    );
+    assert_eq!(
+        body["items"][0]["uuid"], "item-1",
+        "empty after: from the start"
+    );
+    let (_, body) = u.node.get(
+        &format!("/v1/node/claude/threads/{T}/items?after=gone&limit=1"),
+        Some(NODE_TOKEN),
+    );
+    assert_eq!(body["found"], false);
 }
