@@ -1339,4 +1339,148 @@ mod tests {
         assert_eq!(c.check(&[probe(json!({"uuid": null}))]), Ok(Vec::new()));
         assert_eq!(encode_segment("a b/c%"), "a%20b%2Fc%25");
     }
+
+    #[test]
+    fn pages_after_a_uuid_oldest_first() {
+        let lines: Vec<String> = (1..=7)
+            .map(|i| user(Some(&format!("u-{i}")), &format!("prompt {i}")).to_string())
+            .collect();
+        let dir = write_thread(&lines);
+        let uuids = |p: &ItemsPage| -> Vec<String> {
+            p.items
+                .iter()
+                .map(|i| i["uuid"].as_str().unwrap().to_string())
+                .collect()
+        };
+        let page = thread_items_after(dir.path(), THREAD, Some("u-2"), 3).unwrap();
+        assert_eq!(uuids(&page), ["u-3", "u-4", "u-5"]);
+        assert!(page.more && page.found);
+        let page = thread_items_after(dir.path(), THREAD, Some("u-5"), 3).unwrap();
+        assert_eq!(uuids(&page), ["u-6", "u-7"]);
+        assert!(!page.more && page.found);
+        let page = thread_items_after(dir.path(), THREAD, Some("u-7"), 3).unwrap();
+        assert!(page.items.is_empty() && !page.more && page.found);
+        let page = thread_items_after(dir.path(), THREAD, None, 2).unwrap();
+        assert_eq!(uuids(&page), ["u-1", "u-2"]);
+        assert!(page.more && page.found);
+        let page = thread_items_after(dir.path(), THREAD, Some("gone"), 2).unwrap();
+        assert!(!page.found);
+        assert_eq!(
+            thread_items_after(dir.path(), "0b9f0c2e-1d3a-4c5b-8e7f-000000000000", None, 2),
+            Err(ProviderError::ThreadNotFound)
+        );
+    }
+
+    #[test]
+    fn a_row_longer_than_the_window_is_streamed_into_a_slim_item() {
+        let pasted = "pasted ".repeat(3 * 1024 * 1024 / 7);
+        let lines = vec![
+            user(Some("u-1"), "first").to_string(),
+            user(Some("u-big"), &pasted).to_string() + "\r",
+            user(None, &pasted).to_string(),
+            user(Some("u-3"), "after").to_string(),
+        ];
+        let dir = write_thread(&lines);
+        let page = thread_items_after(dir.path(), THREAD, Some("u-1"), 10).unwrap();
+        let uuids: Vec<&str> = page
+            .items
+            .iter()
+            .map(|i| i["uuid"].as_str().unwrap())
+            .collect();
+        let row_id = format!("row:{}", sha256_hex32(lines[2].as_bytes()));
+        assert_eq!(uuids, ["u-big", row_id.as_str(), "u-3"]);
+        let content = page.items[0]["content"].as_str().unwrap();
+        assert!(content.len() < 600 * 1024, "slim: {}", content.len());
+        for item in &page.items {
+            let row = node_item_to_row(item).unwrap();
+            assert!(
+                matches!(classify(&row), RowClass::Human { .. }),
+                "{item:.200}"
+            );
+        }
+        // A last line over the window without a newline is not held whole either.
+        let dir = tempfile::tempdir().unwrap();
+        let project = dir.path().join("p");
+        std::fs::create_dir_all(&project).unwrap();
+        std::fs::write(
+            project.join(format!("{THREAD}.jsonl")),
+            format!("{}\n{}", lines[0], "x".repeat(3 * 1024 * 1024)),
+        )
+        .unwrap();
+        let items = thread_items(dir.path(), THREAD, 50).unwrap();
+        assert_eq!(items.len(), 1, "the unfinished line gives no item");
+    }
+
+    fn page(items: &[Value], more: bool) -> ItemsPage {
+        ItemsPage {
+            items: items.to_vec(),
+            more,
+            found: true,
+        }
+    }
+
+    #[test]
+    fn paged_check_walks_pages_and_carries_over_at_the_deadline() {
+        let p = probe(json!({"uuid": "item-1"}));
+        let pages = [
+            vec![um("a", "one", None), um("b", "two", None)],
+            vec![um("c", "three", None)],
+        ];
+        let later = std::time::Instant::now() + Duration::from_secs(60);
+        let fetch = |after: Option<&str>| -> Result<ItemsPage, NodeError> {
+            Ok(match after {
+                Some("item-1") => page(&pages[0], true),
+                Some("b") => page(&pages[1], false),
+                _ => page(&[], false),
+            })
+        };
+        let Paged::Outcome(o) = check_paged(&p, NOW, later, fetch) else {
+            panic!("outcome expected")
+        };
+        let (turns, marker, _, id) = activity(o);
+        assert_eq!(
+            (turns, marker, id.as_deref()),
+            (3, json!({"uuid": "c"}), Some("c"))
+        );
+
+        // Past the deadline after the first page: its items count, the rest waits.
+        let Paged::Outcome(o) = check_paged(&p, NOW, std::time::Instant::now(), fetch) else {
+            panic!("outcome expected")
+        };
+        let (turns, marker, _, _) = activity(o);
+        assert_eq!((turns, marker), (2, json!({"uuid": "b"})));
+        let Paged::Outcome(o) = check_paged(&probe(json!({"uuid": "b"})), NOW, later, fetch) else {
+            panic!("outcome expected")
+        };
+        assert_eq!(activity(o).0, 1);
+
+        // Nothing new: no outcome. Errors on the first page.
+        assert_eq!(
+            check_paged(&probe(json!({"uuid": "c"})), NOW, later, fetch),
+            Paged::Outcome(None)
+        );
+        let fail = |e: fn() -> NodeError| {
+            check_paged(&p, NOW, later, move |_| -> Result<ItemsPage, NodeError> {
+                Err(e())
+            })
+        };
+        assert_eq!(fail(|| NodeError::ThreadNotFound), Paged::Missing);
+        assert_eq!(fail(|| NodeError::Refused("old".into())), Paged::Fallback);
+        assert_eq!(
+            fail(|| NodeError::Unreachable("x".into())),
+            Paged::Unreachable
+        );
+        assert_eq!(
+            fail(|| NodeError::Other("timeout".into())),
+            Paged::Outcome(None)
+        );
+        let unknown = |_: Option<&str>| -> Result<ItemsPage, NodeError> {
+            Ok(ItemsPage {
+                items: vec![],
+                more: false,
+                found: false,
+            })
+        };
+        assert_eq!(check_paged(&p, NOW, later, unknown), Paged::Fallback);
+    }
 }
