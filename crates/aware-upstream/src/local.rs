@@ -100,7 +100,9 @@ pub(crate) fn open_in_root(
     root: &Path,
     path: &Path,
 ) -> Result<(File, std::fs::Metadata), OpenRefused> {
-    let root = std::fs::canonicalize(root).map_err(refused)?;
+    // A root that cannot be resolved (unmounted, renamed) is an error, never a deletion of
+    // every transcript under it: the same rule as a paired node's unreadable root.
+    let root = std::fs::canonicalize(root).map_err(OpenRefused::Io)?;
     let canon = std::fs::canonicalize(path).map_err(refused)?;
     if !canon.starts_with(&root) {
         return Err(OpenRefused::OutsideRoot);
@@ -662,5 +664,27 @@ mod tests {
             "a FIFO is not listed"
         );
         assert_eq!(p.open_thread(T1, true), Err(ProviderError::ThreadNotFound));
+    }
+
+    #[test]
+    fn a_vanished_root_is_no_outcome_not_missing() {
+        let parent = tempfile::tempdir().unwrap();
+        let root = parent.path().join("projects");
+        let project = root.join("p1");
+        std::fs::create_dir_all(&project).unwrap();
+        let path = project.join(format!("{T1}.jsonl"));
+        std::fs::write(&path, PROMPT).unwrap();
+        let p = LocalClaude::new(&root);
+        std::fs::rename(&root, parent.path().join("moved")).unwrap();
+        assert_eq!(p.check(&[probe(&path, 0)]).unwrap(), vec![]);
+        // The file alone gone, under a readable root: missing.
+        std::fs::rename(parent.path().join("moved"), &root).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(
+            p.check(&[probe(&path, 0)]).unwrap(),
+            vec![Outcome::Missing {
+                session_key: "agent:main:claude:x".into()
+            }]
+        );
     }
 }

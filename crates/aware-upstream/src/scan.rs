@@ -11,8 +11,9 @@ use serde_json::{Map, Value};
 
 use crate::classify::{classify, normalise, row_timestamp_ms, RowClass};
 
-/// Most bytes one local check reads (04 §8 step 5): a larger append is consumed over several
-/// ticks, and one row longer than this blocks the cursor instead of being skipped.
+/// The window of one local check (04 §8 step 5): a larger append is consumed over several
+/// ticks. A window without a newline is left to the caller: the local provider then streams the
+/// oversized row (docs/upstream.md §2), and a row still being written waits.
 pub const WINDOW_BYTES: usize = 1_048_576;
 
 /// Most entries of the `queued` memory (04 §9 rule 7); the oldest is dropped beyond it, so a
