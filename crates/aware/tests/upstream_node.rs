@@ -677,6 +677,11 @@ fn a_hanging_node_does_not_grow_the_gateways_threads() {
         "threads grew from {before} to {after} over 14 ticks against a hanging node"
     );
     assert_eq!(s.get("/health").status, 200);
+    let running = s.metric("aware_provider_calls_running").unwrap();
+    assert!(
+        running <= 2.0,
+        "at most the cap of calls in flight: {running}"
+    );
 }
 
 #[test]
