@@ -851,3 +851,47 @@ fn five_hundred_prompts_between_two_ticks_are_all_counted() {
     );
     assert_eq!(body["found"], false);
 }
+
+#[test]
+fn a_node_serves_nothing_outside_its_root() {
+    let root = tempfile::tempdir().unwrap();
+    let project = root.path().join("p1");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join(format!("{T}.jsonl")), initial_transcript()).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let secret = outside.path().join("secret.jsonl");
+    std::fs::write(
+        &secret,
+        line(&user_row(
+            "s-1",
+            "secret prompt",
+            "2026-01-01T00:00:01.000Z",
+        )),
+    )
+    .unwrap();
+    let linked = "0b7c2a4e-5d6f-4a8b-9c0d-00000000000f";
+    std::os::unix::fs::symlink(&secret, project.join(format!("{linked}.jsonl"))).unwrap();
+    let node = Node::start(root.path(), Some(NODE_TOKEN));
+
+    let (status, body) = node.get("/v1/node/claude/threads", Some(NODE_TOKEN));
+    assert_eq!(status, 200, "{body}");
+    let ids: Vec<&str> = body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["threadId"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [T], "{body}");
+    for path in [
+        format!("/v1/node/claude/threads/{linked}/items"),
+        format!("/v1/node/claude/threads/{linked}/items?after="),
+    ] {
+        let (status, body) = node.get(&path, Some(NODE_TOKEN));
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (404, Some("thread_not_found")),
+            "{path}: {body}"
+        );
+        assert!(!body.to_string().contains("secret prompt"));
+    }
+}
