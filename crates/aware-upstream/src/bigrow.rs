@@ -726,6 +726,14 @@ impl<R: Read> Parser<R> {
     fn string(&mut self, sink: &mut dyn FnMut(char)) -> P<()> {
         self.expect(b'"')?;
         loop {
+            // Fast path: the plain ASCII already buffered, without a refill check per byte.
+            let plain = self.buf.get(self.pos..self.len).map_or(0, |rest| {
+                rest.iter()
+                    .take_while(|&&b| (0x20..0x80).contains(&b) && b != b'"' && b != b'\\')
+                    .map(|&b| sink(char::from(b)))
+                    .count()
+            });
+            self.pos += plain;
             let b = self.next()?;
             match b {
                 b'"' => return Ok(()),
