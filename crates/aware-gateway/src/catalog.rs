@@ -7,6 +7,7 @@ use crate::server::{blocking, Req};
 use aware_core::SessionRef;
 use aware_engine::{adopted_key, AdoptRequest, Caller, LinkInput};
 use aware_store::UpstreamSource;
+use aware_upstream::exec::ExecError;
 use aware_upstream::provider::{Provider, ProviderError};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -26,6 +27,25 @@ fn provider_for(req: &Req, catalog_id: &str, host_id: &str) -> ApiResult<Arc<dyn
         .get(host_id)
         .cloned()
         .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "invalid_host", "hostId is invalid"))
+}
+
+/// Runs a provider call on the provider executor (issue 9), bounded by the node timeout plus
+/// a margin: a paired node's requests end by then, a local read never blocks.
+async fn provider_call<T: Send + 'static>(
+    req: &Req,
+    host_id: &str,
+    f: impl FnOnce() -> Result<T, ProviderError> + Send + 'static,
+) -> ApiResult<T> {
+    let deadline = aware_upstream::node::NODE_TIMEOUT + std::time::Duration::from_secs(5);
+    match req.state.provider_exec.run(host_id, deadline, f).await {
+        Ok(r) => r.map_err(provider_error),
+        Err(ExecError::Timeout(_)) if host_id.starts_with("node:") => Err(ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "node_unavailable",
+            format!("{host_id} did not answer in time"),
+        )),
+        Err(e) => Err(ApiError::unavailable(e.to_string())),
+    }
 }
 
 fn provider_error(e: ProviderError) -> ApiError {
@@ -57,10 +77,8 @@ pub(crate) async fn list(
     let cursor = q.take("cursor")?;
     q.finish()?;
     let provider = provider_for(req, &catalog_id, &host_id)?;
-    let (items, next) = blocking(move || {
-        provider
-            .list(limit, cursor.as_deref())
-            .map_err(provider_error)
+    let (items, next) = provider_call(req, &host_id, move || {
+        provider.list(limit, cursor.as_deref())
     })
     .await?;
     let engine = req.state.engine()?;
@@ -189,10 +207,10 @@ async fn adopt_source(
     let (e, s2) = (engine.clone(), session.clone());
     let exists = blocking(move || Ok(e.session_exists(&s2)?)).await?;
     let (p, t) = (provider.clone(), thread_id.clone());
-    let info = blocking(move || Ok(p.open_thread(&t, !exists))).await?;
+    let info = provider_call(req, &host_id, move || p.open_thread(&t, !exists)).await;
     let info = match info {
         Ok(i) => Some(i),
-        Err(e) if !exists => return Err(provider_error(e)),
+        Err(e) if !exists => return Err(e),
         Err(_) => None,
     };
     let source = UpstreamSource {

@@ -181,6 +181,25 @@ pub(crate) async fn render(state: &Shared) -> ApiResult<Response> {
         "gauge",
     );
     let _ = writeln!(o, "aware_pending_notices {pending}");
+    let exec = &state.provider_exec.metrics;
+    line(
+        &mut o,
+        "aware_provider_calls_running",
+        "Provider and paired-node calls running on the provider executor now.",
+        "gauge",
+    );
+    let _ = writeln!(o, "aware_provider_calls_running {}", g(&exec.running));
+    line(
+        &mut o,
+        "aware_provider_call_timeouts_total",
+        "Provider calls (monitor and catalog) not answered within their deadline.",
+        "counter",
+    );
+    let _ = writeln!(
+        o,
+        "aware_provider_call_timeouts_total {}",
+        g(&exec.timeouts)
+    );
     line(
         &mut o,
         "aware_wakes_requested_total",

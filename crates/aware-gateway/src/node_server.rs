@@ -8,7 +8,9 @@
 
 use crate::body::Query;
 use crate::error::{ApiError, ApiResult};
-use aware_upstream::node::{thread_items, thread_list, ITEMS_LIMIT};
+use aware_upstream::node::{
+    thread_items, thread_items_after, thread_list, ITEMS_LIMIT, PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX,
+};
 use aware_upstream::provider::ProviderError;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
@@ -134,21 +136,45 @@ async fn handle(
             Ok(json_ok(page))
         }
         Route::Items(raw_id) => {
+            // `after` present: a page of the items after that uuid, oldest first (issue 15);
+            // empty means from the start. Absent: the v1 answer, the newest items.
+            let after = query.take("after")?;
+            let (max, default) = if after.is_some() {
+                (PAGE_LIMIT_MAX, PAGE_LIMIT_DEFAULT)
+            } else {
+                (ITEMS_LIMIT, ITEMS_LIMIT)
+            };
             let limit = query
                 .int(
                     "limit",
-                    1..=ITEMS_LIMIT as i64,
-                    "limit must be an integer in 1..=50",
+                    1..=max as i64,
+                    &format!("limit must be an integer in 1..={max}"),
                 )?
-                .unwrap_or(ITEMS_LIMIT as i64) as usize;
+                .unwrap_or(default as i64) as usize;
             query.finish()?;
             let thread_id = percent_encoding::percent_decode_str(&raw_id)
                 .decode_utf8()
                 .map(|c| c.into_owned())
                 .map_err(|_| ApiError::invalid("threadId is not valid UTF-8"))?;
             let root = cfg.claude_root.clone();
-            let items = blocking(move || thread_items(&root, &thread_id, limit)).await?;
-            Ok(json_ok(json!({ "items": items })))
+            match after {
+                Some(after) => {
+                    let page = blocking(move || {
+                        let after = Some(after.as_str()).filter(|a| !a.is_empty());
+                        thread_items_after(&root, &thread_id, after, limit)
+                    })
+                    .await?;
+                    Ok(json_ok(json!({
+                        "items": page.items,
+                        "more": page.more,
+                        "found": page.found,
+                    })))
+                }
+                None => {
+                    let items = blocking(move || thread_items(&root, &thread_id, limit)).await?;
+                    Ok(json_ok(json!({ "items": items })))
+                }
+            }
         }
     }
 }

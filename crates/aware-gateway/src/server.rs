@@ -49,6 +49,8 @@ pub struct AppState {
     pub(crate) providers: BTreeMap<String, Arc<dyn aware_upstream::provider::Provider>>,
     /// The upstream monitor, once the engine is ready (when enabled).
     pub(crate) monitor: RwLock<Option<Arc<aware_upstream::monitor::Monitor>>>,
+    /// Where provider and paired-node calls run (bounded per provider, off the blocking pool).
+    pub(crate) provider_exec: Arc<aware_upstream::exec::ProviderExec>,
     /// Single flight of adoptions per source: the in-flight continue's slot, where it leaves its
     /// answer for the continues that waited on it. A std mutex held only to find the slot.
     pub(crate) adopt_locks:
@@ -160,12 +162,14 @@ pub fn new_state(config: GatewayConfig, port: u16) -> Shared {
         );
     }
     for n in &config.nodes {
-        let client = aware_upstream::node::NodeClient::new(&n.id, &n.url, n.token.as_deref());
+        let client = aware_upstream::node::NodeClient::new(&n.id, &n.url, n.token.as_deref())
+            .with_deadline(Duration::from_secs(config.monitor.provider_timeout_secs));
         providers.insert(format!("node:{}", n.id), Arc::new(client));
     }
     Arc::new(AppState {
         providers,
         monitor: RwLock::new(None),
+        provider_exec: Arc::new(aware_upstream::exec::ProviderExec::default()),
         adopt_locks: Mutex::new(BTreeMap::new()),
         config,
         port,
@@ -243,7 +247,8 @@ async fn start_up(state: Shared, fatal: tokio::sync::oneshot::Sender<String>) {
             state.providers.values().cloned().collect(),
             config,
             state.now(),
-        );
+        )
+        .with_exec(state.provider_exec.clone());
         if let Ok(mut slot) = state.monitor.write() {
             *slot = Some(Arc::new(monitor));
         }

@@ -61,7 +61,7 @@ const NO_CONTENT_PLACEHOLDER: &str = "(no content)";
 const IDE_CONTEXT_MARKERS: &[&str] = &["<ide_opened_file>", "<ide_selection>"];
 
 /// What precedes a human's feedback inside a rejected tool's `is_error` result (rule 4).
-const USER_SAID: &str = "the user said:";
+pub(crate) const USER_SAID: &str = "the user said:";
 
 /// Classifies one parsed transcript row by rules 1–7 of 04 §9.
 ///
@@ -185,8 +185,7 @@ fn classify_user(row: &Map<String, Value>) -> RowClass {
                     }
                     Some("text") => {
                         if let Some(text) = block.get("text").and_then(Value::as_str) {
-                            let trimmed = text.trim();
-                            if !IDE_CONTEXT_MARKERS.iter().any(|m| trimmed.starts_with(m)) {
+                            if !is_ide_context(text) {
                                 candidates.push(text.to_owned());
                             }
                         }
@@ -265,9 +264,15 @@ fn is_excluded_by_flags(row: &Map<String, Value>) -> bool {
 }
 
 /// Rule 5: the candidate starts with a marker of machine-written text, or is the placeholder.
-fn is_machine_text(candidate: &str) -> bool {
+pub(crate) fn is_machine_text(candidate: &str) -> bool {
     let trimmed = candidate.trim();
     trimmed == NO_CONTENT_PLACEHOLDER || MACHINE_MARKERS.iter().any(|m| trimmed.starts_with(m))
+}
+
+/// Rule 4: a text block of editor context (an opened file, a selection), not typed.
+pub(crate) fn is_ide_context(text: &str) -> bool {
+    let trimmed = text.trim();
+    IDE_CONTEXT_MARKERS.iter().any(|m| trimmed.starts_with(m))
 }
 
 /// Rule 7: `/` followed by a letter (e.g. `/mcp`) is a slash command, recorded elsewhere as a

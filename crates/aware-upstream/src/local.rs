@@ -1,8 +1,9 @@
 //! The local Claude Code provider (04 §2.1, §8): transcripts under `[claude] root`.
 
+use crate::bigrow::slim_row;
 use crate::classify::{classify, RowClass};
 use crate::provider::{CatalogItem, Outcome, Probe, Provider, ProviderError, ThreadInfo};
-use crate::scan::{scan_window, ScanInput, WINDOW_BYTES};
+use crate::scan::{scan_lines, ScanInput, Scanner, WINDOW_BYTES};
 use aware_engine::{ImportTurn, Role};
 use serde_json::{json, Value};
 use std::fs::File;
@@ -10,6 +11,9 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
+/// Oversized rows one check consumes at most before it returns its progress (the rest waits
+/// for the next tick), so one check's time stays bounded.
+const OVERSIZED_PER_CHECK: u64 = 256 << 20;
 /// Bytes read from the head of a transcript for `cwd` and `title`.
 const HEAD_BYTES: u64 = 64 * 1024;
 /// History imported at adoption: the newest rows up to these bounds (04 §3 step 5).
@@ -54,6 +58,86 @@ pub(crate) fn read_at(file: &mut File, offset: u64, len: usize) -> std::io::Resu
     Ok(buf)
 }
 
+/// Why a transcript was not opened.
+#[derive(Debug)]
+pub(crate) enum OpenRefused {
+    NotFound,
+    /// A FIFO, socket, device or directory: never read (a FIFO would block the reading thread).
+    NotRegular,
+    /// Its canonical path is not under the configured root (a symlink leading out of it).
+    OutsideRoot,
+    Io(std::io::Error),
+}
+
+impl From<OpenRefused> for ProviderError {
+    fn from(e: OpenRefused) -> Self {
+        match e {
+            OpenRefused::NotFound | OpenRefused::NotRegular | OpenRefused::OutsideRoot => {
+                ProviderError::ThreadNotFound
+            }
+            OpenRefused::Io(e) => ProviderError::Io(e.to_string()),
+        }
+    }
+}
+
+fn refused(e: std::io::Error) -> OpenRefused {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        OpenRefused::NotFound
+    } else {
+        OpenRefused::Io(e)
+    }
+}
+
+/// Opens `path` for reading only if it is a regular file whose canonical path lies under the
+/// canonical `root` (issue 9).
+///
+/// The open is non-blocking and does not follow a final symlink, so a FIFO put in place of a
+/// transcript can never block the thread (opening a FIFO for reading blocks until a writer
+/// appears); `fstat` on the open handle then refuses anything but a regular file. On Linux the
+/// path the kernel actually opened (`/proc/self/fd`) is checked against the root too, so a
+/// directory swapped for a symlink between the check and the open is still refused.
+pub(crate) fn open_in_root(
+    root: &Path,
+    path: &Path,
+) -> Result<(File, std::fs::Metadata), OpenRefused> {
+    // A root that cannot be resolved (unmounted, renamed) is an error, never a deletion of
+    // every transcript under it: the same rule as a paired node's unreadable root.
+    let root = std::fs::canonicalize(root).map_err(OpenRefused::Io)?;
+    let canon = std::fs::canonicalize(path).map_err(refused)?;
+    if !canon.starts_with(&root) {
+        return Err(OpenRefused::OutsideRoot);
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC);
+    }
+    let file = options.open(&canon).map_err(|e| {
+        #[cfg(unix)]
+        if e.raw_os_error() == Some(libc::ELOOP) {
+            // The last component became a symlink after `canonicalize`.
+            return OpenRefused::OutsideRoot;
+        }
+        refused(e)
+    })?;
+    let meta = file.metadata().map_err(OpenRefused::Io)?;
+    if !meta.is_file() {
+        return Err(OpenRefused::NotRegular);
+    }
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        if let Ok(real) = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())) {
+            if !real.starts_with(&root) {
+                return Err(OpenRefused::OutsideRoot);
+            }
+        }
+    }
+    Ok((file, meta))
+}
+
 fn rows(bytes: &[u8]) -> impl Iterator<Item = Value> + '_ {
     bytes.split(|b| *b == b'\n').filter_map(|line| {
         serde_json::from_slice::<Value>(line.strip_suffix(b"\r").unwrap_or(line)).ok()
@@ -83,11 +167,16 @@ impl LocalClaude {
         }
     }
 
-    /// Every thread file, the newest per thread id when several projects hold it.
+    /// Every thread file, the newest per thread id when several projects hold it, by its
+    /// canonical path. A file or project reached through a symlink that leads out of the root
+    /// is left out, and so is anything that is not a regular file (issue 9).
     fn threads(&self) -> Vec<(String, PathBuf, std::fs::Metadata)> {
         let mut found: std::collections::HashMap<String, (PathBuf, std::fs::Metadata)> =
             Default::default();
-        let Ok(projects) = std::fs::read_dir(&self.root) else {
+        let Ok(root) = std::fs::canonicalize(&self.root) else {
+            return Vec::new();
+        };
+        let Ok(projects) = std::fs::read_dir(&root) else {
             return Vec::new();
         };
         for project in projects.flatten() {
@@ -106,7 +195,13 @@ impl LocalClaude {
                 if path.extension().and_then(|e| e.to_str()) != Some("jsonl") || !is_uuid(&stem) {
                     continue;
                 }
-                let Ok(meta) = std::fs::metadata(&path) else {
+                let Ok(canon) = std::fs::canonicalize(&path) else {
+                    continue;
+                };
+                if !canon.starts_with(&root) {
+                    continue;
+                }
+                let Ok(meta) = std::fs::metadata(&canon) else {
                     continue;
                 };
                 if !meta.is_file() {
@@ -116,7 +211,7 @@ impl LocalClaude {
                     .get(&stem)
                     .is_none_or(|(_, m)| mtime_ms(&meta) > mtime_ms(m));
                 if newer {
-                    found.insert(stem, (path, meta));
+                    found.insert(stem, (canon, meta));
                 }
             }
         }
@@ -130,8 +225,13 @@ impl LocalClaude {
             .map(|(_, p, m)| (p, m))
     }
 
-    fn head_details(path: &Path) -> (Option<String>, Option<String>) {
-        let Ok(mut f) = File::open(path) else {
+    /// Opens a transcript under this provider's root; see [`open_in_root`].
+    pub(crate) fn open(&self, path: &Path) -> Result<(File, std::fs::Metadata), OpenRefused> {
+        open_in_root(&self.root, path)
+    }
+
+    fn head_details(&self, path: &Path) -> (Option<String>, Option<String>) {
+        let Ok((mut f, _)) = self.open(path) else {
             return (None, None);
         };
         let Ok(head) = read_at(&mut f, 0, HEAD_BYTES as usize) else {
@@ -157,8 +257,8 @@ impl LocalClaude {
         (cwd, title)
     }
 
-    fn history(path: &Path, size: u64) -> Vec<ImportTurn> {
-        let Ok(mut f) = File::open(path) else {
+    fn history(&self, path: &Path, size: u64) -> Vec<ImportTurn> {
+        let Ok((mut f, _)) = self.open(path) else {
             return Vec::new();
         };
         let start = size.saturating_sub(HISTORY_BYTES);
@@ -235,15 +335,15 @@ impl LocalClaude {
         let missing = Outcome::Missing {
             session_key: probe.session_key.clone(),
         };
-        let mut file = match File::open(path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(missing),
-            Err(_) => return None,
+        // Not found, not a regular file (a FIFO, a directory) or outside the root: the
+        // transcript is not there for this gateway (04 §8 step 2, issue 9).
+        let (mut file, meta) = match self.open(Path::new(path)) {
+            Ok(opened) => opened,
+            Err(OpenRefused::NotFound | OpenRefused::NotRegular | OpenRefused::OutsideRoot) => {
+                return Some(missing)
+            }
+            Err(OpenRefused::Io(_)) => return None,
         };
-        let meta = file.metadata().ok()?;
-        if !meta.is_file() {
-            return Some(missing);
-        }
         let size = meta.len();
         if size == offset {
             return None;
@@ -260,17 +360,53 @@ impl LocalClaude {
                 rebased: true,
             });
         }
-        let len = ((size - offset) as usize).min(WINDOW_BYTES);
-        let window = read_at(&mut file, offset, len).ok()?;
-        self.check_bytes_read
-            .fetch_add(window.len() as u64, std::sync::atomic::Ordering::Relaxed);
         let input = ScanInput {
             own_recent_user_texts: &probe.own_recent_user_texts,
             queued: &queued,
             fallback_time_ms: mtime_ms(&meta),
         };
-        let (consumed, out) = scan_window(&window, &input)?;
-        let next = offset + consumed as u64;
+        let mut scanner = Scanner::new(&input);
+        let mut at = offset;
+        let mut oversized = 0u64;
+        while at < size {
+            let len = ((size - at) as usize).min(WINDOW_BYTES);
+            let window = read_at(&mut file, at, len).ok()?;
+            self.count_read(window.len() as u64);
+            if let Some(consumed) = scan_lines(&window, &mut scanner) {
+                at += consumed as u64;
+                break;
+            }
+            if window.len() < WINDOW_BYTES {
+                // No newline up to the end of the file: the row is still being written.
+                break;
+            }
+            // A row longer than the window (issue 15): find its end and classify it from a
+            // stream, with bounded memory, instead of blocking the marker for ever.
+            let Some(end) = self.find_newline(&mut file, at + WINDOW_BYTES as u64, size)? else {
+                break;
+            };
+            let mut row_len = end - at;
+            if row_len > 0 && read_at(&mut file, end - 1, 1).ok()? == b"\r" {
+                row_len -= 1;
+            }
+            file.seek(SeekFrom::Start(at)).ok()?;
+            let slim = slim_row(std::io::BufReader::new((&file).take(row_len))).ok()?;
+            self.count_read(row_len);
+            if let Some(row) = slim.row {
+                scanner.feed(&row);
+            }
+            oversized += end + 1 - at;
+            at = end + 1;
+            if oversized >= OVERSIZED_PER_CHECK {
+                break;
+            }
+        }
+        if at == offset {
+            return None;
+        }
+        let consumed = at - offset;
+        let out = scanner.finish();
+        let next = offset + consumed;
         let mut marker = json!({"offset": next});
         if !out.queued.is_empty() {
             marker["queued"] = json!(out.queued);
@@ -312,7 +448,7 @@ impl Provider for LocalClaude {
             .skip(start)
             .take(limit)
             .map(|(id, path, meta)| {
-                let (cwd, title) = Self::head_details(path);
+                let (cwd, title) = self.head_details(path);
                 CatalogItem {
                     thread_id: id.clone(),
                     updated_at: mtime_ms(meta),
@@ -332,13 +468,14 @@ impl Provider for LocalClaude {
         with_history: bool,
     ) -> Result<ThreadInfo, ProviderError> {
         let (path, meta) = self.find(thread_id).ok_or(ProviderError::ThreadNotFound)?;
-        let abs = std::fs::canonicalize(&path).unwrap_or(path);
+        // `find` answers canonical paths inside the root only.
+        let abs = path;
         Ok(ThreadInfo {
             upstream_kind: "claude-cli".into(),
             upstream_ref: json!({"filePath": abs.to_string_lossy()}),
             baseline: Some(json!({"offset": meta.len()})),
             history: if with_history {
-                Self::history(&abs, meta.len())
+                self.history(&abs, meta.len())
             } else {
                 Vec::new()
             },
@@ -351,6 +488,30 @@ impl Provider for LocalClaude {
 }
 
 impl LocalClaude {
+    fn count_read(&self, n: u64) {
+        self.check_bytes_read
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The position of the first `\n` at or after `from` and before `size`, read in 64 KiB
+    /// pieces; `Some(None)` when there is none yet, `None` on a read error.
+    fn find_newline(&self, file: &mut File, from: u64, size: u64) -> Option<Option<u64>> {
+        let mut pos = from;
+        while pos < size {
+            let len = ((size - pos) as usize).min(64 * 1024);
+            let chunk = read_at(file, pos, len).ok()?;
+            self.count_read(chunk.len() as u64);
+            if let Some(i) = chunk.iter().position(|b| *b == b'\n') {
+                return Some(Some(pos + i as u64));
+            }
+            if chunk.is_empty() {
+                break;
+            }
+            pos += chunk.len() as u64;
+        }
+        Some(None)
+    }
+
     /// Total transcript bytes the checks have read so far.
     pub fn check_bytes_read(&self) -> u64 {
         self.check_bytes_read
@@ -418,5 +579,112 @@ mod tests {
             }
             other => panic!("unexpected {other:?}"),
         }
+    }
+
+    const T1: &str = "0b9f0c2e-1d3a-4c5b-8e7f-000000000001";
+    const T2: &str = "0b9f0c2e-1d3a-4c5b-8e7f-000000000002";
+    const T3: &str = "0b9f0c2e-1d3a-4c5b-8e7f-000000000003";
+    const PROMPT: &str = "{\"type\":\"user\",\"message\":{\"role\":\"user\",\"content\":\"hi\"}}\n";
+
+    #[test]
+    fn symlinks_out_of_the_root_are_not_listed_adopted_or_checked() {
+        let outside = tempfile::tempdir().unwrap();
+        let secret = outside.path().join("secret.jsonl");
+        std::fs::write(&secret, PROMPT).unwrap();
+        let other_project = outside.path().join("proj");
+        std::fs::create_dir_all(&other_project).unwrap();
+        std::fs::write(other_project.join(format!("{T3}.jsonl")), PROMPT).unwrap();
+
+        let root = tempfile::tempdir().unwrap();
+        let project = root.path().join("p1");
+        std::fs::create_dir_all(&project).unwrap();
+        std::fs::write(project.join(format!("{T1}.jsonl")), PROMPT).unwrap();
+        // A file symlink and a project symlink leading out of the root, and one staying inside.
+        std::os::unix::fs::symlink(&secret, project.join(format!("{T2}.jsonl"))).unwrap();
+        std::os::unix::fs::symlink(&other_project, root.path().join("p2")).unwrap();
+        let inside = root.path().join("p3");
+        std::fs::create_dir_all(&inside).unwrap();
+        let in_target = root.path().join("p1").join("kept.txt");
+        std::fs::write(&in_target, PROMPT).unwrap();
+        let t4 = "0b9f0c2e-1d3a-4c5b-8e7f-000000000004";
+        std::os::unix::fs::symlink(&in_target, inside.join(format!("{t4}.jsonl"))).unwrap();
+
+        let p = LocalClaude::new(root.path());
+        let (items, _) = p.list(50, None).unwrap();
+        let mut ids: Vec<&str> = items.iter().map(|i| i.thread_id.as_str()).collect();
+        ids.sort();
+        assert_eq!(
+            ids,
+            [T1, t4],
+            "only files whose real path is under the root"
+        );
+        for t in [T2, T3] {
+            assert_eq!(p.open_thread(t, true), Err(ProviderError::ThreadNotFound));
+        }
+        // A probe whose stored path leads out of the root (the link was swapped after adoption).
+        let via_link = project.join(format!("{T2}.jsonl"));
+        for path in [via_link.as_path(), secret.as_path()] {
+            assert_eq!(
+                p.check(&[probe(path, 0)]).unwrap(),
+                vec![Outcome::Missing {
+                    session_key: "agent:main:claude:x".into()
+                }],
+                "{}",
+                path.display()
+            );
+        }
+        assert_eq!(p.check_bytes_read(), 0, "nothing outside the root was read");
+    }
+
+    #[test]
+    fn a_fifo_in_place_of_a_transcript_is_missing_and_never_blocks() {
+        let root = tempfile::tempdir().unwrap();
+        let project = root.path().join("p1");
+        std::fs::create_dir_all(&project).unwrap();
+        let path = project.join(format!("{T1}.jsonl"));
+        std::fs::write(&path, PROMPT).unwrap();
+        let p = LocalClaude::new(root.path());
+        let info = p.open_thread(T1, false).unwrap();
+        let stored = std::path::PathBuf::from(info.upstream_ref["filePath"].as_str().unwrap());
+        std::fs::remove_file(&path).unwrap();
+        let status = std::process::Command::new("mkfifo")
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        // Without a writer, a blocking open of the FIFO would never return.
+        assert_eq!(
+            p.check(&[probe(&stored, 0)]).unwrap(),
+            vec![Outcome::Missing {
+                session_key: "agent:main:claude:x".into()
+            }]
+        );
+        assert!(
+            p.list(50, None).unwrap().0.is_empty(),
+            "a FIFO is not listed"
+        );
+        assert_eq!(p.open_thread(T1, true), Err(ProviderError::ThreadNotFound));
+    }
+
+    #[test]
+    fn a_vanished_root_is_no_outcome_not_missing() {
+        let parent = tempfile::tempdir().unwrap();
+        let root = parent.path().join("projects");
+        let project = root.join("p1");
+        std::fs::create_dir_all(&project).unwrap();
+        let path = project.join(format!("{T1}.jsonl"));
+        std::fs::write(&path, PROMPT).unwrap();
+        let p = LocalClaude::new(&root);
+        std::fs::rename(&root, parent.path().join("moved")).unwrap();
+        assert_eq!(p.check(&[probe(&path, 0)]).unwrap(), vec![]);
+        // The file alone gone, under a readable root: missing.
+        std::fs::rename(parent.path().join("moved"), &root).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(
+            p.check(&[probe(&path, 0)]).unwrap(),
+            vec![Outcome::Missing {
+                session_key: "agent:main:claude:x".into()
+            }]
+        );
     }
 }

@@ -2,6 +2,7 @@
 //! sessions through their providers, records human activity and vanished sources, and moves
 //! each link's marker only after the record.
 
+use crate::exec::{ExecError, ProviderExec};
 use crate::provider::{Outcome, Probe, Provider};
 use aware_core::{ActorType, AgentId, EventKind, SessionKey, SessionRef};
 use aware_engine::{source_key16, AppendRequest, Engine, Settlement};
@@ -64,6 +65,8 @@ pub struct Monitor {
     tick_lock: tokio::sync::Mutex<()>,
     stopped: AtomicBool,
     pub metrics: MonitorMetrics,
+    /// Where provider checks run: bounded per provider, off the engine's blocking pool.
+    exec: Arc<ProviderExec>,
 }
 
 struct Snapshot {
@@ -95,7 +98,14 @@ impl Monitor {
             tick_lock: tokio::sync::Mutex::new(()),
             stopped: AtomicBool::new(false),
             metrics: MonitorMetrics::default(),
+            exec: Arc::new(ProviderExec::default()),
         }
+    }
+
+    /// Runs checks on `exec`, shared with the catalog routes so one provider's cap covers both.
+    pub fn with_exec(mut self, exec: Arc<ProviderExec>) -> Self {
+        self.exec = exec;
+        self
     }
 
     pub fn next_due(&self) -> i64 {
@@ -217,24 +227,26 @@ impl Monitor {
             })
             .collect();
         let host = provider.host_id();
-        let call = tokio::task::spawn_blocking(move || provider.check(&probes));
-        let outcomes = match tokio::time::timeout(self.config.provider_timeout, call).await {
-            Err(_) => {
+        let call = self.exec.run(&host, self.config.provider_timeout, move || {
+            provider.check(&probes)
+        });
+        let outcomes = match call.await {
+            Err(ExecError::Timeout(_)) => {
                 tracing::warn!(event = "upstream_check_timeout", host = %host, "provider did not answer in time; the batch counts as no outcome");
                 self.metrics
                     .provider_timeouts
                     .fetch_add(1, Ordering::Relaxed);
                 return;
             }
-            Ok(Err(e)) => {
+            Err(e) => {
                 tracing::warn!(event = "upstream_check_failed", host = %host, error = %e, "provider task failed");
                 return;
             }
-            Ok(Ok(Err(e))) => {
+            Ok(Err(e)) => {
                 tracing::warn!(event = "upstream_check_failed", host = %host, error = %e, "provider check failed");
                 return;
             }
-            Ok(Ok(Ok(o))) => o,
+            Ok(Ok(o)) => o,
         };
         if !self.live() {
             return;

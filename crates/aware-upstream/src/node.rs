@@ -7,16 +7,19 @@
 //! - the gateway side: [`NodeClient`] implements [`Provider`] over HTTP, and [`check_items`] is
 //!   the pure paired-node check of 04 §10 over one fetched item list.
 
+use crate::bigrow::slim_row;
 use crate::classify::{classify, normalise, RowClass};
 use crate::local::{read_at, LocalClaude};
 use crate::provider::{CatalogItem, Outcome, Probe, Provider, ProviderError, ThreadInfo};
-use crate::scan::{node_item_to_row, scan_rows, ScanInput, QUEUED_MEMORY_MAX};
+use crate::scan::{
+    node_item_to_row, scan_rows, ScanInput, Scanner, QUEUED_MEMORY_MAX, WINDOW_BYTES,
+};
 use aware_engine::{ImportTurn, Role};
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 use std::collections::VecDeque;
 use std::fs::File;
-use std::io::Read;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 use std::time::Duration;
 
@@ -34,7 +37,26 @@ const HISTORY_MESSAGES: usize = 200;
 
 // --- node side -----------------------------------------------------------------------------------
 
-/// The `limit` newest items of thread `thread_id` under `root`, newest first (04 §2.2).
+/// Opens thread `thread_id` under `root` for the node's answers.
+///
+/// "Thread not found" is definitive (the gateway counts it towards `upstream_missing`), so it is
+/// answered only when the root itself can be read and no regular transcript of that id lies
+/// under it; an unreadable root is an I/O error, never a deletion.
+fn open_thread_file(root: &Path, thread_id: &str) -> Result<(File, u64), ProviderError> {
+    if let Err(e) = std::fs::read_dir(root) {
+        return Err(ProviderError::Io(format!(
+            "the Claude root {} cannot be read: {e}",
+            root.display()
+        )));
+    }
+    let local = LocalClaude::new(root);
+    let (path, _) = local.find(thread_id).ok_or(ProviderError::ThreadNotFound)?;
+    let (file, meta) = local.open(&path)?;
+    Ok((file, meta.len()))
+}
+
+/// The `limit` newest items of thread `thread_id` under `root`, newest first (04 §2.2, the v1
+/// request, still answered).
 ///
 /// The transcript is read from its end in chunks of 64 KiB until `limit` items are found or the
 /// start of the file is reached, so a long transcript is not read whole. Rows that are blank,
@@ -45,41 +67,111 @@ pub fn thread_items(
     thread_id: &str,
     limit: usize,
 ) -> Result<Vec<Value>, ProviderError> {
-    let (path, _) = LocalClaude::new(root)
-        .find(thread_id)
-        .ok_or(ProviderError::ThreadNotFound)?;
-    let mut file = match File::open(&path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(ProviderError::ThreadNotFound)
-        }
-        Err(e) => return Err(ProviderError::Io(e.to_string())),
-    };
-    let size = file
-        .metadata()
-        .map_err(|e| ProviderError::Io(e.to_string()))?
-        .len();
+    let (mut file, size) = open_thread_file(root, thread_id)?;
     let mut items = Vec::new();
     if limit == 0 {
         return Ok(items);
     }
-    let take = |line: &[u8], items: &mut Vec<Value>| {
-        if let Some(item) = line_to_item(line) {
+    walk_back(&mut file, size, |file, line| {
+        if let Some(item) = line_item(file, line)? {
             items.push(item);
         }
-        items.len() >= limit
-    };
-    // The start of the line being assembled: pieces in the order they were read, i.e. each
-    // piece precedes the previous ones in the file.
+        Ok(items.len() >= limit)
+    })?;
+    Ok(items)
+}
+
+/// One page of the items after a uuid (issue 15): oldest first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ItemsPage {
+    pub items: Vec<Value>,
+    /// More items follow the last one of this page.
+    pub more: bool,
+    /// The `after` uuid was found (always true when reading from the start).
+    pub found: bool,
+}
+
+/// Most items of one page, and the default.
+pub const PAGE_LIMIT_MAX: usize = 500;
+pub const PAGE_LIMIT_DEFAULT: usize = 200;
+/// A page stops growing past this many bytes of items (one oversized item may pass it).
+const PAGE_BYTES: usize = 8 << 20;
+
+/// The items that follow the row whose uuid is `after` (from the start of the transcript when
+/// `after` is `None`), oldest first, at most `limit` of them and about [`PAGE_BYTES`], with a
+/// `more` flag (issue 15). When `after` is not in the transcript (it was rewritten), `found` is
+/// false and the page holds the oldest items of the whole file.
+///
+/// The transcript is read backwards from its end to the marker, keeping only the oldest `limit`
+/// items seen so far, so memory stays bounded however far the marker is.
+pub fn thread_items_after(
+    root: &Path,
+    thread_id: &str,
+    after: Option<&str>,
+    limit: usize,
+) -> Result<ItemsPage, ProviderError> {
+    let (mut file, size) = open_thread_file(root, thread_id)?;
+    // Newest first while walking back; the front is dropped when the page is over its bounds.
+    let mut kept: VecDeque<(Value, usize)> = VecDeque::new();
+    let (mut bytes, mut more, mut found) = (0usize, false, after.is_none());
+    let limit = limit.max(1);
+    walk_back(&mut file, size, |file, line| {
+        let Some(item) = line_item(file, line)? else {
+            return Ok(false);
+        };
+        if after.is_some() && item_uuid(&item) == after {
+            found = true;
+            return Ok(true);
+        }
+        let len = serde_json::to_vec(&item).map_or(0, |v| v.len());
+        bytes += len;
+        kept.push_back((item, len));
+        while kept.len() > limit || (bytes > PAGE_BYTES && kept.len() > 1) {
+            if let Some((_, l)) = kept.pop_front() {
+                bytes -= l;
+                more = true;
+            }
+        }
+        Ok(false)
+    })?;
+    Ok(ItemsPage {
+        items: kept.into_iter().rev().map(|(i, _)| i).collect(),
+        more,
+        found,
+    })
+}
+
+/// A line handed to a [`walk_back`] visitor.
+enum Line<'a> {
+    /// The line's bytes, without its `\n`.
+    Bytes(&'a [u8]),
+    /// A line longer than the window, `[start, end)` in the file (without its `\n`): too long to
+    /// hold, it is streamed from the file.
+    Span(u64, u64),
+}
+
+/// Calls `visit` on every line of `file` (of `size` bytes) from the last to the first, until it
+/// answers true. At most one window (1 MiB) of a line is held; a longer one is handed over as a
+/// span (issue 9: a line without a newline is never read whole into memory).
+fn walk_back(
+    file: &mut File,
+    size: u64,
+    mut visit: impl FnMut(&mut File, Line) -> Result<bool, ProviderError>,
+) -> Result<(), ProviderError> {
+    // The end of the line being assembled, and its pieces in the order they were read (each
+    // piece precedes the previous ones in the file).
+    let mut line_end = size;
     let mut tail: Vec<Vec<u8>> = Vec::new();
+    let mut tail_len = 0usize;
+    let mut too_long = false;
     let mut pos = size;
     while pos > 0 {
         let start = pos.saturating_sub(CHUNK_BYTES);
-        let chunk = read_at(&mut file, start, (pos - start) as usize)
+        let chunk = read_at(file, start, (pos - start) as usize)
             .map_err(|e| ProviderError::Io(e.to_string()))?;
         if chunk.len() as u64 != pos - start {
             // The file shrank while it was read: answer with what is certain.
-            break;
+            return Ok(());
         }
         pos = start;
         let mut end = chunk.len();
@@ -87,25 +179,61 @@ pub fn thread_items(
             .get(..end)
             .and_then(|c| c.iter().rposition(|b| *b == b'\n'))
         {
+            let line_start = start + nl as u64 + 1;
             let head = chunk.get(nl + 1..end).unwrap_or_default();
-            let done = if tail.is_empty() {
-                take(head, &mut items)
+            let done = if too_long {
+                visit(file, Line::Span(line_start, line_end))?
+            } else if tail.is_empty() {
+                visit(file, Line::Bytes(head))?
             } else {
                 let line = join_line(head, &mut tail);
-                take(&line, &mut items)
+                visit(file, Line::Bytes(&line))?
             };
             if done {
-                return Ok(items);
+                return Ok(());
             }
+            tail.clear();
+            tail_len = 0;
+            too_long = false;
+            line_end = start + nl as u64;
             end = nl;
         }
-        tail.push(chunk.get(..end).unwrap_or_default().to_vec());
+        if !too_long {
+            let piece = chunk.get(..end).unwrap_or_default();
+            tail_len += piece.len();
+            if tail_len > WINDOW_BYTES {
+                tail.clear();
+                too_long = true;
+            } else {
+                tail.push(piece.to_vec());
+            }
+        }
     }
-    if pos == 0 {
+    if too_long {
+        visit(file, Line::Span(0, line_end))?;
+    } else {
         let line = join_line(&[], &mut tail);
-        take(&line, &mut items);
+        visit(file, Line::Bytes(&line))?;
     }
-    Ok(items)
+    Ok(())
+}
+
+/// The item of one line, streaming a line too long to hold (issue 15).
+fn line_item(file: &mut File, line: Line) -> Result<Option<Value>, ProviderError> {
+    match line {
+        Line::Bytes(bytes) => Ok(line_to_item(bytes)),
+        Line::Span(start, mut end) => {
+            let io = |e: std::io::Error| ProviderError::Io(e.to_string());
+            if end > start && read_at(file, end - 1, 1).map_err(io)? == b"\r" {
+                end -= 1;
+            }
+            file.seek(SeekFrom::Start(start)).map_err(io)?;
+            let slim = slim_row(std::io::BufReader::new((&*file).take(end - start))).map_err(io)?;
+            Ok(slim
+                .row
+                .and_then(|row| row_to_item_with_id(&row, || slim.row_id.clone())))
+        }
+    }
 }
 
 /// `head` followed by the pieces of `tail` in file order; empties `tail`.
@@ -131,11 +259,16 @@ fn line_to_item(line: &[u8]) -> Option<Value> {
 
 /// Builds the item of one parsed row (04 §2.2); `raw` is the line it was parsed from.
 pub fn row_to_item(row: &Value, raw: &[u8]) -> Option<Value> {
+    row_to_item_with_id(row, || format!("row:{}", sha256_hex32(raw)))
+}
+
+/// [`row_to_item`] with the row id of a row without uuid given by `row_id`.
+fn row_to_item_with_id(row: &Value, row_id: impl FnOnce() -> String) -> Option<Value> {
     let obj = row.as_object()?;
     let mut item = Map::new();
     let uuid = match obj.get("uuid").and_then(Value::as_str) {
         Some(u) if !u.is_empty() => u.to_string(),
-        _ => format!("row:{}", sha256_hex32(raw)),
+        _ => row_id(),
     };
     item.insert("uuid".into(), Value::from(uuid));
     match obj.get("type").and_then(Value::as_str)? {
@@ -362,6 +495,112 @@ pub fn check_items(probe: &Probe, items: &[Value], now_ms: i64) -> Option<Outcom
     })
 }
 
+/// What the paged check of one probe came to.
+#[derive(Debug, PartialEq)]
+pub enum Paged {
+    /// An outcome (activity), or none: nothing new, or the first page failed inconclusively.
+    Outcome(Option<Outcome>),
+    /// The node said, definitively, that the thread does not exist.
+    Missing,
+    /// The node does not know the marker (the transcript was rewritten) or does not page (an
+    /// older node): the v1 check over the 50 newest items decides.
+    Fallback,
+    /// The node could not be reached at all; the rest of the batch would fail the same way.
+    Unreachable,
+}
+
+/// The paged-node check (issue 15, superseding 04 §10 steps 2–4): pages of the items after the
+/// marker, oldest first, are classified in order until the node says there are no more or
+/// `until` passes; the marker moves to the newest item examined, so a walk cut short carries
+/// over to the next tick. `fetch(after)` fetches one page (`None`: from the start).
+pub fn check_paged(
+    probe: &Probe,
+    now_ms: i64,
+    until: std::time::Instant,
+    mut fetch: impl FnMut(Option<&str>) -> Result<ItemsPage, NodeError>,
+) -> Paged {
+    let marker = match probe.marker.get("uuid") {
+        Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        _ => return Paged::Outcome(None),
+    };
+    let queued: Vec<String> = probe
+        .marker
+        .get("queued")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    let input = ScanInput {
+        own_recent_user_texts: &probe.own_recent_user_texts,
+        queued: &queued,
+        fallback_time_ms: now_ms,
+    };
+    let mut scanner = Scanner::new(&input);
+    let mut after = marker;
+    let mut newest: Option<String> = None;
+    let mut first = true;
+    'pages: loop {
+        let page = match fetch(after.as_deref()) {
+            Ok(page) => page,
+            Err(e) if first => {
+                return match e {
+                    NodeError::ThreadNotFound => Paged::Missing,
+                    NodeError::Refused(_) => Paged::Fallback,
+                    NodeError::Unreachable(_) => Paged::Unreachable,
+                    NodeError::Other(_) => Paged::Outcome(None),
+                }
+            }
+            // A later page failed: keep what the earlier pages gave.
+            Err(_) => break,
+        };
+        if !page.found {
+            if first {
+                return Paged::Fallback;
+            }
+            break;
+        }
+        first = false;
+        if page.items.is_empty() {
+            break;
+        }
+        for item in &page.items {
+            // The marker can never move past an item without a uuid: stop before it.
+            let Some(uuid) = item_uuid(item) else {
+                break 'pages;
+            };
+            if let Some(row) = node_item_to_row(item) {
+                scanner.feed(&row);
+            }
+            newest = Some(uuid.to_string());
+        }
+        after.clone_from(&newest);
+        if !page.more || std::time::Instant::now() >= until {
+            break;
+        }
+    }
+    let Some(newest) = newest else {
+        return Paged::Outcome(None);
+    };
+    let out = scanner.finish();
+    let mut next_marker = json!({ "uuid": newest });
+    if !out.queued.is_empty() {
+        next_marker["queued"] = json!(out.queued);
+    }
+    let counted = out.human_turns > 0;
+    Paged::Outcome(Some(Outcome::Activity {
+        session_key: probe.session_key.clone(),
+        human_turns: out.human_turns,
+        next_marker,
+        occurred_at: out.occurred_at.filter(|_| counted),
+        dedupe_id: counted.then_some(newest),
+        rebased: false,
+    }))
+}
+
 /// The link baseline of a node thread (04 §3 step 6): `{uuid: null}` for an empty thread, the
 /// newest item's uuid, or `None` (decline) when the newest item has none.
 pub fn baseline(items: &[Value]) -> Option<Value> {
@@ -440,9 +679,11 @@ pub fn history_from_items(items: &[Value]) -> Vec<ImportTurn> {
 
 /// Why a node request failed.
 #[derive(Debug)]
-enum NodeError {
-    /// 404 `thread_not_found`.
+pub enum NodeError {
+    /// 404 `thread_not_found`: definitive.
     ThreadNotFound,
+    /// 400: the node refused the request as malformed (an older node that does not page).
+    Refused(String),
     /// The node could not be reached at all (connection refused, DNS): the rest of a batch is
     /// skipped, it would fail the same way.
     Unreachable(String),
@@ -454,7 +695,9 @@ impl From<NodeError> for ProviderError {
     fn from(e: NodeError) -> Self {
         match e {
             NodeError::ThreadNotFound => ProviderError::ThreadNotFound,
-            NodeError::Unreachable(m) | NodeError::Other(m) => ProviderError::Unavailable(m),
+            NodeError::Refused(m) | NodeError::Unreachable(m) | NodeError::Other(m) => {
+                ProviderError::Unavailable(m)
+            }
         }
     }
 }
@@ -465,6 +708,11 @@ pub struct NodeClient {
     url: String,
     token: Option<String>,
     agent: ureq::Agent,
+    /// Bound of one request (connect, send and read together).
+    request_timeout: Duration,
+    /// Bound of one `check` batch: shorter than the monitor's deadline, so the thread returns
+    /// (and frees its executor slot) before the monitor gives up on it.
+    check_budget: Duration,
 }
 
 /// Percent-encodes one path segment (everything but unreserved characters).
@@ -492,16 +740,43 @@ impl NodeClient {
             id: id.to_string(),
             url: url.trim_end_matches('/').to_string(),
             token: token.filter(|t| !t.is_empty()).map(str::to_string),
-            agent: ureq::AgentBuilder::new().timeout(NODE_TIMEOUT).build(),
+            agent: ureq::AgentBuilder::new()
+                .timeout_connect(NODE_TIMEOUT)
+                .timeout(NODE_TIMEOUT)
+                .build(),
+            request_timeout: NODE_TIMEOUT,
+            check_budget: NODE_TIMEOUT,
         }
+    }
+
+    /// Fits the client under a caller's `deadline` (the monitor's provider timeout): requests
+    /// and whole checks end at three quarters of it (at most 10 s per request), so a hanging
+    /// node never keeps a thread past the deadline.
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        let inner = deadline.mul_f64(0.75);
+        self.request_timeout = NODE_TIMEOUT.min(inner);
+        self.check_budget = inner;
+        self.agent = ureq::AgentBuilder::new()
+            .timeout_connect(self.request_timeout)
+            .timeout(self.request_timeout)
+            .build();
+        self
     }
 
     pub fn id(&self) -> &str {
         &self.id
     }
 
-    fn get(&self, path: &str, query: &[(&str, &str)]) -> Result<Value, NodeError> {
-        let mut req = self.agent.get(&format!("{}{}", self.url, path));
+    fn get(
+        &self,
+        path: &str,
+        query: &[(&str, &str)],
+        timeout: Duration,
+    ) -> Result<Value, NodeError> {
+        let mut req = self
+            .agent
+            .get(&format!("{}{}", self.url, path))
+            .timeout(timeout.min(self.request_timeout));
         for (k, v) in query {
             req = req.query(k, v);
         }
@@ -515,6 +790,13 @@ impl NodeClient {
                 let err_code = body.pointer("/error/code").and_then(Value::as_str);
                 if code == 404 && err_code == Some("thread_not_found") {
                     return Err(NodeError::ThreadNotFound);
+                }
+                if code == 400 {
+                    return Err(NodeError::Refused(format!(
+                        "node {} refused the request: {}",
+                        self.id,
+                        err_code.unwrap_or("")
+                    )));
                 }
                 return Err(NodeError::Other(format!(
                     "node {} answered {code} {}",
@@ -537,12 +819,17 @@ impl NodeClient {
     }
 
     /// The newest `limit` items of a thread, newest first.
-    fn items(&self, thread_id: &str, limit: usize) -> Result<Vec<Value>, NodeError> {
+    fn items(
+        &self,
+        thread_id: &str,
+        limit: usize,
+        timeout: Duration,
+    ) -> Result<Vec<Value>, NodeError> {
         let path = format!(
             "/v1/node/claude/threads/{}/items",
             encode_segment(thread_id)
         );
-        let body = self.get(&path, &[("limit", &limit.to_string())])?;
+        let body = self.get(&path, &[("limit", &limit.to_string())], timeout)?;
         match body.get("items") {
             Some(Value::Array(items)) => Ok(items.clone()),
             _ => Err(NodeError::Other(format!(
@@ -550,6 +837,38 @@ impl NodeClient {
                 self.id
             ))),
         }
+    }
+}
+
+impl NodeClient {
+    /// One page of the items after `after` (from the start when `None`), oldest first.
+    fn page(
+        &self,
+        thread_id: &str,
+        after: Option<&str>,
+        timeout: Duration,
+    ) -> Result<ItemsPage, NodeError> {
+        let path = format!(
+            "/v1/node/claude/threads/{}/items",
+            encode_segment(thread_id)
+        );
+        let limit = PAGE_LIMIT_DEFAULT.to_string();
+        let body = self.get(
+            &path,
+            &[("after", after.unwrap_or("")), ("limit", &limit)],
+            timeout,
+        )?;
+        let malformed = || NodeError::Other(format!("node {} sent a malformed page", self.id));
+        let items = match body.get("items") {
+            Some(Value::Array(items)) => items.clone(),
+            _ => return Err(malformed()),
+        };
+        let flag = |k: &str| body.get(k).and_then(Value::as_bool).ok_or_else(malformed);
+        Ok(ItemsPage {
+            items,
+            more: flag("more")?,
+            found: flag("found")?,
+        })
     }
 }
 
@@ -568,7 +887,7 @@ impl Provider for NodeClient {
         if let Some(c) = cursor {
             query.push(("cursor", c));
         }
-        let body = self.get("/v1/node/claude/threads", &query)?;
+        let body = self.get("/v1/node/claude/threads", &query, self.request_timeout)?;
         let Some(items) = body.get("items").and_then(Value::as_array) else {
             return Err(ProviderError::Unavailable(format!(
                 "node {} sent an answer without items",
@@ -599,7 +918,7 @@ impl Provider for NodeClient {
         thread_id: &str,
         with_history: bool,
     ) -> Result<ThreadInfo, ProviderError> {
-        let items = self.items(thread_id, ITEMS_LIMIT)?;
+        let items = self.items(thread_id, ITEMS_LIMIT, self.request_timeout)?;
         Ok(ThreadInfo {
             upstream_kind: "claude-cli".into(),
             upstream_ref: json!({"nodeId": self.id, "threadId": thread_id}),
@@ -613,20 +932,40 @@ impl Provider for NodeClient {
     }
 
     fn check(&self, probes: &[Probe]) -> Result<Vec<Outcome>, ProviderError> {
+        let until = std::time::Instant::now() + self.check_budget;
         let mut outcomes = Vec::new();
         for probe in probes {
             if !probe_applies(probe, &self.id) {
                 continue;
             }
-            match self.items(&probe.thread_id, ITEMS_LIMIT) {
-                Ok(items) => outcomes.extend(check_items(probe, &items, wall_ms())),
-                Err(NodeError::Unreachable(m)) => {
-                    tracing::debug!(node = %self.id, error = %m, "paired node unreachable; no outcome for the batch");
-                    break;
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                tracing::debug!(node = %self.id, "check budget spent; the remaining probes wait for the next tick");
+                break;
+            }
+            let paged = check_paged(probe, wall_ms(), until, |after| {
+                let left = until.saturating_duration_since(std::time::Instant::now());
+                self.page(&probe.thread_id, after, left)
+            });
+            match paged {
+                Paged::Outcome(o) => outcomes.extend(o),
+                // The node answered, definitively, that the thread is gone: counted like a
+                // deleted local file (issue 15; 04 §10 step 2 said never).
+                Paged::Missing => outcomes.push(Outcome::Missing {
+                    session_key: probe.session_key.clone(),
+                }),
+                Paged::Fallback => {
+                    let left = until.saturating_duration_since(std::time::Instant::now());
+                    match self.items(&probe.thread_id, ITEMS_LIMIT, left) {
+                        Ok(items) => outcomes.extend(check_items(probe, &items, wall_ms())),
+                        Err(e) => {
+                            tracing::debug!(node = %self.id, session = %probe.session_key, error = ?e, "paired-node probe gave no outcome");
+                        }
+                    }
                 }
-                // Unknown thread, refused token, timeout: no outcome, never `missing`.
-                Err(e) => {
-                    tracing::debug!(node = %self.id, session = %probe.session_key, error = ?e, "paired-node probe gave no outcome");
+                Paged::Unreachable => {
+                    tracing::debug!(node = %self.id, "paired node unreachable; no outcome for the batch");
+                    break;
                 }
             }
         }
@@ -999,5 +1338,149 @@ mod tests {
         ));
         assert_eq!(c.check(&[probe(json!({"uuid": null}))]), Ok(Vec::new()));
         assert_eq!(encode_segment("a b/c%"), "a%20b%2Fc%25");
+    }
+
+    #[test]
+    fn pages_after_a_uuid_oldest_first() {
+        let lines: Vec<String> = (1..=7)
+            .map(|i| user(Some(&format!("u-{i}")), &format!("prompt {i}")).to_string())
+            .collect();
+        let dir = write_thread(&lines);
+        let uuids = |p: &ItemsPage| -> Vec<String> {
+            p.items
+                .iter()
+                .map(|i| i["uuid"].as_str().unwrap().to_string())
+                .collect()
+        };
+        let page = thread_items_after(dir.path(), THREAD, Some("u-2"), 3).unwrap();
+        assert_eq!(uuids(&page), ["u-3", "u-4", "u-5"]);
+        assert!(page.more && page.found);
+        let page = thread_items_after(dir.path(), THREAD, Some("u-5"), 3).unwrap();
+        assert_eq!(uuids(&page), ["u-6", "u-7"]);
+        assert!(!page.more && page.found);
+        let page = thread_items_after(dir.path(), THREAD, Some("u-7"), 3).unwrap();
+        assert!(page.items.is_empty() && !page.more && page.found);
+        let page = thread_items_after(dir.path(), THREAD, None, 2).unwrap();
+        assert_eq!(uuids(&page), ["u-1", "u-2"]);
+        assert!(page.more && page.found);
+        let page = thread_items_after(dir.path(), THREAD, Some("gone"), 2).unwrap();
+        assert!(!page.found);
+        assert_eq!(
+            thread_items_after(dir.path(), "0b9f0c2e-1d3a-4c5b-8e7f-000000000000", None, 2),
+            Err(ProviderError::ThreadNotFound)
+        );
+    }
+
+    #[test]
+    fn a_row_longer_than_the_window_is_streamed_into_a_slim_item() {
+        let pasted = "pasted ".repeat(3 * 1024 * 1024 / 7);
+        let lines = vec![
+            user(Some("u-1"), "first").to_string(),
+            user(Some("u-big"), &pasted).to_string() + "\r",
+            user(None, &pasted).to_string(),
+            user(Some("u-3"), "after").to_string(),
+        ];
+        let dir = write_thread(&lines);
+        let page = thread_items_after(dir.path(), THREAD, Some("u-1"), 10).unwrap();
+        let uuids: Vec<&str> = page
+            .items
+            .iter()
+            .map(|i| i["uuid"].as_str().unwrap())
+            .collect();
+        let row_id = format!("row:{}", sha256_hex32(lines[2].as_bytes()));
+        assert_eq!(uuids, ["u-big", row_id.as_str(), "u-3"]);
+        let content = page.items[0]["content"].as_str().unwrap();
+        assert!(content.len() < 600 * 1024, "slim: {}", content.len());
+        for item in &page.items {
+            let row = node_item_to_row(item).unwrap();
+            assert!(
+                matches!(classify(&row), RowClass::Human { .. }),
+                "{item:.200}"
+            );
+        }
+        // A last line over the window without a newline is not held whole either.
+        let dir = tempfile::tempdir().unwrap();
+        let project = dir.path().join("p");
+        std::fs::create_dir_all(&project).unwrap();
+        std::fs::write(
+            project.join(format!("{THREAD}.jsonl")),
+            format!("{}\n{}", lines[0], "x".repeat(3 * 1024 * 1024)),
+        )
+        .unwrap();
+        let items = thread_items(dir.path(), THREAD, 50).unwrap();
+        assert_eq!(items.len(), 1, "the unfinished line gives no item");
+    }
+
+    fn page(items: &[Value], more: bool) -> ItemsPage {
+        ItemsPage {
+            items: items.to_vec(),
+            more,
+            found: true,
+        }
+    }
+
+    #[test]
+    fn paged_check_walks_pages_and_carries_over_at_the_deadline() {
+        let p = probe(json!({"uuid": "item-1"}));
+        let pages = [
+            vec![um("a", "one", None), um("b", "two", None)],
+            vec![um("c", "three", None)],
+        ];
+        let later = std::time::Instant::now() + Duration::from_secs(60);
+        let fetch = |after: Option<&str>| -> Result<ItemsPage, NodeError> {
+            Ok(match after {
+                Some("item-1") => page(&pages[0], true),
+                Some("b") => page(&pages[1], false),
+                _ => page(&[], false),
+            })
+        };
+        let Paged::Outcome(o) = check_paged(&p, NOW, later, fetch) else {
+            panic!("outcome expected")
+        };
+        let (turns, marker, _, id) = activity(o);
+        assert_eq!(
+            (turns, marker, id.as_deref()),
+            (3, json!({"uuid": "c"}), Some("c"))
+        );
+
+        // Past the deadline after the first page: its items count, the rest waits.
+        let Paged::Outcome(o) = check_paged(&p, NOW, std::time::Instant::now(), fetch) else {
+            panic!("outcome expected")
+        };
+        let (turns, marker, _, _) = activity(o);
+        assert_eq!((turns, marker), (2, json!({"uuid": "b"})));
+        let Paged::Outcome(o) = check_paged(&probe(json!({"uuid": "b"})), NOW, later, fetch) else {
+            panic!("outcome expected")
+        };
+        assert_eq!(activity(o).0, 1);
+
+        // Nothing new: no outcome. Errors on the first page.
+        assert_eq!(
+            check_paged(&probe(json!({"uuid": "c"})), NOW, later, fetch),
+            Paged::Outcome(None)
+        );
+        let fail = |e: fn() -> NodeError| {
+            check_paged(&p, NOW, later, move |_| -> Result<ItemsPage, NodeError> {
+                Err(e())
+            })
+        };
+        assert_eq!(fail(|| NodeError::ThreadNotFound), Paged::Missing);
+        assert_eq!(fail(|| NodeError::Refused("old".into())), Paged::Fallback);
+        assert_eq!(
+            fail(|| NodeError::Unreachable("x".into())),
+            Paged::Unreachable
+        );
+        assert_eq!(
+            fail(|| NodeError::Other("timeout".into())),
+            Paged::Outcome(None)
+        );
+        let unknown = |_: Option<&str>| -> Result<ItemsPage, NodeError> {
+            Ok(ItemsPage {
+                items: vec![],
+                more: false,
+                found: false,
+            })
+        };
+        assert_eq!(check_paged(&p, NOW, later, unknown), Paged::Fallback);
     }
 }

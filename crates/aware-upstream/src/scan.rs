@@ -11,8 +11,9 @@ use serde_json::{Map, Value};
 
 use crate::classify::{classify, normalise, row_timestamp_ms, RowClass};
 
-/// Most bytes one local check reads (04 §8 step 5): a larger append is consumed over several
-/// ticks, and one row longer than this blocks the cursor instead of being skipped.
+/// The window of one local check (04 §8 step 5): a larger append is consumed over several
+/// ticks. A window without a newline is left to the caller: the local provider then streams the
+/// oversized row (docs/upstream.md §2), and a row still being written waits.
 pub const WINDOW_BYTES: usize = 1_048_576;
 
 /// Most entries of the `queued` memory (04 §9 rule 7); the oldest is dropped beyond it, so a
@@ -55,9 +56,16 @@ pub struct ScanOutput {
 /// scan of those rows. Lines that are blank are skipped; lines that are not UTF-8 or not JSON are
 /// consumed without counting. The caller bounds the window to [`WINDOW_BYTES`].
 pub fn scan_window(window: &[u8], input: &ScanInput) -> Option<(usize, ScanOutput)> {
+    let mut scanner = Scanner::new(input);
+    let consumed = scan_lines(window, &mut scanner)?;
+    Some((consumed, scanner.finish()))
+}
+
+/// Feeds the complete lines of `window` to `scanner`; the bytes consumed (through the last
+/// `\n`), or `None` when the window holds no `\n` (nothing is fed then).
+pub(crate) fn scan_lines(window: &[u8], scanner: &mut Scanner) -> Option<usize> {
     let last_newline = window.iter().rposition(|&b| b == b'\n')?;
     let complete = window.get(..last_newline)?;
-    let mut scanner = Scanner::new(input);
     for line in complete.split(|&b| b == b'\n') {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         if line.iter().all(u8::is_ascii_whitespace) {
@@ -71,7 +79,7 @@ pub fn scan_window(window: &[u8], input: &ScanInput) -> Option<(usize, ScanOutpu
         };
         scanner.feed(&row);
     }
-    Some((last_newline + 1, scanner.finish()))
+    Some(last_newline + 1)
 }
 
 /// Scans rows already parsed, oldest first: the paired-node check feeds the rows built by
@@ -140,7 +148,7 @@ pub fn node_item_to_row(item: &Value) -> Option<Value> {
 }
 
 /// Running state of one scan.
-struct Scanner<'a> {
+pub(crate) struct Scanner<'a> {
     own_recent_user_texts: &'a [String],
     fallback_time_ms: i64,
     human_turns: u32,
@@ -149,7 +157,7 @@ struct Scanner<'a> {
 }
 
 impl<'a> Scanner<'a> {
-    fn new(input: &ScanInput<'a>) -> Self {
+    pub(crate) fn new(input: &ScanInput<'a>) -> Self {
         let skip = input.queued.len().saturating_sub(QUEUED_MEMORY_MAX);
         Scanner {
             own_recent_user_texts: input.own_recent_user_texts,
@@ -165,7 +173,7 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    fn feed(&mut self, row: &Value) {
+    pub(crate) fn feed(&mut self, row: &Value) {
         match classify(row) {
             RowClass::Human {
                 user_text,
@@ -212,7 +220,7 @@ impl<'a> Scanner<'a> {
         self.occurred_at = Some(self.occurred_at.map_or(at, |prev| prev.max(at)));
     }
 
-    fn finish(self) -> ScanOutput {
+    pub(crate) fn finish(self) -> ScanOutput {
         ScanOutput {
             human_turns: self.human_turns,
             occurred_at: self.occurred_at,

@@ -260,3 +260,55 @@ fn fixture_scanned_over_many_ticks_counts_the_same() {
         assert_eq!(turns, expected.human.len(), "{}", expected.file);
     }
 }
+
+/// Rows of any size (issue 15): the streaming slim row of every fixture line gets the same
+/// verdict (class, normalised text, time) as the parsed line, so an oversized row is judged as
+/// it would be if it fitted the window.
+#[test]
+fn fixture_rows_slimmed_classify_the_same() {
+    let verdict = |row: &Value| match classify(row) {
+        RowClass::Human {
+            user_text,
+            occurred_at,
+        } => (1, normalise(&user_text), occurred_at),
+        RowClass::QueuedPrompt { user_text } => (2, normalise(&user_text), None),
+        RowClass::QueueRemove => (3, String::new(), None),
+        RowClass::NotHuman => (0, String::new(), None),
+    };
+    let mut lines = 0;
+    for entry in std::fs::read_dir(FIXTURES).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("jsonl") {
+            continue;
+        }
+        let bytes = std::fs::read(&path).unwrap();
+        for (i, line) in bytes.split(|b| *b == b'\n').enumerate() {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let full = std::str::from_utf8(line)
+                .ok()
+                .and_then(|t| serde_json::from_str::<Value>(t).ok());
+            let slim = aware_upstream::bigrow::slim_row(line).unwrap().row;
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            assert_eq!(
+                full.is_some(),
+                slim.is_some(),
+                "{} line {}",
+                path.display(),
+                i + 1
+            );
+            if let (Some(full), Some(slim)) = (full, slim) {
+                assert_eq!(
+                    verdict(&full),
+                    verdict(&slim),
+                    "{} line {}",
+                    path.display(),
+                    i + 1
+                );
+            }
+            lines += 1;
+        }
+    }
+    assert!(lines > 500, "{lines} lines checked");
+}

@@ -167,7 +167,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             "W4" => w4(&plan),
             "W5" => w5(&plan),
             "W6" => w6(&plan),
-            _ => w7(&plan),
+            _ => w7(&plan).and_then(|l| Ok(format!("{l}\n{}", w7_oversized(&plan)?))),
         }
         .with_context(|| format!("workload {w}"))?;
         println!("{line}  ({:.1} s)", t.elapsed().as_secs_f64());
@@ -1300,4 +1300,91 @@ impl Lcg {
             .wrapping_add(1_442_695_040_888_963_407);
         self.0 >> 33
     }
+}
+
+/// W7, rows of any size (issue 15): the local check over one 40 MiB tool-result row and a typed
+/// prompt (4 MiB with `--quick`), streamed through the slim-row tokenizer, next to a plain
+/// newline count over the same file read in 64 KiB pieces. The check's peak memory is the rise
+/// of the process's VmHWM (reset through `/proc/self/clear_refs` first) over its VmRSS.
+fn w7_oversized(plan: &Plan) -> Result<String> {
+    use aware_upstream::local::LocalClaude;
+    use aware_upstream::provider::{Outcome, Probe, Provider};
+    use std::io::{Read, Write};
+    let thread = "0b9f0c2e-1d3a-4c5b-8e7f-0000000000b7";
+    let root = plan.file("w7-claude");
+    let project = root.join("p1");
+    std::fs::create_dir_all(&project)?;
+    let path = project.join(format!("{thread}.jsonl"));
+    let size = (40u64 << 20) / plan.scale;
+    {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&path)?);
+        f.write_all(br#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":""#)?;
+        let chunk = "build log line\\n".repeat(4096);
+        let mut written = 0u64;
+        while written < size {
+            f.write_all(chunk.as_bytes())?;
+            written += chunk.len() as u64;
+        }
+        f.write_all(b"\"}]}}\n{\"type\":\"user\",\"message\":{\"role\":\"user\",\"content\":\"typed after\"}}\n")?;
+    }
+    let path = std::fs::canonicalize(&path)?;
+    let bytes = std::fs::metadata(&path)?.len();
+    let mb = bytes as f64 / (1u64 << 20) as f64;
+    let t = Instant::now();
+    let mut file = std::fs::File::open(&path)?;
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut newlines = 0usize;
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        newlines += buf
+            .get(..n)
+            .unwrap_or_default()
+            .iter()
+            .filter(|b| **b == b'\n')
+            .count();
+    }
+    let floor_secs = t.elapsed().as_secs_f64();
+    let status = |field: &str| -> Option<u64> {
+        std::fs::read_to_string("/proc/self/status")
+            .ok()?
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+    };
+    let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
+    let rss_before = status("VmRSS:");
+    let provider = LocalClaude::new(&root);
+    let probe = Probe {
+        session_key: "agent:main:claude:w7".into(),
+        agent_id: "main".into(),
+        host_id: "gateway:local".into(),
+        thread_id: thread.into(),
+        upstream_kind: "claude-cli".into(),
+        upstream_ref: serde_json::json!({"filePath": path.to_string_lossy()}),
+        marker: serde_json::json!({"offset": 0}),
+        own_recent_user_texts: Vec::new(),
+    };
+    let t = Instant::now();
+    let out = provider.check(&[probe]).map_err(|e| anyhow!("{e}"))?;
+    let check_secs = t.elapsed().as_secs_f64();
+    let peak = match (reset, rss_before, status("VmHWM:")) {
+        (true, Some(before), Some(hwm)) => {
+            format!("{:.1} MiB", hwm.saturating_sub(before) as f64 / 1024.0)
+        }
+        _ => "n/a (no /proc/self/clear_refs)".into(),
+    };
+    let turns = match out.as_slice() {
+        [Outcome::Activity { human_turns, .. }] => *human_turns,
+        other => bail!("the oversized check answered {other:?}"),
+    };
+    let _ = std::fs::remove_dir_all(&root);
+    Ok(format!(
+        "W7 oversized row: local check over one {mb:.0} MB tool-result row + a prompt ({turns} human turn, {newlines} rows): {:.0} MB/s, peak RSS rise {peak} | floor newline count {:.0} MB/s | ratio {:.1}x",
+        mb / check_secs.max(1e-9),
+        mb / floor_secs.max(1e-9),
+        check_secs / floor_secs.max(1e-9)
+    ))
 }

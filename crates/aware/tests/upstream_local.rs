@@ -929,17 +929,63 @@ fn s140_the_1_mib_window() {
 }
 
 #[test]
-fn s141_oversized_and_partial_rows_block_never_skip() {
+fn s141_oversized_rows_are_classified_and_partial_rows_wait() {
+    // Issue 15 supersedes 04 §8 step 6: a row over the window is read on as a stream, classified
+    // and consumed, so it no longer blocks the session for ever.
     let mut u = Up::adopted_and_watched();
     u.append(&assistant_row_of(2 * MIB));
     u.u("after");
-    for n in 1..=3 {
+    u.tick(1);
+    assert_eq!(u.hdms().len(), 1, "{:?}", u.events());
+    assert_eq!(u.marker(), json!({"offset": u.size()}));
+
+    // An oversized row still being written (no newline yet) waits, whatever its size.
+    let mut u = Up::adopted_and_watched();
+    let big = user_row_of("pasted", "2026-01-01T00:00:10.000Z", 3 * MIB);
+    u.append(big.trim_end_matches('\n'));
+    for n in 1..=2 {
         u.tick(n);
         assert!(u.hdms().is_empty(), "tick {n}");
         assert_eq!(u.marker(), json!({"offset": u.b0}), "tick {n}");
     }
+    u.append("\n");
+    u.tick(3);
+    assert_eq!(u.hdms().len(), 1, "{:?}", u.events());
+    assert_eq!(u.marker(), json!({"offset": u.size()}));
+}
 
-    // Instead: a human row still being written.
+#[test]
+fn forty_mib_rows_count_once() {
+    // A 40 MiB tool result followed by a typed prompt: exactly one human turn.
+    let mut u = Up::adopted_and_watched();
+    let result = json!({"type":"user","timestamp":"2026-01-01T00:00:09.000Z",
+        "message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t",
+        "content":"log line\n".repeat(40 * MIB / 9)}]}});
+    u.append(&line(&result));
+    u.u_at("typed after the big result", "2026-01-01T00:00:10.000Z");
+    u.tick(1);
+    let hdms = u.hdms();
+    assert_eq!(hdms.len(), 1, "{hdms:?}");
+    assert!(hdms[0].get("payload").is_none(), "one turn: {}", hdms[0]);
+    assert_eq!(hdms[0]["occurredAt"], T0 + 10_000);
+    assert_eq!(u.marker(), json!({"offset": u.size()}));
+
+    // A 40 MiB pasted prompt: one human turn.
+    let mut u = Up::adopted_and_watched();
+    u.append(&line(&user_row(
+        &"pasted text ".repeat(40 * MIB / 12),
+        "2026-01-01T00:00:11.000Z",
+    )));
+    u.tick(1);
+    let hdms = u.hdms();
+    assert_eq!(hdms.len(), 1, "{hdms:?}");
+    assert!(hdms[0].get("payload").is_none(), "one turn: {}", hdms[0]);
+    assert_eq!(hdms[0]["occurredAt"], T0 + 11_000);
+    assert_eq!(u.marker(), json!({"offset": u.size()}));
+}
+
+#[test]
+fn s141_a_row_still_being_written_waits() {
     let mut u = Up::adopted_and_watched();
     let row = line(&user_row("partial", "2026-01-01T00:00:10.000Z"));
     u.append(row.trim_end_matches('\n'));
@@ -1009,4 +1055,59 @@ fn s143_no_growth_and_a_directory_counts_as_missing() {
     assert_eq!(missing.len(), 1);
     u.assert_missing_key(missing[0]["sequence"].as_i64().unwrap(), &src16);
     assert!(!u.linked());
+}
+
+// --- files outside the root and FIFOs (issue 9) -------------------------------------------------
+
+#[test]
+fn a_symlink_out_of_the_root_is_neither_listed_nor_adopted() {
+    let u = Up::new();
+    let outside = tempfile::tempdir().unwrap();
+    let secret = outside.path().join("secret.jsonl");
+    std::fs::write(
+        &secret,
+        line(&user_row("secret prompt", "2026-01-01T00:00:01.000Z")),
+    )
+    .unwrap();
+    let linked = new_uuid();
+    std::os::unix::fs::symlink(
+        &secret,
+        u.file.parent().unwrap().join(format!("{linked}.jsonl")),
+    )
+    .unwrap();
+    let r = u.s.get("/v1/catalog");
+    assert_eq!(r.status, 200, "{}", r.body);
+    let ids: Vec<&str> = r.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["threadId"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [T], "{}", r.body);
+    assert!(!r.body.to_string().contains("secret prompt"));
+    let r = u.adopt_thread(&linked);
+    assert_eq!(
+        (r.status, r.code()),
+        (404, "thread_not_found"),
+        "{}",
+        r.body
+    );
+}
+
+#[test]
+fn a_fifo_in_place_of_an_adopted_transcript_is_missing() {
+    let mut u = Up::adopted_and_watched();
+    u.delete_file();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&u.file)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    // Each tick answers (a blocking open would hang it) and counts the FIFO as missing.
+    for n in 1..=3 {
+        u.tick(n);
+    }
+    assert_eq!(u.missing().len(), 1, "{:?}", u.events());
+    assert!(!u.linked());
+    assert_eq!(u.s.get("/health").status, 200);
 }

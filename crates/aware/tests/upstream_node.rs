@@ -476,7 +476,7 @@ fn s144_an_empty_thread_baselines_null_and_reports_its_first_prompt() {
 // --- S145 ---------------------------------------------------------------------------------------
 
 #[test]
-fn s145_paired_node_window_and_the_50_item_rule() {
+fn s145_paired_node_window_and_a_burst_past_50_items() {
     let first = line(&user_row("item-1", "first", "2025-12-31T23:00:00.000Z"));
     let mut u = Up::adopted_and_watched(&first);
     assert_eq!(u.marker(), json!({"uuid":"item-1"}));
@@ -516,8 +516,8 @@ fn s145_paired_node_window_and_the_50_item_rule() {
     assert_eq!(u.events().len(), 2, "{:?}", u.events());
     assert_eq!(u.marker(), json!({"uuid":"item-6"}));
 
-    // 60 new rows after the marker: only the 50 newest are classified (one event of 50 turns),
-    // and the marker becomes the newest uuid.
+    // 60 new rows after the marker: all are classified (issue 15 pages past the 50 newest of
+    // 04 §10), one event of 60 turns, and the marker becomes the newest uuid.
     let burst: Vec<Value> = (1..=60)
         .map(|i| {
             user_row(
@@ -531,7 +531,7 @@ fn s145_paired_node_window_and_the_50_item_rule() {
     u.tick(3);
     let hdm = u.of_kind("human_direct_message");
     assert_eq!(hdm.len(), 2, "{:?}", u.events());
-    assert_eq!(hdm[1]["payload"], json!({"turns": 50}));
+    assert_eq!(hdm[1]["payload"], json!({"turns": 60}));
     assert_eq!(hdm[1]["occurredAt"], T0 + 119_000);
     assert_eq!(u.marker(), json!({"uuid":"burst-60"}));
 
@@ -544,24 +544,53 @@ fn s145_paired_node_window_and_the_50_item_rule() {
 // --- S146 ---------------------------------------------------------------------------------------
 
 #[test]
-fn s146_nodes_never_report_missing() {
+fn s146_a_deleted_node_thread_becomes_upstream_missing() {
+    // Issue 15 supersedes 04 §10 step 2: the node answers a definitive 404 `thread_not_found`,
+    // and three in a row give `upstream_missing`, as for a deleted local file.
+    let mut u = Up::adopted_and_watched(&initial_transcript());
+    std::fs::remove_file(&u.file).unwrap();
+    let (status, body) = u.node.get(
+        &format!("/v1/node/claude/threads/{T}/items"),
+        Some(NODE_TOKEN),
+    );
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (404, Some("thread_not_found")),
+        "{body}"
+    );
+    u.tick(1);
+    u.tick(2);
+    assert!(u.of_kind("upstream_missing").is_empty(), "{:?}", u.events());
+    assert_eq!(u.links(), 1);
+    u.tick(3);
+    let missing = u.of_kind("upstream_missing");
+    assert_eq!(missing.len(), 1, "{:?}", u.events());
+    assert_eq!(missing[0]["payload"], json!({"channel": "claude"}));
+    assert_eq!(u.upstream()["linked"], false);
+    assert_eq!(u.links(), 0);
+    u.tick(4);
+    assert_eq!(u.of_kind("upstream_missing").len(), 1, "recorded once");
+}
+
+#[test]
+fn s146_an_unreachable_node_or_unreadable_root_is_never_missing() {
     let mut u = Up::adopted_and_watched(&initial_transcript());
     let marker = u.marker();
 
-    // The thread is deleted on the node: 5 ticks, no `upstream_missing`, the link is kept.
-    std::fs::remove_file(&u.file).unwrap();
-    for n in 1..=5 {
+    // The node's whole root is gone (unmounted, renamed): an error, not a deletion.
+    let root = u.file.parent().unwrap().parent().unwrap().to_path_buf();
+    let moved = root.with_extension("moved");
+    std::fs::rename(&root, &moved).unwrap();
+    for n in 1..=4 {
         u.tick(n);
     }
     assert!(u.of_kind("upstream_missing").is_empty(), "{:?}", u.events());
-    assert_eq!(u.upstream()["linked"], true);
     assert_eq!(u.marker(), marker);
-    assert_eq!(u.links(), 1);
+    std::fs::rename(&moved, &root).unwrap();
 
     // The node is stopped: 5 more ticks, still nothing.
-    std::fs::write(&u.file, initial_transcript()).unwrap();
     assert_eq!(u.node.stop(), Some(0), "SIGTERM stops the node cleanly");
-    for n in 6..=10 {
+    for n in 5..=9 {
         u.tick(n);
     }
     assert!(u.of_kind("upstream_missing").is_empty(), "{:?}", u.events());
@@ -583,6 +612,75 @@ fn s146_nodes_never_report_missing() {
         (502, "node_unavailable"),
         "{}",
         r.body
+    );
+}
+
+/// Threads of process `pid` (`/proc/PID/status`).
+fn threads_of(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn a_hanging_node_does_not_grow_the_gateways_threads() {
+    // Issue 9: the node accepts connections and never answers (SIGSTOP keeps its listening
+    // socket, so the kernel still accepts). With a 1 s provider deadline the monitor ticks many
+    // times; each node call must end and free its slot instead of leaving a thread behind.
+    let root = tempfile::tempdir().unwrap();
+    let file = root.path().join("p1").join(format!("{T}.jsonl"));
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, initial_transcript()).unwrap();
+    let node = Node::start(root.path(), Some(NODE_TOKEN));
+    let cfg = config(&node.url(), NODE_TOKEN).replace(
+        "enabled = true\n",
+        "enabled = true\nprovider_timeout_secs = 1\n",
+    );
+    let mut s = Server::with_config(&cfg);
+    s.create(X);
+    let r = s.post(
+        "/v1/catalog/continue",
+        json!({"catalogId":"claude","hostId":HOST,"threadId":T}),
+    );
+    assert_eq!(
+        (r.status, &r.body["linked"]),
+        (200, &json!(true)),
+        "{}",
+        r.body
+    );
+    let w = s.watch(X, NA);
+    assert!(w.status == 200 || w.status == 201, "{}", w.body);
+    let node_pid = node.child.as_ref().unwrap().id().to_string();
+    assert!(Command::new("kill")
+        .args(["-STOP", &node_pid])
+        .status()
+        .unwrap()
+        .success());
+
+    let pid = s.child.as_ref().unwrap().id();
+    let tick = |s: &mut Server, n: i64| s.set_clock(T0 + 15_000 + (n - 1) * 60_000);
+    tick(&mut s, 1);
+    tick(&mut s, 2);
+    let before = threads_of(pid);
+    for n in 3..=16 {
+        tick(&mut s, n);
+        let r = s.get(&format!("/v1/sessions/{}", seg(NA)));
+        assert_eq!(r.status, 200, "the API keeps answering: {}", r.body);
+    }
+    let after = threads_of(pid);
+    let _ = Command::new("kill").args(["-CONT", &node_pid]).status();
+    assert!(
+        after <= before + 2,
+        "threads grew from {before} to {after} over 14 ticks against a hanging node"
+    );
+    assert_eq!(s.get("/health").status, 200);
+    let running = s.metric("aware_provider_calls_running").unwrap();
+    assert!(
+        running <= 2.0,
+        "at most the cap of calls in flight: {running}"
     );
 }
 
@@ -685,4 +783,115 @@ fn s146_a_public_bind_needs_a_token() {
     let _ = child.kill();
     let _ = child.wait();
     assert_eq!(health.ok(), Some(200));
+}
+
+#[test]
+fn five_hundred_prompts_between_two_ticks_are_all_counted() {
+    let first = line(&user_row("item-1", "first", "2025-12-31T23:00:00.000Z"));
+    let mut u = Up::adopted_and_watched(&first);
+    u.tick(1);
+    let burst: Vec<Value> = (1..=500)
+        .map(|i| {
+            user_row(
+                &format!("p-{i}"),
+                &format!("typed prompt {i}"),
+                "2026-01-01T00:01:00.000Z",
+            )
+        })
+        .collect();
+    u.append(&burst);
+    u.tick(2);
+    let hdm = u.of_kind("human_direct_message");
+    assert_eq!(hdm.len(), 1, "{:?}", u.events());
+    assert_eq!(hdm[0]["payload"], json!({"turns": 500}));
+    assert_eq!(u.marker(), json!({"uuid": "p-500"}));
+
+    // The v1 request is still answered: the newest 50, newest first.
+    let (status, body) = u.node.get(
+        &format!("/v1/node/claude/threads/{T}/items?limit=50"),
+        Some(NODE_TOKEN),
+    );
+    assert_eq!(status, 200);
+    assert_eq!(body["items"].as_array().unwrap().len(), 50);
+    assert_eq!(body["items"][0]["uuid"], "p-500");
+    // A page: after a uuid, oldest first, with `more`.
+    let (status, body) = u.node.get(
+        &format!("/v1/node/claude/threads/{T}/items?after=p-10&limit=3"),
+        Some(NODE_TOKEN),
+    );
+    assert_eq!(status, 200, "{body}");
+    let uuids: Vec<&str> = body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["uuid"].as_str().unwrap())
+        .collect();
+    assert_eq!(uuids, ["p-11", "p-12", "p-13"]);
+    assert_eq!(
+        (body["more"].clone(), body["found"].clone()),
+        (json!(true), json!(true))
+    );
+    let (_, body) = u.node.get(
+        &format!("/v1/node/claude/threads/{T}/items?after=p-499"),
+        Some(NODE_TOKEN),
+    );
+    assert_eq!(body["items"][0]["uuid"], "p-500");
+    assert_eq!(body["more"], false);
+    let (_, body) = u.node.get(
+        &format!("/v1/node/claude/threads/{T}/items?after=&limit=1"),
+        Some(NODE_TOKEN),
+    );
+    assert_eq!(
+        body["items"][0]["uuid"], "item-1",
+        "empty after: from the start"
+    );
+    let (_, body) = u.node.get(
+        &format!("/v1/node/claude/threads/{T}/items?after=gone&limit=1"),
+        Some(NODE_TOKEN),
+    );
+    assert_eq!(body["found"], false);
+}
+
+#[test]
+fn a_node_serves_nothing_outside_its_root() {
+    let root = tempfile::tempdir().unwrap();
+    let project = root.path().join("p1");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join(format!("{T}.jsonl")), initial_transcript()).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let secret = outside.path().join("secret.jsonl");
+    std::fs::write(
+        &secret,
+        line(&user_row(
+            "s-1",
+            "secret prompt",
+            "2026-01-01T00:00:01.000Z",
+        )),
+    )
+    .unwrap();
+    let linked = "0b7c2a4e-5d6f-4a8b-9c0d-00000000000f";
+    std::os::unix::fs::symlink(&secret, project.join(format!("{linked}.jsonl"))).unwrap();
+    let node = Node::start(root.path(), Some(NODE_TOKEN));
+
+    let (status, body) = node.get("/v1/node/claude/threads", Some(NODE_TOKEN));
+    assert_eq!(status, 200, "{body}");
+    let ids: Vec<&str> = body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["threadId"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [T], "{body}");
+    for path in [
+        format!("/v1/node/claude/threads/{linked}/items"),
+        format!("/v1/node/claude/threads/{linked}/items?after="),
+    ] {
+        let (status, body) = node.get(&path, Some(NODE_TOKEN));
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (404, Some("thread_not_found")),
+            "{path}: {body}"
+        );
+        assert!(!body.to_string().contains("secret prompt"));
+    }
 }
