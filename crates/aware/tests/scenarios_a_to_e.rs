@@ -102,9 +102,7 @@ fn log_lines(s: &Server, needle: &str, min: usize) -> usize {
     loop {
         let n = s.logs().lines().filter(|l| l.contains(needle)).count();
         if n >= min || Instant::now() > deadline {
-            // Give a straggler a moment to show up (for "exactly one" checks).
-            std::thread::sleep(Duration::from_millis(100));
-            return s.logs().lines().filter(|l| l.contains(needle)).count();
+            return n;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -564,6 +562,8 @@ fn s012_sanitised_summaries_and_whitelisted_payloads() {
 #[test]
 fn s013_a_failed_append_never_fails_the_turn() {
     let s = Server::family();
+    // D's turn is the log marker below.
+    s.create_child(D, W);
     faults(&s, json!({"failAppends": true}));
     let r = s.hdm(C);
     assert!(r.body.get("event").is_none(), "{}", r.body);
@@ -571,7 +571,20 @@ fn s013_a_failed_append_never_fails_the_turn() {
     assert_eq!(ts.len(), 1, "{ts:?}");
     assert_eq!(ts[0]["text"], "hello");
     assert_eq!(s.metric("aware_event_append_failures_total"), Some(1.0));
-    assert_eq!(log_lines(&s, "record_failed", 1), 1, "{}", s.logs());
+    // Exactly one line: a second failed append, on D's stream, is the marker. Log lines keep
+    // their order, so once the marker's line is in, any second line for C would be before it.
+    let marker = s.hdm(D);
+    assert!(marker.body.get("event").is_none(), "{}", marker.body);
+    let w_line = format!("stream={D}");
+    assert_eq!(log_lines(&s, &w_line, 1), 1, "{}", s.logs());
+    let logs = s.logs();
+    let upto = logs.find(&w_line).unwrap();
+    let c_line = format!("stream={C}");
+    let lines_for_c = logs[..upto]
+        .lines()
+        .filter(|l| l.contains("record_failed") && l.contains(&c_line))
+        .count();
+    assert_eq!(lines_for_c, 1, "{logs}");
     assert_eq!(s.status(W, C, 0)["stateVersion"], 1);
     assert!(no_notices(&s, W));
 
