@@ -181,14 +181,14 @@ pub fn run(args: BenchArgs) -> Result<()> {
 // Workloads
 // ---------------------------------------------------------------------------------------------
 
-/// W7: the Claude transcript scanner over ~100 MB built from the real fixtures (or synthetic rows
-/// when `../shared/fixtures/claude-code` is not beside the checkout), in 1 MiB windows exactly
+/// W7: the Claude transcript scanner over ~100 MB built from the real fixtures vendored in
+/// `crates/aware-upstream/tests/fixtures/claude-code` (synthetic rows if absent), in 1 MiB windows exactly
 /// as the monitor reads them, next to a plain newline count over the same bytes.
 fn w7(plan: &Plan) -> Result<String> {
     use aware_upstream::scan::{scan_window, ScanInput, WINDOW_BYTES};
     let target = (100u64 << 20) / plan.scale;
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/fixtures/claude-code");
+        .join("../aware-upstream/tests/fixtures/claude-code");
     let mut corpus: Vec<u8> = Vec::new();
     if let Ok(entries) = std::fs::read_dir(&dir) {
         let mut files: Vec<_> = entries
