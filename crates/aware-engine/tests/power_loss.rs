@@ -601,7 +601,7 @@ fn partial_image(synced: &[u8], current: &[u8], rng: &mut Rng) -> (Vec<u8>, usiz
         .collect();
     // Per image: how likely a block survives (1/2, 4/5 or 19/20) and whether the last one tears.
     let keep = [500, 800, 950][(rng.next() % 3) as usize];
-    let tear = rng.next() % 2 == 0;
+    let tear = rng.next().is_multiple_of(2);
     let surviving: Vec<usize> = dirty
         .into_iter()
         .filter(|_| rng.next() % 1000 < keep)
