@@ -17,7 +17,7 @@ import traceback
 import urllib.parse
 import urllib.request
 
-from mcp import ClientSession
+from mcp import ClientSession, MCPError, types
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 READ_ONLY = {"session_status", "sessions_list", "sessions_history"}
@@ -68,8 +68,14 @@ async def run(binary, url, watcher, child):
             init = await session.initialize()
             check("initialize: server name is aware", init.server_info.name == "aware", init.server_info)
             check("initialize: tools capability", init.capabilities.tools is not None, init.capabilities)
-            await session.send_ping()
-            check("ping", True)
+            # MCP ping: the answer is an empty result; an error answer fails this check by name
+            # (and the run goes on) instead of passing a check that could not fail.
+            try:
+                pong = await session.send_ping()
+                ping_ok = isinstance(pong, types.EmptyResult)
+            except MCPError as e:
+                pong, ping_ok = e, False
+            check("ping: answered with an empty result", ping_ok, pong)
 
             listed = await session.list_tools()
             names = {t.name for t in listed.tools}

@@ -326,9 +326,9 @@ mod tests {
     fn s012_summary_is_collapsed_and_cut() {
         let raw = format!("line one\n\n  line two{}", "x".repeat(300));
         let s = sanitize_summary(&raw);
-        assert!(s.starts_with("line one line two xxx") || s.starts_with("line one line twoxxx"));
+        // Whitespace runs collapse to one space; none is invented between "two" and the x's.
+        assert_eq!(s, format!("line one line two{}…", "x".repeat(182)));
         assert_eq!(s.chars().count(), 200);
-        assert!(s.ends_with('…'));
         assert_eq!(sanitize_summary("  a\t b \r\n"), "a b");
     }
 

@@ -428,48 +428,83 @@ fn a_commit_failing_mid_batch_fails_every_op_of_that_batch_and_nothing_else() {
 
 // ---- A read-only data dir ----
 
-/// Whether file modes stop this process from writing (they do not for root).
-fn chmod_is_effective(dir: &std::path::Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    let probe_dir = dir.join("probe");
-    std::fs::create_dir(&probe_dir).unwrap();
-    std::fs::set_permissions(&probe_dir, std::fs::Permissions::from_mode(0o555)).unwrap();
-    let effective = std::fs::write(probe_dir.join("f"), b"x").is_err();
-    std::fs::set_permissions(&probe_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let _ = std::fs::remove_dir_all(&probe_dir);
-    effective
+const RO_CHILD_TEST: &str = "read_only_reopen_child";
+const ENV_RO_DB: &str = "AWARE_FAULTS_RO_CHILD_DB";
+
+/// Whether this process runs as root (file modes do not bind root): the owner of a file it
+/// just created.
+fn running_as_root(dir: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let probe = dir.join("uid-probe");
+    std::fs::write(&probe, b"x").unwrap();
+    let uid = std::fs::metadata(&probe).unwrap().uid();
+    std::fs::remove_file(&probe).unwrap();
+    uid == 0
+}
+
+/// The reopen half of the read-only case, in a process of its own (run by
+/// `a_read_only_data_dir_answers_errors_never_panics`): opens the engine on the data dir named
+/// by `AWARE_FAULTS_RO_CHILD_DB` and prints the outcome. Ignored on its own.
+#[test]
+#[ignore]
+fn read_only_reopen_child() {
+    let Some(db) = std::env::var_os(ENV_RO_DB) else {
+        return;
+    };
+    let mut config = EngineConfig::new(std::path::PathBuf::from(db));
+    config.notify_on_create = false;
+    match Engine::open(config, Arc::new(SystemClock)) {
+        Ok(_) => println!("RO-CHILD opened"),
+        Err(e) => println!("RO-CHILD code={} error={e}", e.code()),
+    }
 }
 
 #[test]
 fn a_read_only_data_dir_answers_errors_never_panics() {
     use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
     let mut w = World::family();
     w.hdm(C);
     let snapshot = log_tables(&w);
 
-    // 1. Reopening on a read-only directory: only possible when file modes bind (non-root).
-    if chmod_is_effective(w.dir.path()) {
-        w.engine.close();
-        let set = |mode| {
-            for entry in std::fs::read_dir(w.dir.path()).unwrap() {
-                let p = entry.unwrap().path();
-                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode & 0o666))
-                    .unwrap();
-            }
-            std::fs::set_permissions(w.dir.path(), std::fs::Permissions::from_mode(mode)).unwrap();
-        };
-        set(0o555);
-        let reopened = Engine::open(w.config.clone(), w.clock.clone());
-        set(0o755);
-        let err = reopened
-            .err()
-            .expect("a read-only data dir cannot be opened for writing");
-        assert_eq!(err.code(), "store_unavailable", "{err}");
-        eprintln!("read-only reopen (chmod): {err}");
-        w.restart();
-    } else {
-        eprintln!("file modes do not bind this process (root): read-only simulated with PRAGMA query_only on the writer");
+    // 1. Reopening on a read-only directory. File modes do not bind root, so as root the open
+    // runs in a child process under uid/gid 65534 (nobody), for whom they do: the case always
+    // runs, whoever runs the suite.
+    w.engine.close();
+    let set = |mode| {
+        for entry in std::fs::read_dir(w.dir.path()).unwrap() {
+            let p = entry.unwrap().path();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode & 0o666)).unwrap();
+        }
+        std::fs::set_permissions(w.dir.path(), std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    set(0o555);
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", RO_CHILD_TEST, "--nocapture", "--ignored"])
+        .env(ENV_RO_DB, w.dir.path().join("state.db"));
+    let as_root = running_as_root(&std::env::temp_dir());
+    if as_root {
+        cmd.uid(65534).gid(65534);
     }
+    let out = cmd.output();
+    set(0o755);
+    let out = out.expect("run the read-only reopen child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("RO-CHILD"))
+        .unwrap_or_else(|| {
+            panic!(
+                "the reopen child printed no outcome (as root: {as_root}): {stdout}{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    assert!(
+        line.starts_with("RO-CHILD code=store_unavailable "),
+        "a read-only data dir must not open for writing: {line}"
+    );
+    eprintln!("read-only reopen (chmod, as root: {as_root}, child as nobody): {line}");
+    w.restart();
 
     // 2. The data dir turns read-only under a running engine: PRAGMA query_only on the writer
     // connection (what a read-only remount gives: every write transaction is refused).

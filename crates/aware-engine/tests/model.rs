@@ -8,7 +8,6 @@
 //! heads are never lowered (except by deleting the session), sequences are never reused, and a
 //! pending notice's text does not change until the watcher consumes it.
 
-use aware_core::notice::{encode_context_key, notice_text};
 use aware_core::{
     ActorType, AgentId, CursorState, EventKind, KindClass, Origin, RetentionPolicy, SessionKey,
     SessionRef,
@@ -183,7 +182,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
             .prop_map(|ms| Op::Advance { ms }),
         2 => Just(Op::Prune),
         2 => Just(Op::Restart),
-        2 => (s.clone(), 0..4u8, actor, prop::collection::vec(0..N, 0..3))
+        3 => (s.clone(), 0..9u8, actor, prop::collection::vec(0..N, 0..3))
             .prop_map(|(t, kind, actor, watchers)| Op::AdminAppend { t, kind, actor, watchers }),
     ]
 }
@@ -534,6 +533,53 @@ impl Harness {
     }
 }
 
+// The model's own expectations, written from the spec rather than taken from `aware_core`, so
+// a formatting or classification bug in production cannot hide behind itself.
+
+/// 02 §8.2: `session-state:` and the lowercase hex of the target key's UTF-8 bytes.
+fn spec_context_key(target: &str) -> String {
+    let hex: String = target.bytes().map(|b| format!("{b:02x}")).collect();
+    format!("session-state:{hex}")
+}
+
+/// 02 §8.1, the notice template.
+fn spec_notice_text(target: &str, last_seen: i64) -> String {
+    format!(
+        "Session \"{target}\" changed (other actor). Reconcile before acting: session_status \
+         sessionKey \"{target}\" changesSince {last_seen}."
+    )
+}
+
+/// 01 §5, the class column of the kinds table.
+fn spec_class(kind: EventKind) -> KindClass {
+    match kind {
+        EventKind::HumanDirectMessage | EventKind::GoalChanged | EventKind::UpstreamMissing => {
+            KindClass::Material
+        }
+        EventKind::ChildSpawned => KindClass::Seeds,
+        EventKind::RunCompleted
+        | EventKind::RunFailed
+        | EventKind::Compacted
+        | EventKind::Adopted
+        | EventKind::Created => KindClass::LogOnly,
+    }
+}
+
+#[test]
+fn spec_expectations_are_literal() {
+    // Pinned against the spec's own examples (02 §8.1 / §8.2), not against production code.
+    assert_eq!(
+        spec_context_key("agent:main:subagent:c1"),
+        "session-state:6167656e743a6d61696e3a7375626167656e743a6331"
+    );
+    assert_eq!(spec_context_key("ab"), "session-state:6162");
+    assert_eq!(
+        spec_notice_text("agent:main:subagent:c1", 1),
+        "Session \"agent:main:subagent:c1\" changed (other actor). Reconcile before acting: \
+         session_status sessionKey \"agent:main:subagent:c1\" changesSince 1."
+    );
+}
+
 fn not_found<T: std::fmt::Debug>(r: &Result<T, EngineError>) -> bool {
     matches!(r, Err(EngineError::SessionNotFound(_)))
 }
@@ -732,15 +778,30 @@ fn apply(h: &mut Harness, m: &mut Model, op: &Op, ctx: &str) {
             }
         }
         Op::EndRun { t, outcome } => {
-            let Some(run_id) = m.sessions[*t].as_ref().and_then(|s| s.run.clone()) else {
-                return;
-            };
             let outcome = [
                 RunOutcome::Ok,
                 RunOutcome::Error,
                 RunOutcome::Timeout,
                 RunOutcome::Cancelled,
             ][*outcome as usize];
+            let Some(run_id) = m.sessions[*t].as_ref().and_then(|s| s.run.clone()) else {
+                // No active run: ending one that was never started is refused (03 §4.3,
+                // 404 run_not_found; session_not_found first when the session is gone) and
+                // records nothing (the heads are compared after every step).
+                let r = h.e().end_run(&sref(*t), "never-started", outcome);
+                if m.exists(*t) {
+                    assert!(
+                        matches!(r, Err(EngineError::RunNotFound(_))),
+                        "{ctx}: expected run_not_found, got {r:?}"
+                    );
+                } else {
+                    assert!(
+                        not_found(&r),
+                        "{ctx}: expected session_not_found, got {r:?}"
+                    );
+                }
+                return;
+            };
             let out = h
                 .e()
                 .end_run(&sref(*t), &run_id, outcome)
@@ -827,15 +888,20 @@ fn apply(h: &mut Harness, m: &mut Model, op: &Op, ctx: &str) {
             assert_cursor_eq(ctx, (*w, *t), &row, &c);
         }
         Op::Unwatch { w, t } => {
-            if qualified(*w) && !m.exists(*w) {
-                // The routes refuse a caller session that does not exist (03 §5.3).
-                return;
-            }
             let r = h.e().unwatch(&sref(*w), &sref(*t));
             if !m.exists(*t) {
                 assert!(
                     not_found(&r),
                     "{ctx}: expected session_not_found, got {r:?}"
+                );
+                return;
+            }
+            if qualified(*w) && !m.exists(*w) {
+                // A watcher is an existing session (02 §1; the routes refuse a missing caller,
+                // 03 §5.3): refused, and no cursor row written (compared after every step).
+                assert!(
+                    matches!(&r, Err(EngineError::SessionNotFound(k)) if k.contains(KEYS[*w])),
+                    "{ctx}: unwatch by a missing watcher: expected session_not_found, got {r:?}"
                 );
                 return;
             }
@@ -890,7 +956,7 @@ fn apply(h: &mut Harness, m: &mut Model, op: &Op, ctx: &str) {
             let context_key = if *bad_key {
                 format!("session-state:{}", "ZZ")
             } else {
-                encode_context_key(KEYS[*t])
+                spec_context_key(KEYS[*t])
             };
             let existing = m.cursors.get(&(*w, *t)).copied().filter(|c| c.pending());
             let ls_given = match last_seen {
@@ -1048,11 +1114,17 @@ fn apply(h: &mut Harness, m: &mut Model, op: &Op, ctx: &str) {
             actor,
             watchers,
         } => {
+            // Every kind of 01 §5, so the class table is exercised against `spec_class`.
             let kind = [
                 EventKind::HumanDirectMessage,
                 EventKind::GoalChanged,
                 EventKind::ChildSpawned,
                 EventKind::Compacted,
+                EventKind::UpstreamMissing,
+                EventKind::RunCompleted,
+                EventKind::RunFailed,
+                EventKind::Adopted,
+                EventKind::Created,
             ][*kind as usize];
             let actor_type = if actor.is_some() {
                 ActorType::Agent
@@ -1078,7 +1150,7 @@ fn apply(h: &mut Harness, m: &mut Model, op: &Op, ctx: &str) {
                 *t,
                 e.sequence,
                 None,
-                kind.class(),
+                spec_class(kind),
                 actor.map(|a| KEYS[a]),
                 watchers,
                 ctx,
@@ -1109,8 +1181,8 @@ fn check_notices(ctx: &str, w: usize, got: &[aware_engine::Notice], want: &[(usi
                 "main".to_string(),
                 c.ls,
                 c.opened.expect("pending row has notice_opened_at"),
-                encode_context_key(KEYS[*t]),
-                notice_text(KEYS[*t], c.ls),
+                spec_context_key(KEYS[*t]),
+                spec_notice_text(KEYS[*t], c.ls),
             )
         })
         .collect();

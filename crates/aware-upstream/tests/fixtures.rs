@@ -1,6 +1,8 @@
 //! S147 table test: the classifier and the window scanner over every real Claude Code transcript
-//! in `shared/fixtures/claude-code/`. The expected human rows were derived by reading each file's
-//! rows against 04 §9 and ROW-TYPES.md, not from this crate's output.
+//! vendored in `tests/fixtures/claude-code/` (sources and licences in `SOURCES.md` there; a
+//! copy of the project's shared fixture set, so a clone tests on its own). The expected human
+//! rows were derived by reading each file's rows against 04 §9 and ROW-TYPES.md, not from this
+//! crate's output.
 
 use std::path::PathBuf;
 
@@ -8,10 +10,7 @@ use aware_upstream::classify::{classify, normalise, parse_rfc3339_ms, RowClass};
 use aware_upstream::scan::{scan_window, ScanInput, ScanOutput, WINDOW_BYTES};
 use serde_json::Value;
 
-const FIXTURES: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/fixtures/claude-code/"
-);
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/claude-code/");
 
 /// One fixture file and its human rows: (1-based line number, start of the user text).
 struct Expected {

@@ -163,6 +163,8 @@ type Answer = Box<dyn Fn(&[Probe], usize) -> Result<Vec<Outcome>, ProviderError>
 struct Fake {
     host: &'static str,
     calls: AtomicUsize,
+    /// Calls whose answer has been handed back to the monitor.
+    returned: AtomicUsize,
     answer: Answer,
 }
 
@@ -174,12 +176,26 @@ impl Fake {
         Arc::new(Fake {
             host,
             calls: AtomicUsize::new(0),
+            returned: AtomicUsize::new(0),
             answer: Box::new(answer),
         })
     }
 
     fn calls(&self) -> usize {
         self.calls.load(Ordering::SeqCst)
+    }
+
+    fn returned(&self) -> usize {
+        self.returned.load(Ordering::SeqCst)
+    }
+
+    /// Waits (up to 10 s) until every call so far has handed its answer back.
+    async fn all_returned(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.returned() < self.calls() {
+            assert!(Instant::now() < deadline, "a provider call never returned");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 }
 
@@ -199,7 +215,9 @@ impl Provider for Fake {
     }
     fn check(&self, probes: &[Probe]) -> Result<Vec<Outcome>, ProviderError> {
         let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
-        (self.answer)(probes, n)
+        let out = (self.answer)(probes, n);
+        self.returned.fetch_add(1, Ordering::SeqCst);
+        out
     }
 }
 
@@ -339,9 +357,10 @@ async fn isolation_case(
     assert_eq!(w.marker(B), json!({"uuid": "item-3"}));
     assert_eq!(w.missing(A), 0);
     assert_eq!(w.link(A).unwrap(), link_a, "nothing settled for A");
-    // A late answer is discarded.
+    // A late answer is discarded: judged once the held call has handed its answer back (not
+    // after a pause), and again by tick 4 below, whose miss is exactly the third.
     gate.open();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    local.all_returned().await;
     assert_eq!(w.missing(A), 0);
     assert_eq!(w.link(A).unwrap(), link_a);
 
@@ -443,18 +462,25 @@ async fn s138_stop_waits_for_the_tick_and_discards_its_results() {
     let tick = tokio::spawn(async move { m2.run_due(tick_at(3)).await });
     gate.entered().await;
     let m3 = m.clone();
-    let stop = tokio::spawn(async move { m3.stop().await });
+    let l3 = local.clone();
+    // What the provider had handed back when stop returned: the held call must be among it.
+    let stop = tokio::spawn(async move {
+        m3.stop().await;
+        l3.returned()
+    });
+    // The pause only gives a stop that does not wait the chance to return early; the verdict
+    // is the count below, not the time.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(
-        !stop.is_finished(),
-        "stop waits for the tick in flight (the provider still holds it)"
-    );
     assert!(!tick.is_finished());
     gate.open();
-    tokio::time::timeout(Duration::from_secs(5), stop)
+    let returned_at_stop = tokio::time::timeout(Duration::from_secs(5), stop)
         .await
         .expect("stop returns once the tick ended")
         .unwrap();
+    assert_eq!(
+        returned_at_stop, 3,
+        "stop returned before the tick in flight (the provider still held it)"
+    );
     tokio::time::timeout(Duration::from_secs(1), tick)
         .await
         .expect("the tick had ended")

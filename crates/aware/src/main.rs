@@ -747,11 +747,11 @@ fn main() {
         }
         Command::Bench(args) => {
             init_quiet_logs();
-            bench::run(args)
+            bench::run(args, cli.json)
         }
         Command::BenchHttp(args) => {
             init_quiet_logs();
-            bench_http::run(args)
+            bench_http::run(args, cli.json)
         }
         Command::BenchStall(args) => {
             init_quiet_logs();

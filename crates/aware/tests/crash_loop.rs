@@ -627,6 +627,7 @@ fn kill9_under_concurrent_load_loses_and_reissues_nothing() {
             std::thread::sleep(Duration::from_millis(1));
         }
         let at_kill = answered.load(Ordering::Relaxed);
+        let running_at_kill = running.load(Ordering::Relaxed);
         let mut child = server.child.take().expect("server running");
         child.kill().expect("kill -9"); // SIGKILL
         let _ = child.wait();
@@ -641,6 +642,14 @@ fn kill9_under_concurrent_load_loses_and_reissues_nothing() {
             iter_answered += log.answered;
             v.absorb(log, &mut answered_seqs);
         }
+        // The kill must hit a busy server: clients still running when it fell, and some of their
+        // requests cut in flight or refused afterwards (an idle kill proves nothing).
+        assert!(
+            running_at_kill > 0 && cut + refused > 0,
+            "seed {seed}: kill {} hit an idle server: {running_at_kill} clients running, {cut} \
+             requests cut, {refused} refused ({at_kill} answered, target {kill_at})",
+            it + 1
+        );
         server.kill9_restart(); // the child is gone already: this only starts it again
         v.restarts += 1;
         v.check(&server, &children, &format!("after kill {}", it + 1));

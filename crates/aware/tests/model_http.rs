@@ -20,7 +20,6 @@
 
 mod common;
 
-use aware_core::notice::{encode_context_key, notice_text};
 use common::{seg, Resp, Server};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -496,8 +495,8 @@ fn check_notices(ctx: &str, w: usize, got: &Value, want: &[(usize, MCursor)]) {
             (
                 KEYS[*t].to_string(),
                 c.ls,
-                encode_context_key(KEYS[*t]),
-                notice_text(KEYS[*t], c.ls),
+                spec_context_key(KEYS[*t]),
+                spec_notice_text(KEYS[*t], c.ls),
             )
         })
         .collect();
@@ -636,10 +635,26 @@ fn apply(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
             }
         }
         Op::EndRun { t, outcome } => {
+            let outcome = ["ok", "error", "timeout", "cancelled"][outcome as usize];
             let Some(run_id) = m.sessions[t].as_ref().and_then(|s| s.run.clone()) else {
+                // No active run: ending a run never started is 404 run_not_found (docs/api.md
+                // §2.16), session_not_found when the session is gone; nothing is recorded.
+                let r = call(
+                    h,
+                    "POST",
+                    &path(t, "/runs/never-started/end"),
+                    None,
+                    Some(json!({"outcome": outcome})),
+                );
+                expect_status(ctx, &r, &[404]);
+                let code = if m.exists(t) {
+                    "run_not_found"
+                } else {
+                    "session_not_found"
+                };
+                assert_eq!(r.body["error"]["code"], code, "{ctx}: {}", r.body);
                 return;
             };
-            let outcome = ["ok", "error", "timeout", "cancelled"][outcome as usize];
             let r = call(
                 h,
                 "POST",
@@ -790,7 +805,7 @@ fn apply(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
                 1 => Some(existing.map_or(0, |c| c.ls)),
                 _ => Some(existing.map_or(12_345, |c| c.ls + 1)),
             };
-            let context_key = encode_context_key(KEYS[t]);
+            let context_key = spec_context_key(KEYS[t]);
             let mut notice = json!({"contextKey": context_key});
             if let Some(ls) = ls_given {
                 notice["lastSeen"] = ls.into();
@@ -1197,3 +1212,34 @@ fn model_http_matches_reference() {
         started.elapsed().as_secs_f64()
     );
 }
+
+// The model's own expectations, written from the spec (02 §8.1 notice template, §8.2 context
+// key codec) rather than taken from `aware_core`, so a formatting bug cannot hide behind itself.
+
+fn spec_context_key(target: &str) -> String {
+    let hex: String = target.bytes().map(|b| format!("{b:02x}")).collect();
+    format!("session-state:{hex}")
+}
+
+fn spec_notice_text(target: &str, last_seen: i64) -> String {
+    format!(
+        "Session \"{target}\" changed (other actor). Reconcile before acting: session_status \
+         sessionKey \"{target}\" changesSince {last_seen}."
+    )
+}
+
+#[test]
+fn spec_expectations_are_literal() {
+    assert_eq!(
+        spec_context_key("agent:main:subagent:c1"),
+        format!("session-state:{HEX_C_LITERAL}")
+    );
+    assert_eq!(
+        spec_notice_text("agent:main:subagent:c1", 1),
+        "Session \"agent:main:subagent:c1\" changed (other actor). Reconcile before acting: \
+         session_status sessionKey \"agent:main:subagent:c1\" changesSince 1."
+    );
+}
+
+/// 02 §8.1's example key, hex-encoded as printed there.
+const HEX_C_LITERAL: &str = "6167656e743a6d61696e3a7375626167656e743a6331";

@@ -147,14 +147,47 @@ impl RawSse {
                 l2.lock().unwrap().push(line);
             }
         });
+        // The server subscribes before it answers, so once the status is here nothing is missed;
+        // an error body is stored before the status is reported.
         let status = rx.recv_timeout(Duration::from_secs(10)).unwrap_or(0);
-        std::thread::sleep(Duration::from_millis(150));
         RawSse { status, lines }
     }
 
-    fn lines(&self) -> Vec<String> {
-        std::thread::sleep(Duration::from_millis(200));
+    /// An error answer's body.
+    fn error_body(&self) -> Vec<String> {
+        assert_ne!(self.status, 200, "not an error answer");
         self.lines.lock().unwrap().clone()
+    }
+
+    /// The stream's lines up to a marker wake sent through `fence` (a subscription with the
+    /// same filter), with the marker events left out, so every wake caused earlier is in.
+    fn lines(&self, fence: &Wakes) -> Vec<String> {
+        let (_, run) = fence.fence();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let lines = self.lines.lock().unwrap().clone();
+            if let Some(at) = lines.iter().position(|l| l.contains(&run)) {
+                // Drop every marker event: its `event:` / `id:` / `data:` lines and blank line.
+                let mut out: Vec<String> = Vec::new();
+                let mut block: Vec<String> = Vec::new();
+                for l in lines[..=at].iter().chain(std::iter::once(&String::new())) {
+                    if l.is_empty() {
+                        if !block.is_empty()
+                            && !block.iter().any(|b| b.contains("aware-test-fence"))
+                        {
+                            out.append(&mut block);
+                            out.push(String::new());
+                        }
+                        block.clear();
+                    } else {
+                        block.push(l.clone());
+                    }
+                }
+                return out;
+            }
+            assert!(Instant::now() < deadline, "marker never arrived: {lines:?}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 }
 
@@ -740,7 +773,7 @@ fn s057_wake_on_opening() {
     );
 
     // SSE framing: `event: wake`, `id: <id>`, `data: <wake object>`.
-    let lines = raw.lines();
+    let lines = raw.lines(&wakes);
     let data_idx: Vec<usize> = lines
         .iter()
         .enumerate()
@@ -901,8 +934,8 @@ fn s062_catch_up_on_connect_and_filters() {
     assert_eq!(ops.settle(), Vec::<Value>::new());
 
     let forbidden = RawSse::open(&s, "?agent=ops", Some(X));
-    assert_eq!(forbidden.status, 403, "{:?}", forbidden.lines());
-    let body: Value = serde_json::from_str(&forbidden.lines()[0]).unwrap();
+    assert_eq!(forbidden.status, 403, "{:?}", forbidden.error_body());
+    let body: Value = serde_json::from_str(&forbidden.error_body()[0]).unwrap();
     assert_eq!(body["error"]["code"], "forbidden");
 }
 
@@ -1454,14 +1487,25 @@ fn s079_writers_are_not_blocked_by_a_prune() {
     let mut s = Server::family();
     bulk_compactions(&s, C, 1, 20_000);
     s.set_clock(T0 + 31 * DAY);
+    let before = s.metric("aware_prune_batches_total ").unwrap_or(0.0);
     let (prune_done, prune_body, hdm_done) = std::thread::scope(|scope| {
         let s = &s;
         let pruner = scope.spawn(move || {
             let r = s.post("/v1/admin/prune", json!({}));
             (Instant::now(), r)
         });
-        // Let the prune start before the writer arrives.
-        std::thread::sleep(Duration::from_millis(30));
+        // The writer arrives once the prune has committed its first batch (the metric counts
+        // batches as they commit), so the prune is provably under way; an hdm answered before
+        // the prune's answer then overlapped it.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let done = s.metric("aware_prune_batches_total ").unwrap_or(0.0) - before;
+            if done >= 1.0 {
+                assert!(done < 21.0, "the whole prune ran before the writer arrived");
+                break;
+            }
+            assert!(Instant::now() < deadline, "the prune never started");
+        }
         let seq = s.hdm_seq(C);
         let hdm_done = Instant::now();
         assert_eq!(seq, 20_002);

@@ -99,14 +99,68 @@ impl Receiver {
         self.got.lock().unwrap().clear();
     }
 
-    /// Waits until at least `n` wakes arrived (or `max` passed), then `quiet` more for strays.
-    fn wait_for(&self, n: usize, max: Duration, quiet: Duration) -> Vec<Value> {
-        let deadline = Instant::now() + max;
-        while self.received().len() < n && Instant::now() < deadline {
+    /// Waits (up to 20 s) until at least `n` wakes other than markers arrived, then settles.
+    fn wait_for(&self, s: &Server, n: usize) -> Vec<Value> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.settled_part().len() < n {
+            assert!(
+                Instant::now() < deadline,
+                "{n} webhook wakes expected: {:?}",
+                self.received()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
-        std::thread::sleep(quiet);
+        self.settle(s)
+    }
+
+    fn settled_part(&self) -> Vec<Value> {
         self.received()
+            .into_iter()
+            .filter(|w| w["from"] != FENCE_FROM)
+            .collect()
+    }
+
+    /// Sends a marker wake for W (a `sessions_send` from a session of its own), waits until the
+    /// receiver got it, and returns every other wake received so far. The webhook task takes
+    /// wakes in the order they were requested and starts each delivery in that order, so a
+    /// wake caused by an earlier request is delivered, or at least under way, before the
+    /// marker; never judged after a quiet period.
+    fn settle(&self, s: &Server) -> Vec<Value> {
+        let r = s.post("/v1/sessions", json!({"key": FENCE_FROM}));
+        assert!([200, 201, 409].contains(&r.status), "{}", r.body);
+        let r = s.tool(
+            FENCE_FROM,
+            "sessions_send",
+            json!({"sessionKey": W, "message": "marker", "timeoutSeconds": 0}),
+        );
+        assert_eq!(r.status, 200, "marker send: {}", r.body);
+        let run = r.body["runId"].as_str().unwrap().to_string();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !self.received().iter().any(|w| w["runId"] == run.as_str()) {
+            assert!(
+                Instant::now() < deadline,
+                "the marker wake never reached the receiver: {:?}",
+                self.received()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.settled_part()
+    }
+}
+
+/// The session that sends the webhook marker wakes.
+const FENCE_FROM: &str = "agent:main:aware-test-fence-from";
+
+/// Waits (up to 20 s) until the server logged `needle`.
+fn wait_log(s: &Server, needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !s.logs().contains(needle) {
+        assert!(
+            Instant::now() < deadline,
+            "no {needle} in the log: {}",
+            s.logs()
+        );
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -362,12 +416,12 @@ fn s89_sweep_reissues_wakes() {
     s.create_child(C, W);
     s.hdm(C);
     assert_eq!(s.notice_texts(W), vec![nt(C, 1)]);
-    // Let the failed delivery attempt finish.
-    std::thread::sleep(Duration::from_millis(300));
+    // The failed delivery attempt is over once it is logged (max_attempts = 1).
+    wait_log(&s, "wake_webhook_failed");
     s.stop();
     let receiver = Receiver::serve(TcpListener::bind(("127.0.0.1", port)).unwrap());
     s.restart();
-    let got = receiver.wait_for(1, Duration::from_secs(10), Duration::from_millis(1500));
+    let got = receiver.wait_for(&s, 1);
     assert_eq!(got.len(), 1, "exactly one wake expected: {got:?}");
     let w = &got[0];
     assert_eq!(w["reason"], "session-state", "{w}");
@@ -432,7 +486,7 @@ fn s90_setup() -> (Server, Receiver, Vec<String>) {
 #[test]
 fn s90_sweep_skips_missing_watchers() {
     let (s, receiver, before) = s90_setup();
-    let hooks = receiver.wait_for(1, Duration::from_millis(1500), Duration::from_millis(200));
+    let hooks = receiver.settle(&s);
     assert_eq!(
         ghost_row(&s.db_path()),
         before,
@@ -474,7 +528,7 @@ fn s91_nothing_resurrected() {
     let r = end_run(&s, C, "r1", "ok");
     assert_eq!(r.status, 200, "{}", r.body);
     // The wake of the hdm reached the receiver before the restart.
-    receiver.wait_for(1, Duration::from_secs(5), Duration::from_millis(300));
+    receiver.wait_for(&s, 1);
     receiver.clear();
 
     s.restart();
@@ -482,7 +536,7 @@ fn s91_nothing_resurrected() {
     assert_eq!(p["notices"], json!([]), "{p}");
     assert_eq!(p["systemEvents"], json!([]), "{p}");
     let sse = Wakes::subscribe(&s, "", None);
-    let hooks = receiver.wait_for(1, Duration::from_millis(1500), Duration::from_millis(0));
+    let hooks = receiver.settle(&s);
     assert!(hooks.is_empty(), "webhook wakes after restart: {hooks:?}");
     assert!(sse.settle().is_empty(), "SSE catch-up wakes after restart");
     assert_eq!(s.triple(W, C), (2, 2, 2));

@@ -857,8 +857,25 @@ fn no_message_text_in_events_summaries_logs_or_metrics() {
     for line in metrics.lines() {
         assert!(!line.contains(MARK), "metric line: {line}");
     }
-    // 5. No log line, at every level (trace).
-    std::thread::sleep(Duration::from_millis(200));
+    // 5. No log line, at every level (trace). A last failed append on a session of its own is
+    // the log marker: log lines keep their order, so once its line is in, every earlier one is.
+    const LOG_FENCE: &str = "agent:main:subagent:logfence";
+    s.create_child(LOG_FENCE, W);
+    post(
+        s.post("/v1/admin/faults", json!({"failAppends": true})),
+        200,
+    );
+    s.hdm(LOG_FENCE);
+    post(s.post("/v1/admin/faults", json!({})), 200);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !s.logs().contains(&format!("stream={LOG_FENCE}")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no marker line: {}",
+            s.logs()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let logs = s.logs();
     for warning in ["record_failed", "read_failed"] {
         assert!(logs.contains(warning), "no {warning} warning: {logs}");

@@ -104,8 +104,13 @@ fn a_hanging_webhook_times_out_is_retried_and_loses_nothing() {
         s.metric("aware_wakes_delivered_total{channel=\"webhook\"}"),
         Some(0.0)
     );
-    // No third attempt, and the notice is still pending: nothing lost.
-    std::thread::sleep(Duration::from_millis(1500));
+    // No third attempt: the give-up line (logged when the delivery task ends, after its last
+    // attempt) is in, and the attempts stand at 2. The notice is still pending: nothing lost.
+    assert!(
+        wait_until(Duration::from_secs(10), || s.logs().contains("attempts=2")),
+        "{}",
+        s.logs()
+    );
     assert_eq!(hook.attempts().len(), 2);
     assert_eq!(s.metric("aware_wake_webhook_failures_total"), Some(1.0));
     assert_eq!(s.notice_texts(W), vec![nt(C, 1)]);
