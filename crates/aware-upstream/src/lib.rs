@@ -5,12 +5,14 @@
 //! - [`scan`]: the window scanner over transcript bytes (04 §8) and node items (04 §10), pure.
 //! - [`provider`]: the catalog provider seam; [`local`]: local Claude Code transcripts;
 //!   [`node`]: paired nodes (the node's item builder and the gateway's HTTP client).
+//! - [`codex`]: Codex CLI rollouts (classifier, window scan, local provider).
 //! - [`monitor`]: the tick on the engine clock (04 §7).
 //!
 //! Architecture invariant: classification and scanning do no I/O and never panic on any input;
 //! providers never write the store; only the monitor records, through the engine.
 
 pub mod classify;
+pub mod codex;
 pub mod local;
 pub mod monitor;
 pub mod node;

@@ -1,0 +1,423 @@
+//! The local Codex provider: rollouts under `<home>/sessions/YYYY/MM/DD/rollout-*.jsonl`, with
+//! the Claude provider's contract (04 §2.1, §3, §8): listing newest first and paged, adoption
+//! with a baseline at the file's end and a bounded history, and the windowed check with the
+//! shrink rebase and the never-skip rule.
+
+use super::classify::{classify_codex, session_meta, SessionMeta};
+use super::scan::scan_codex_window;
+use crate::classify::{normalise, RowClass};
+use crate::local::{is_uuid, mtime_ms, read_at};
+use crate::provider::{CatalogItem, Outcome, Probe, Provider, ProviderError, ThreadInfo};
+use crate::scan::{ScanInput, WINDOW_BYTES};
+use aware_engine::{ImportTurn, Role};
+use serde_json::{json, Value};
+use std::fs::{File, Metadata};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// `upstreamKind` of a Codex link.
+pub const UPSTREAM_KIND: &str = "codex-cli";
+/// Most bytes read from the head of a rollout for its metadata and title. A recent Codex writes
+/// tens of KiB of instructions (session metadata, developer and AGENTS.md messages) before the
+/// first prompt; read in steps so a small rollout costs one read.
+const HEAD_STEP: usize = 64 * 1024;
+const HEAD_MAX: usize = 256 * 1024;
+/// History imported at adoption: the newest rows up to these bounds (04 §3 step 5).
+const HISTORY_BYTES: u64 = 512 * 1024;
+const HISTORY_MESSAGES: usize = 200;
+/// Characters of a catalog title.
+const TITLE_CHARS: usize = 80;
+
+/// One rollout found under the root.
+struct Rollout {
+    id: String,
+    path: PathBuf,
+    meta: Metadata,
+    head: Head,
+}
+
+#[derive(Default)]
+struct Head {
+    meta: Option<SessionMeta>,
+    title: Option<String>,
+}
+
+pub struct LocalCodex {
+    home: PathBuf,
+    /// Rollout bytes read by checks, so tests can prove a tick reads only what was appended.
+    check_bytes_read: AtomicU64,
+}
+
+/// Opens a file for reading without blocking (a FIFO planted under the root must not hang the
+/// catalog or a tick) and refuses anything that `fstat` does not call a regular file.
+fn open_regular(path: &Path) -> std::io::Result<(File, Metadata)> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = options.open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    Ok((file, meta))
+}
+
+/// `rollout-<time>-<uuid>.jsonl` → the uuid, used when the metadata row gives no id.
+fn id_from_file_name(path: &Path) -> Option<String> {
+    let stem = path.file_name()?.to_str()?.strip_suffix(".jsonl")?;
+    let tail = stem.get(stem.len().checked_sub(36)?..)?;
+    is_uuid(tail).then(|| tail.to_ascii_lowercase())
+}
+
+fn rows(bytes: &[u8]) -> impl Iterator<Item = Value> + '_ {
+    bytes.split(|b| *b == b'\n').filter_map(|line| {
+        serde_json::from_slice::<Value>(line.strip_suffix(b"\r").unwrap_or(line)).ok()
+    })
+}
+
+/// The text of an assistant message: an envelope `response_item` or a pre-envelope bare item.
+fn assistant_text(row: &Value) -> Option<String> {
+    let item = match row.get("payload") {
+        Some(p) if row.get("type").and_then(Value::as_str) == Some("response_item") => p,
+        Some(_) => return None,
+        None => row,
+    };
+    if item.get("type")?.as_str()? != "message" || item.get("role")?.as_str()? != "assistant" {
+        return None;
+    }
+    let text: Vec<&str> = item
+        .get("content")?
+        .as_array()?
+        .iter()
+        .filter(|b| b.get("type").and_then(Value::as_str) == Some("output_text"))
+        .filter_map(|b| b.get("text").and_then(Value::as_str))
+        .collect();
+    let joined = text.join("\n").trim().to_string();
+    (!joined.is_empty()).then_some(joined)
+}
+
+impl LocalCodex {
+    /// `home` is `$CODEX_HOME` (default `~/.codex`); rollouts live under `home/sessions`.
+    pub fn new(home: impl Into<PathBuf>) -> Self {
+        LocalCodex {
+            home: home.into(),
+            check_bytes_read: AtomicU64::new(0),
+        }
+    }
+
+    /// The canonical sessions root, looked up on every call: Codex creates it on first use,
+    /// possibly after the gateway started.
+    fn root(&self) -> Option<PathBuf> {
+        std::fs::canonicalize(self.home.join("sessions")).ok()
+    }
+
+    /// The canonical form of `path` when it lies under the root; `None` for anything that
+    /// resolves outside it (a symlink planted under the root, a `..` path in a link).
+    fn inside(root: &Path, path: &Path) -> Option<PathBuf> {
+        let canonical = std::fs::canonicalize(path).ok()?;
+        canonical.starts_with(root).then_some(canonical)
+    }
+
+    /// Candidate files `YYYY/MM/DD/rollout-*.jsonl`, canonical and under the root.
+    fn files(root: &Path) -> Vec<PathBuf> {
+        let mut dirs = vec![root.to_path_buf()];
+        for _level in 0..3 {
+            let mut next = Vec::new();
+            for dir in &dirs {
+                let Ok(entries) = std::fs::read_dir(dir) else {
+                    continue;
+                };
+                next.extend(
+                    entries
+                        .flatten()
+                        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                        .map(|e| e.path()),
+                );
+            }
+            dirs = next;
+        }
+        let mut out = Vec::new();
+        for dir in dirs {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let name = e.file_name();
+                let Some(name) = name.to_str() else {
+                    continue;
+                };
+                if !name.starts_with("rollout-") || !name.ends_with(".jsonl") {
+                    continue;
+                }
+                if let Some(p) = Self::inside(root, &e.path()) {
+                    out.push(p);
+                }
+            }
+        }
+        out
+    }
+
+    /// Metadata and title from the head of a rollout.
+    fn read_head(file: &mut File, size: u64) -> Head {
+        let mut head = Head::default();
+        let mut offset = 0u64;
+        let mut carry: Vec<u8> = Vec::new();
+        while offset < size && (offset as usize) < HEAD_MAX {
+            let Ok(chunk) = read_at(file, offset, HEAD_STEP) else {
+                break;
+            };
+            if chunk.is_empty() {
+                break;
+            }
+            offset += chunk.len() as u64;
+            carry.extend_from_slice(&chunk);
+            let Some(last) = carry.iter().rposition(|b| *b == b'\n') else {
+                continue;
+            };
+            let complete: Vec<u8> = carry.drain(..=last).collect();
+            for row in rows(&complete) {
+                if head.meta.is_none() {
+                    head.meta = session_meta(&row);
+                }
+                if head.title.is_none() {
+                    if let RowClass::Human { user_text, .. } = classify_codex(&row) {
+                        let t = normalise(&user_text);
+                        if !t.is_empty() {
+                            head.title = Some(t.chars().take(TITLE_CHARS).collect());
+                        }
+                    }
+                }
+                if head.meta.is_some() && head.title.is_some() {
+                    return head;
+                }
+            }
+        }
+        head
+    }
+
+    /// Every rollout of a top-level thread, the newest file per thread id. Sub-agent rollouts
+    /// are left out: no human types into them.
+    fn rollouts(&self) -> Vec<Rollout> {
+        let Some(root) = self.root() else {
+            return Vec::new();
+        };
+        let mut found: std::collections::HashMap<String, Rollout> = Default::default();
+        for path in Self::files(&root) {
+            let Ok((mut file, meta)) = open_regular(&path) else {
+                continue;
+            };
+            let head = Self::read_head(&mut file, meta.len());
+            if head.meta.as_ref().is_some_and(|m| m.subagent) {
+                continue;
+            }
+            let Some(id) = head
+                .meta
+                .as_ref()
+                .map(|m| m.id.clone())
+                .or_else(|| id_from_file_name(&path))
+            else {
+                continue;
+            };
+            let newer = found
+                .get(&id)
+                .is_none_or(|r| mtime_ms(&meta) > mtime_ms(&r.meta));
+            if newer {
+                found.insert(
+                    id.clone(),
+                    Rollout {
+                        id,
+                        path,
+                        meta,
+                        head,
+                    },
+                );
+            }
+        }
+        found.into_values().collect()
+    }
+
+    fn history(path: &Path) -> Vec<ImportTurn> {
+        let Ok((mut f, meta)) = open_regular(path) else {
+            return Vec::new();
+        };
+        let size = meta.len();
+        let start = size.saturating_sub(HISTORY_BYTES);
+        let Ok(mut bytes) = read_at(&mut f, start, (size - start) as usize) else {
+            return Vec::new();
+        };
+        if start > 0 {
+            // Started mid-row: drop the partial first line.
+            let cut = bytes
+                .iter()
+                .position(|b| *b == b'\n')
+                .map_or(bytes.len(), |i| i + 1);
+            bytes.drain(..cut);
+        }
+        let mut turns = Vec::new();
+        for row in rows(&bytes) {
+            match classify_codex(&row) {
+                RowClass::Human { user_text, .. } => turns.push(ImportTurn {
+                    role: Role::User,
+                    text: user_text,
+                }),
+                _ => {
+                    if let Some(t) = assistant_text(&row) {
+                        turns.push(ImportTurn {
+                            role: Role::Assistant,
+                            text: t,
+                        });
+                    }
+                }
+            }
+        }
+        let skip = turns.len().saturating_sub(HISTORY_MESSAGES);
+        turns.split_off(skip)
+    }
+
+    /// The windowed check of 04 §8 for one probe; `None` is "no outcome".
+    fn check_one(&self, probe: &Probe) -> Option<Outcome> {
+        if probe.upstream_kind != UPSTREAM_KIND {
+            return None;
+        }
+        let path = Path::new(probe.upstream_ref.get("filePath")?.as_str()?);
+        let offset = probe.marker.get("offset")?.as_u64()?;
+        let missing = Outcome::Missing {
+            session_key: probe.session_key.clone(),
+        };
+        let root = self.root()?;
+        // The adopted rollout resolved under the root; a path that now resolves elsewhere (the
+        // file was replaced by a symlink) is not the rollout we adopted.
+        let canonical = match std::fs::canonicalize(path) {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(missing),
+            Err(_) => return None,
+        };
+        if !canonical.starts_with(&root) {
+            tracing::warn!(event = "codex_rollout_outside_root", session = %probe.session_key,
+                "the adopted rollout now resolves outside the Codex sessions root; counted as missing");
+            return Some(missing);
+        }
+        let (mut file, meta) = match open_regular(&canonical) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(missing),
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => return Some(missing),
+            Err(_) => return None,
+        };
+        let size = meta.len();
+        if size == offset {
+            return None;
+        }
+        if size < offset {
+            tracing::warn!(event = "codex_rollout_shrank", session = %probe.session_key, old_offset = offset, new_size = size,
+                "rollout shrank below the marker; rebasing to its end");
+            return Some(Outcome::Activity {
+                session_key: probe.session_key.clone(),
+                human_turns: 0,
+                next_marker: json!({"offset": size}),
+                occurred_at: None,
+                dedupe_id: None,
+                rebased: true,
+            });
+        }
+        let len = ((size - offset) as usize).min(WINDOW_BYTES);
+        let window = read_at(&mut file, offset, len).ok()?;
+        self.check_bytes_read
+            .fetch_add(window.len() as u64, Ordering::Relaxed);
+        let input = ScanInput {
+            own_recent_user_texts: &probe.own_recent_user_texts,
+            queued: &[],
+            fallback_time_ms: mtime_ms(&meta),
+        };
+        let (consumed, out) = scan_codex_window(&window, &input)?;
+        let next = offset + consumed as u64;
+        let counted = out.human_turns > 0;
+        Some(Outcome::Activity {
+            session_key: probe.session_key.clone(),
+            human_turns: out.human_turns,
+            next_marker: json!({"offset": next}),
+            occurred_at: out.occurred_at.filter(|_| counted),
+            dedupe_id: counted.then(|| next.to_string()),
+            rebased: false,
+        })
+    }
+
+    /// Total rollout bytes the checks have read so far.
+    pub fn check_bytes_read(&self) -> u64 {
+        self.check_bytes_read.load(Ordering::Relaxed)
+    }
+}
+
+impl Provider for LocalCodex {
+    fn host_id(&self) -> String {
+        "gateway:local".into()
+    }
+
+    fn catalog_id(&self) -> &'static str {
+        "codex"
+    }
+
+    fn list(
+        &self,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<(Vec<CatalogItem>, Option<String>), ProviderError> {
+        let start: usize = match cursor {
+            None => 0,
+            Some(c) => c.parse().map_err(|_| ProviderError::InvalidCursor)?,
+        };
+        let mut all = self.rollouts();
+        all.sort_by(|a, b| {
+            mtime_ms(&b.meta)
+                .cmp(&mtime_ms(&a.meta))
+                .then_with(|| a.id.cmp(&b.id))
+        });
+        let total = all.len();
+        let page: Vec<CatalogItem> = all
+            .into_iter()
+            .skip(start)
+            .take(limit)
+            .map(|r| CatalogItem {
+                updated_at: mtime_ms(&r.meta),
+                size_bytes: Some(r.meta.len()),
+                cwd: r.head.meta.and_then(|m| m.cwd),
+                title: r.head.title,
+                thread_id: r.id,
+            })
+            .collect();
+        let next = (start + page.len() < total).then(|| (start + page.len()).to_string());
+        Ok((page, next))
+    }
+
+    fn open_thread(
+        &self,
+        thread_id: &str,
+        with_history: bool,
+    ) -> Result<ThreadInfo, ProviderError> {
+        let r = self
+            .rollouts()
+            .into_iter()
+            .find(|r| r.id == thread_id)
+            .ok_or(ProviderError::ThreadNotFound)?;
+        Ok(ThreadInfo {
+            upstream_kind: UPSTREAM_KIND.into(),
+            upstream_ref: json!({"filePath": r.path.to_string_lossy()}),
+            baseline: Some(json!({"offset": r.meta.len()})),
+            history: if with_history {
+                Self::history(&r.path)
+            } else {
+                Vec::new()
+            },
+        })
+    }
+
+    fn check(&self, probes: &[Probe]) -> Result<Vec<Outcome>, ProviderError> {
+        Ok(probes.iter().filter_map(|p| self.check_one(p)).collect())
+    }
+}
