@@ -168,9 +168,8 @@ fn classify_bare_message(obj: &Map<String, Value>, occurred_at: Option<i64>) -> 
 fn verdict(texts: &[&str], has_image: bool, occurred_at: Option<i64>) -> RowClass {
     let kept: Vec<&str> = texts
         .iter()
-        .filter(|t| !is_machine_text(t))
         .map(|t| typed_part(t))
-        .filter(|t| !t.trim().is_empty())
+        .filter(|t| !is_machine_text(t) && !t.trim().is_empty())
         .collect();
     let all_machine = !texts.is_empty() && texts.iter().all(|t| is_machine_text(t));
     if kept.is_empty() && (!has_image || all_machine) {
@@ -200,5 +199,224 @@ fn typed_part(text: &str) -> &str {
             .unwrap_or_default()
             .trim_start_matches(['\r', '\n']),
         None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    const TS: &str = "2026-01-01T00:00:01.000Z";
+    const T1: i64 = 1_767_225_601_000;
+
+    fn event(payload: Value) -> Value {
+        json!({"timestamp": TS, "type": "event_msg", "payload": payload})
+    }
+
+    fn human(text: &str) -> RowClass {
+        RowClass::Human {
+            user_text: text.into(),
+            occurred_at: Some(T1),
+        }
+    }
+
+    #[test]
+    fn a_prompt_event_is_human_with_its_time() {
+        let row = event(json!({"type": "user_message", "message": "fix the build", "images": []}));
+        assert_eq!(classify_codex(&row), human("fix the build"));
+    }
+
+    #[test]
+    fn injected_context_events_are_not_human() {
+        for kind in ["user_instructions", "environment_context"] {
+            let row = event(json!({"type": "user_message", "message": "x", "kind": kind}));
+            assert_eq!(classify_codex(&row), RowClass::NotHuman, "{kind}");
+        }
+        let plain = event(json!({"type": "user_message", "message": "x", "kind": "plain"}));
+        assert_eq!(classify_codex(&plain), human("x"));
+        for text in [
+            "<environment_context>\n  <cwd>/tmp</cwd>\n</environment_context>",
+            "<user_instructions>\nbe brief\n</user_instructions>",
+            "# AGENTS.md instructions for /repo\n\n<INSTRUCTIONS>\nx\n</INSTRUCTIONS>",
+            "<turn_aborted>\nThe user interrupted the previous turn.\n</turn_aborted>",
+            "<user_shell_command>\n<command>ls</command>\n</user_shell_command>",
+            "Another language model started to solve this problem and produced a summary",
+            "  <skill>\n<name>x</name>\n</skill>",
+        ] {
+            let row = event(json!({"type": "user_message", "message": text}));
+            assert_eq!(classify_codex(&row), RowClass::NotHuman, "{text}");
+        }
+    }
+
+    #[test]
+    fn an_empty_event_is_not_human_but_an_image_only_prompt_is() {
+        let empty = event(json!({"type": "user_message", "message": "  ", "images": []}));
+        assert_eq!(classify_codex(&empty), RowClass::NotHuman);
+        let image = event(json!({"type": "user_message", "message": "", "images": ["data:"]}));
+        assert_eq!(classify_codex(&image), human(""));
+        let local = event(json!({"type": "user_message", "local_images": ["/tmp/a.png"]}));
+        assert_eq!(classify_codex(&local), human(""));
+    }
+
+    #[test]
+    fn the_ide_context_is_cut_from_the_typed_text() {
+        let text = "# Context from my IDE setup:\n\n## Open tabs:\n- a.rs: a.rs\n\n## My request for Codex:\nwhy?\n";
+        let row = event(json!({"type": "user_message", "message": text, "kind": "plain"}));
+        assert_eq!(classify_codex(&row), human("why?\n"));
+    }
+
+    #[test]
+    fn response_items_never_count_in_the_envelope_format() {
+        for payload in [
+            json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix the build"}]}),
+            json!({"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "x"}]}),
+            json!({"type": "function_call_output", "call_id": "c", "output": "ok"}),
+        ] {
+            let row = json!({"timestamp": TS, "type": "response_item", "payload": payload});
+            assert_eq!(classify_codex(&row), RowClass::NotHuman);
+        }
+        for row in [
+            json!({"type": "compacted", "payload": {"message": "summary", "replacement_history": []}}),
+            json!({"type": "turn_context", "payload": {"cwd": "/tmp"}}),
+            event(json!({"type": "turn_aborted", "reason": "interrupted"})),
+            event(json!({"type": "context_compacted"})),
+            event(json!({"type": "agent_message", "message": "done"})),
+        ] {
+            assert_eq!(classify_codex(&row), RowClass::NotHuman, "{row}");
+        }
+    }
+
+    #[test]
+    fn paginated_rollouts_count_completed_user_message_items() {
+        let row = event(
+            json!({"type": "item_completed", "thread_id": "t", "turn_id": "u",
+            "item": {"type": "UserMessage", "id": "i", "content": [
+                {"type": "text", "text": "first", "text_elements": []},
+                {"type": "local_image", "path": "/tmp/a.png"},
+                {"type": "text", "text": "second"}]}}),
+        );
+        assert_eq!(classify_codex(&row), human("first\nsecond"));
+        let agent = event(json!({"type": "item_completed",
+            "item": {"type": "AgentMessage", "id": "i", "content": [{"type": "Text", "text": "x"}]}}));
+        assert_eq!(classify_codex(&agent), RowClass::NotHuman);
+    }
+
+    #[test]
+    fn pre_envelope_rollouts_filter_bare_user_messages_by_content() {
+        let header = json!({"id": "0198c0de-0000-7000-8000-000000000001",
+            "timestamp": "2025-08-20T13:20:47.060Z", "instructions": null});
+        assert_eq!(classify_codex(&header), RowClass::NotHuman);
+        assert_eq!(
+            session_meta(&header).map(|m| m.id),
+            Some("0198c0de-0000-7000-8000-000000000001".into())
+        );
+        assert_eq!(
+            classify_codex(&json!({"record_type": "state"})),
+            RowClass::NotHuman
+        );
+        assert_eq!(session_meta(&json!({"record_type": "state"})), None);
+        let typed = json!({"type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": "index the rollouts"}]});
+        assert_eq!(
+            classify_codex(&typed),
+            RowClass::Human {
+                user_text: "index the rollouts".into(),
+                occurred_at: None
+            }
+        );
+        let env = json!({"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "<environment_context>\n<cwd>/</cwd>\n</environment_context>"}]});
+        assert_eq!(classify_codex(&env), RowClass::NotHuman);
+        let assistant = json!({"type": "message", "role": "assistant",
+            "content": [{"type": "output_text", "text": "hi"}]});
+        assert_eq!(classify_codex(&assistant), RowClass::NotHuman);
+    }
+
+    #[test]
+    fn sub_agent_threads_are_marked() {
+        let row = json!({"type": "session_meta", "payload": {"id": "a", "cwd": "/r",
+            "source": {"subagent": "review"}}});
+        assert_eq!(
+            session_meta(&row),
+            Some(SessionMeta {
+                id: "a".into(),
+                cwd: Some("/r".into()),
+                subagent: true
+            })
+        );
+        let cli = json!({"type": "session_meta", "payload": {"id": "b", "source": "cli"}});
+        assert_eq!(session_meta(&cli).map(|m| m.subagent), Some(false));
+    }
+
+    fn arb_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            prop_oneof![
+                Just("user_message".to_string()),
+                Just("event_msg".to_string()),
+                Just("message".to_string()),
+                Just("user".to_string()),
+                Just("item_completed".to_string()),
+                Just("UserMessage".to_string()),
+                Just("# Context from my IDE setup:\n## My request for Codex:".to_string()),
+                ".{0,12}",
+            ]
+            .prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 48, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5).prop_map(Value::from),
+                prop::collection::btree_map(
+                    prop_oneof![
+                        Just("type".to_string()),
+                        Just("payload".to_string()),
+                        Just("message".to_string()),
+                        Just("content".to_string()),
+                        Just("text".to_string()),
+                        Just("role".to_string()),
+                        Just("item".to_string()),
+                        Just("kind".to_string()),
+                        Just("images".to_string()),
+                        Just("timestamp".to_string()),
+                        Just("id".to_string()),
+                        Just("source".to_string()),
+                    ],
+                    inner,
+                    0..6
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics_and_human_only_from_prompt_shapes(row in arb_json()) {
+            let class = classify_codex(&row);
+            let _ = session_meta(&row);
+            if let RowClass::Human { user_text, .. } = &class {
+                let t = row.get("type").and_then(Value::as_str);
+                let pt = row.pointer("/payload/type").and_then(Value::as_str);
+                prop_assert!(
+                    (t == Some("event_msg") && matches!(pt, Some("user_message" | "item_completed")))
+                        || (t == Some("message") && row.get("payload").is_none()),
+                    "human from {}", row
+                );
+                prop_assert!(!is_machine_text(user_text));
+            }
+            let no_queue_class = !matches!(class, RowClass::QueuedPrompt { .. } | RowClass::QueueRemove);
+            prop_assert!(no_queue_class);
+        }
+
+        #[test]
+        fn any_text_never_panics(text in ".{0,64}") {
+            let row = event(json!({"type": "user_message", "message": text}));
+            let _ = classify_codex(&row);
+            let _ = typed_part(&text);
+        }
     }
 }

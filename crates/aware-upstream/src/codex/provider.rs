@@ -421,3 +421,256 @@ impl Provider for LocalCodex {
         Ok(probes.iter().filter_map(|p| self.check_one(p)).collect())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    const ID_A: &str = "019a0000-0000-7000-8000-00000000000a";
+    const ID_B: &str = "019a0000-0000-7000-8000-00000000000b";
+
+    fn meta_row(id: &str) -> String {
+        format!(
+            "{{\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"type\":\"session_meta\",\"payload\":{{\"id\":\"{id}\",\"cwd\":\"/work/{id}\",\"source\":\"cli\"}}}}\n"
+        )
+    }
+
+    fn prompt(text: &str) -> String {
+        format!(
+            "{{\"timestamp\":\"2026-01-01T00:00:01.000Z\",\"type\":\"response_item\",\"payload\":{{\"type\":\"message\",\"role\":\"user\",\"content\":[{{\"type\":\"input_text\",\"text\":\"{text}\"}}]}}}}\n{{\"timestamp\":\"2026-01-01T00:00:01.000Z\",\"type\":\"event_msg\",\"payload\":{{\"type\":\"user_message\",\"message\":\"{text}\",\"images\":[]}}}}\n"
+        )
+    }
+
+    fn day(home: &Path) -> PathBuf {
+        let d = home.join("sessions/2026/01/01");
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn write_rollout(home: &Path, id: &str, body: &str) -> PathBuf {
+        let path = day(home).join(format!("rollout-2026-01-01T00-00-00-{id}.jsonl"));
+        std::fs::write(&path, format!("{}{body}", meta_row(id))).unwrap();
+        path
+    }
+
+    fn probe(path: &Path, offset: u64) -> Probe {
+        Probe {
+            session_key: "agent:main:claude:x".into(),
+            agent_id: "main".into(),
+            host_id: "gateway:local".into(),
+            thread_id: ID_A.into(),
+            upstream_kind: UPSTREAM_KIND.into(),
+            upstream_ref: json!({"filePath": path.to_string_lossy()}),
+            marker: json!({"offset": offset}),
+            own_recent_user_texts: Vec::new(),
+        }
+    }
+
+    fn append(path: &Path, text: &str) {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+    }
+
+    #[test]
+    fn listing_reads_id_cwd_and_title_and_pages_newest_first() {
+        let home = tempfile::tempdir().unwrap();
+        let a = write_rollout(home.path(), ID_A, &prompt("first prompt of a"));
+        write_rollout(home.path(), ID_B, "");
+        // b is newer.
+        let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+        File::options()
+            .write(true)
+            .open(&a)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        let p = LocalCodex::new(home.path());
+        let (page, next) = p.list(1, None).unwrap();
+        assert_eq!(page[0].thread_id, ID_B);
+        assert_eq!(page[0].title, None);
+        assert_eq!(next.as_deref(), Some("1"));
+        let (page, next) = p.list(1, Some("1")).unwrap();
+        assert_eq!(
+            (
+                page[0].thread_id.as_str(),
+                page[0].cwd.as_deref(),
+                page[0].title.as_deref()
+            ),
+            (
+                ID_A,
+                Some(format!("/work/{ID_A}").as_str()),
+                Some("first prompt of a")
+            )
+        );
+        assert_eq!(page[0].updated_at, 1_700_000_000_000);
+        assert_eq!(next, None);
+        assert_eq!(p.list(1, Some("x")), Err(ProviderError::InvalidCursor));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn fifos_symlinks_out_of_the_root_and_sub_agents_are_refused() {
+        let home = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let d = day(home.path());
+        let fifo = d.join(format!("rollout-2026-01-01T00-00-00-{ID_A}.jsonl"));
+        let status = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let target = outside.path().join("rollout-x.jsonl");
+        std::fs::write(&target, format!("{}{}", meta_row(ID_B), prompt("secret"))).unwrap();
+        std::os::unix::fs::symlink(
+            &target,
+            d.join(format!("rollout-2026-01-01T00-00-01-{ID_B}.jsonl")),
+        )
+        .unwrap();
+        let sub = "019a0000-0000-7000-8000-00000000000c";
+        std::fs::write(
+            d.join(format!("rollout-2026-01-01T00-00-02-{sub}.jsonl")),
+            format!("{{\"type\":\"session_meta\",\"payload\":{{\"id\":\"{sub}\",\"source\":{{\"subagent\":\"review\"}}}}}}\n"),
+        )
+        .unwrap();
+        let p = LocalCodex::new(home.path());
+        assert_eq!(
+            p.list(50, None).unwrap(),
+            (Vec::new(), None),
+            "nothing listable, and no hang"
+        );
+        assert_eq!(
+            p.open_thread(ID_B, true),
+            Err(ProviderError::ThreadNotFound)
+        );
+        assert_eq!(
+            p.open_thread(sub, false),
+            Err(ProviderError::ThreadNotFound)
+        );
+        // A link whose file now resolves outside the root, or is a FIFO, is missing.
+        for path in [target.as_path(), fifo.as_path()] {
+            assert!(matches!(
+                p.check(&[probe(path, 0)]).unwrap().as_slice(),
+                [Outcome::Missing { .. }]
+            ));
+        }
+    }
+
+    #[test]
+    fn adoption_then_checks_count_typed_prompts_only_and_rebase_on_shrink() {
+        let home = tempfile::tempdir().unwrap();
+        let path = write_rollout(
+            home.path(),
+            ID_A,
+            &format!(
+                "{}{{\"type\":\"response_item\",\"payload\":{{\"type\":\"message\",\"role\":\"assistant\",\"content\":[{{\"type\":\"output_text\",\"text\":\"done\"}}]}}}}\n",
+                prompt("old prompt")
+            ),
+        );
+        let p = LocalCodex::new(home.path());
+        let info = p.open_thread(ID_A, true).unwrap();
+        assert_eq!(info.upstream_kind, "codex-cli");
+        let size = std::fs::metadata(&path).unwrap().len();
+        assert_eq!(info.baseline, Some(json!({"offset": size})));
+        assert_eq!(
+            info.history,
+            vec![
+                ImportTurn {
+                    role: Role::User,
+                    text: "old prompt".into()
+                },
+                ImportTurn {
+                    role: Role::Assistant,
+                    text: "done".into()
+                },
+            ]
+        );
+        let file_path = PathBuf::from(info.upstream_ref["filePath"].as_str().unwrap());
+        assert!(p.check(&[probe(&file_path, size)]).unwrap().is_empty());
+
+        // Tool output and environment context: consumed, nothing counted.
+        let noise = "{\"type\":\"response_item\",\"payload\":{\"type\":\"function_call_output\",\"call_id\":\"c\",\"output\":\"ok\"}}\n{\"type\":\"response_item\",\"payload\":{\"type\":\"message\",\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"<environment_context>x</environment_context>\"}]}}\n";
+        append(&path, noise);
+        let out = p.check(&[probe(&file_path, size)]).unwrap();
+        let after_noise = size + noise.len() as u64;
+        assert!(
+            matches!(&out[..], [Outcome::Activity { human_turns: 0, next_marker, dedupe_id: None, .. }]
+            if next_marker["offset"] == after_noise)
+        );
+        assert_eq!(
+            p.check_bytes_read(),
+            noise.len() as u64,
+            "only the appended bytes were read"
+        );
+
+        // A typed prompt, then a partial row that waits for its newline.
+        let typed = prompt("new prompt");
+        append(&path, &typed);
+        append(&path, "{\"type\":\"event_msg\"");
+        let out = p.check(&[probe(&file_path, after_noise)]).unwrap();
+        let after_typed = after_noise + typed.len() as u64;
+        match &out[..] {
+            [Outcome::Activity {
+                human_turns,
+                next_marker,
+                occurred_at,
+                dedupe_id,
+                rebased,
+                ..
+            }] => {
+                assert_eq!(*human_turns, 1);
+                assert_eq!(next_marker["offset"], after_typed);
+                assert_eq!(*occurred_at, Some(1_767_225_601_000));
+                assert_eq!(dedupe_id.as_deref(), Some(after_typed.to_string().as_str()));
+                assert!(!rebased);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+
+        // Shrink: rebase to the end, nothing counted.
+        std::fs::write(&path, meta_row(ID_A)).unwrap();
+        let short = std::fs::metadata(&path).unwrap().len();
+        match &p.check(&[probe(&file_path, after_typed)]).unwrap()[..] {
+            [Outcome::Activity {
+                human_turns: 0,
+                next_marker,
+                rebased: true,
+                ..
+            }] => {
+                assert_eq!(next_marker["offset"], short)
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        // Deleted: missing. A Claude link is not ours.
+        std::fs::remove_file(&path).unwrap();
+        assert!(matches!(
+            &p.check(&[probe(&file_path, short)]).unwrap()[..],
+            [Outcome::Missing { .. }]
+        ));
+        let mut claude = probe(&file_path, short);
+        claude.upstream_kind = "claude-cli".into();
+        assert!(p.check(&[claude]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_row_longer_than_the_window_blocks_and_is_never_skipped() {
+        let home = tempfile::tempdir().unwrap();
+        let path = write_rollout(home.path(), ID_A, "");
+        let size = std::fs::metadata(&path).unwrap().len();
+        let big = format!(
+            "{{\"type\":\"response_item\",\"payload\":{{\"type\":\"function_call_output\",\"output\":\"{}\"}}}}\n",
+            "x".repeat(WINDOW_BYTES + 10)
+        );
+        append(&path, &big);
+        append(&path, &prompt("after"));
+        let p = LocalCodex::new(home.path());
+        let file_path = std::fs::canonicalize(&path).unwrap();
+        for _tick in 0..2 {
+            assert!(p.check(&[probe(&file_path, size)]).unwrap().is_empty());
+        }
+    }
+}
