@@ -31,6 +31,7 @@ struct FileConfig {
     agents: Option<BTreeMap<String, FileAgent>>,
     monitor: Option<FileMonitor>,
     claude: Option<FileClaude>,
+    codex: Option<FileCodex>,
     nodes: Option<Vec<FileNode>>,
 }
 
@@ -48,6 +49,13 @@ struct FileMonitor {
 #[serde(deny_unknown_fields)]
 struct FileClaude {
     root: Option<PathBuf>,
+    enabled: Option<bool>,
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FileCodex {
+    home: Option<PathBuf>,
     enabled: Option<bool>,
 }
 
@@ -155,6 +163,9 @@ pub struct GatewayConfig {
     pub monitor: MonitorSettings,
     /// `[claude] root`; `None` when the local provider is disabled.
     pub claude_root: Option<PathBuf>,
+    /// `[codex] home` (`$CODEX_HOME`, default `~/.codex`); `None` when the Codex provider is
+    /// disabled.
+    pub codex_home: Option<PathBuf>,
     pub nodes: Vec<NodeSettings>,
 }
 
@@ -205,6 +216,7 @@ impl GatewayConfig {
             test_clock_start: None,
             monitor: MonitorSettings::default(),
             claude_root: Some(default_claude_root()),
+            codex_home: Some(default_codex_home(&|k| std::env::var(k).ok())),
             nodes: Vec::new(),
         }
     }
@@ -321,6 +333,14 @@ impl GatewayConfig {
                 c.claude_root = Some(root.clone());
             }
         }
+        c.codex_home = Some(default_codex_home(env));
+        if let Some(cx) = &file.codex {
+            if cx.enabled == Some(false) {
+                c.codex_home = None;
+            } else if let Some(home) = &cx.home {
+                c.codex_home = Some(home.clone());
+            }
+        }
         for n in file.nodes.clone().unwrap_or_default() {
             AgentId::parse(&n.id).map_err(|_| {
                 bad(format!(
@@ -380,6 +400,17 @@ pub fn default_claude_root() -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("."));
     home.join(".claude/projects")
+}
+
+/// `$CODEX_HOME` when set and not empty, else `~/.codex` (where Codex CLI keeps its sessions).
+pub fn default_codex_home(env: &dyn Fn(&str) -> Option<String>) -> PathBuf {
+    if let Some(h) = env("CODEX_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(h);
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."));
+    home.join(".codex")
 }
 
 pub fn wall_ms() -> i64 {
