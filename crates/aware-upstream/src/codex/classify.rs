@@ -95,7 +95,9 @@ fn classify_event(p: &Map<String, Value>, occurred_at: Option<i64>) -> RowClass 
     match p.get("type").and_then(Value::as_str) {
         Some("user_message") => {
             // Versions of late 2025 tag injected context events with a `kind`; only `plain` is typed.
-            if p.get("kind").is_some_and(|k| k.as_str() != Some("plain")) {
+            // A `null` kind is an absent one.
+            let kind = p.get("kind").filter(|k| !k.is_null());
+            if kind.is_some_and(|k| k.as_str() != Some("plain")) {
                 return RowClass::NotHuman;
             }
             let text = p.get("message").and_then(Value::as_str).unwrap_or("");
@@ -234,8 +236,10 @@ mod tests {
             let row = event(json!({"type": "user_message", "message": "x", "kind": kind}));
             assert_eq!(classify_codex(&row), RowClass::NotHuman, "{kind}");
         }
-        let plain = event(json!({"type": "user_message", "message": "x", "kind": "plain"}));
-        assert_eq!(classify_codex(&plain), human("x"));
+        for kind in [json!("plain"), Value::Null] {
+            let plain = event(json!({"type": "user_message", "message": "x", "kind": kind}));
+            assert_eq!(classify_codex(&plain), human("x"));
+        }
         for text in [
             "<environment_context>\n  <cwd>/tmp</cwd>\n</environment_context>",
             "<user_instructions>\nbe brief\n</user_instructions>",

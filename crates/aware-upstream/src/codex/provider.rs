@@ -39,6 +39,7 @@ struct Rollout {
 #[derive(Default)]
 struct Head {
     meta: Option<SessionMeta>,
+    /// Read only when asked for (see [`LocalCodex::read_head`]).
     title: Option<String>,
 }
 
@@ -164,8 +165,9 @@ impl LocalCodex {
         out
     }
 
-    /// Metadata and title from the head of a rollout.
-    fn read_head(file: &mut File, size: u64) -> Head {
+    /// Metadata (and, when asked, the title) from the head of a rollout. The title can sit tens
+    /// of KiB in, so the listing asks for it only for the rows of the page it returns.
+    fn read_head(file: &mut File, size: u64, want_title: bool) -> Head {
         let mut head = Head::default();
         let mut offset = 0u64;
         let mut carry: Vec<u8> = Vec::new();
@@ -186,7 +188,7 @@ impl LocalCodex {
                 if head.meta.is_none() {
                     head.meta = session_meta(&row);
                 }
-                if head.title.is_none() {
+                if want_title && head.title.is_none() {
                     if let RowClass::Human { user_text, .. } = classify_codex(&row) {
                         let t = normalise(&user_text);
                         if !t.is_empty() {
@@ -194,7 +196,7 @@ impl LocalCodex {
                         }
                     }
                 }
-                if head.meta.is_some() && head.title.is_some() {
+                if head.meta.is_some() && (head.title.is_some() || !want_title) {
                     return head;
                 }
             }
@@ -213,7 +215,7 @@ impl LocalCodex {
             let Ok((mut file, meta)) = open_regular(&path) else {
                 continue;
             };
-            let head = Self::read_head(&mut file, meta.len());
+            let head = Self::read_head(&mut file, meta.len(), false);
             if head.meta.as_ref().is_some_and(|m| m.subagent) {
                 continue;
             }
@@ -383,12 +385,17 @@ impl Provider for LocalCodex {
             .into_iter()
             .skip(start)
             .take(limit)
-            .map(|r| CatalogItem {
-                updated_at: mtime_ms(&r.meta),
-                size_bytes: Some(r.meta.len()),
-                cwd: r.head.meta.and_then(|m| m.cwd),
-                title: r.head.title,
-                thread_id: r.id,
+            .map(|r| {
+                let title = open_regular(&r.path)
+                    .ok()
+                    .and_then(|(mut f, m)| Self::read_head(&mut f, m.len(), true).title);
+                CatalogItem {
+                    updated_at: mtime_ms(&r.meta),
+                    size_bytes: Some(r.meta.len()),
+                    cwd: r.head.meta.and_then(|m| m.cwd),
+                    title,
+                    thread_id: r.id,
+                }
             })
             .collect();
         let next = (start + page.len() < total).then(|| (start + page.len()).to_string());
