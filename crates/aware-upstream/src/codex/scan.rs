@@ -30,7 +30,7 @@ pub fn scan_codex_window(window: &[u8], input: &ScanInput) -> Option<(usize, Sca
         } = classify_codex(&row)
         {
             let text = normalise(&user_text);
-            let echo = !text.is_empty() && input.own_recent_user_texts.iter().any(|o| *o == text);
+            let echo = !text.is_empty() && input.own_recent_user_texts.contains(&text);
             if echo {
                 continue;
             }
