@@ -54,7 +54,7 @@ pub(crate) fn read_at(file: &mut File, offset: u64, len: usize) -> std::io::Resu
     Ok(buf)
 }
 
-fn rows(bytes: &[u8]) -> impl Iterator<Item = Value> + '_ {
+pub(crate) fn rows(bytes: &[u8]) -> impl Iterator<Item = Value> + '_ {
     bytes.split(|b| *b == b'\n').filter_map(|line| {
         serde_json::from_slice::<Value>(line.strip_suffix(b"\r").unwrap_or(line)).ok()
     })

@@ -146,7 +146,8 @@ enum Command {
     Mcp(mcp::McpArgs),
     /// Claude Code UserPromptSubmit hook: records the prompt, prints pending notices.
     Hook(hook::HookArgs),
-    /// Adopt a catalog thread (a Claude Code session) so a human typing into it is noticed.
+    /// Adopt a catalog thread (a Claude Code session; a Codex CLI session with `--catalog codex`)
+    /// so a human typing into it is noticed.
     Adopt {
         thread: String,
         #[arg(long, default_value = "claude")]

@@ -6,7 +6,7 @@
 use super::classify::{classify_codex, session_meta, SessionMeta};
 use super::scan::scan_codex_window;
 use crate::classify::{normalise, RowClass};
-use crate::local::{is_uuid, mtime_ms, read_at};
+use crate::local::{is_uuid, mtime_ms, read_at, rows};
 use crate::provider::{CatalogItem, Outcome, Probe, Provider, ProviderError, ThreadInfo};
 use crate::scan::{ScanInput, WINDOW_BYTES};
 use aware_engine::{ImportTurn, Role};
@@ -75,12 +75,6 @@ fn id_from_file_name(path: &Path) -> Option<String> {
     let stem = path.file_name()?.to_str()?.strip_suffix(".jsonl")?;
     let tail = stem.get(stem.len().checked_sub(36)?..)?;
     is_uuid(tail).then(|| tail.to_ascii_lowercase())
-}
-
-fn rows(bytes: &[u8]) -> impl Iterator<Item = Value> + '_ {
-    bytes.split(|b| *b == b'\n').filter_map(|line| {
-        serde_json::from_slice::<Value>(line.strip_suffix(b"\r").unwrap_or(line)).ok()
-    })
 }
 
 /// The text of an assistant message: an envelope `response_item` or a pre-envelope bare item.
