@@ -419,3 +419,46 @@ pub fn wall_ms() -> i64 {
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
 }
+
+#[cfg(test)]
+mod codex_tests {
+    use super::*;
+
+    fn load_with(toml: &str, codex_home_env: Option<&str>) -> GatewayConfig {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, toml).unwrap();
+        let o = Overrides {
+            data_dir: Some(dir.path().to_path_buf()),
+            config: Some(path),
+            ..Overrides::default()
+        };
+        let env = move |k: &str| (k == "CODEX_HOME").then(|| codex_home_env.map(str::to_string))?;
+        GatewayConfig::load(&o, &env).unwrap()
+    }
+
+    #[test]
+    fn codex_home_comes_from_the_file_then_codex_home_then_home() {
+        let c = load_with("[codex]\nhome = \"/x/codex\"\n", Some("/env/codex"));
+        assert_eq!(c.codex_home, Some(PathBuf::from("/x/codex")));
+        let c = load_with("", Some("/env/codex"));
+        assert_eq!(c.codex_home, Some(PathBuf::from("/env/codex")));
+        let c = load_with("", Some(""));
+        assert!(c.codex_home.is_some_and(|h| h.ends_with(".codex")));
+        let c = load_with("[codex]\nenabled = false\nhome = \"/x\"\n", None);
+        assert_eq!(c.codex_home, None);
+    }
+
+    #[test]
+    fn unknown_codex_keys_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, "[codex]\nroot = \"/x\"\n").unwrap();
+        let o = Overrides {
+            config: Some(path),
+            ..Overrides::default()
+        };
+        let e = GatewayConfig::load(&o, &|_| None).unwrap_err();
+        assert!(e.to_string().contains("root"), "{e}");
+    }
+}
