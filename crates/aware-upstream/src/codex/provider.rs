@@ -658,6 +658,32 @@ mod tests {
     }
 
     #[test]
+    fn history_keeps_the_newest_200_messages_of_the_last_512_kib() {
+        let home = tempfile::tempdir().unwrap();
+        let body: String = (0..300).map(|i| prompt(&format!("prompt {i}"))).collect();
+        write_rollout(home.path(), ID_A, &body);
+        let p = LocalCodex::new(home.path());
+        let h = p.open_thread(ID_A, true).unwrap().history;
+        assert_eq!(h.len(), 200);
+        assert_eq!(h[0].text, "prompt 100");
+        assert_eq!(h[199].text, "prompt 299");
+        // Past 512 KiB only the tail is read, from its first complete row.
+        let pad = format!(
+            "{{\"type\":\"response_item\",\"payload\":{{\"type\":\"function_call_output\",\"output\":\"{}\"}}}}\n",
+            "y".repeat(600 * 1024)
+        );
+        write_rollout(
+            home.path(),
+            ID_B,
+            &format!("{}{pad}{}", prompt("too old"), prompt("recent")),
+        );
+        let h = p.open_thread(ID_B, true).unwrap().history;
+        let texts: Vec<&str> = h.iter().map(|t| t.text.as_str()).collect();
+        assert_eq!(texts, ["recent"]);
+        assert!(p.open_thread(ID_B, false).unwrap().history.is_empty());
+    }
+
+    #[test]
     fn a_row_longer_than_the_window_blocks_and_is_never_skipped() {
         let home = tempfile::tempdir().unwrap();
         let path = write_rollout(home.path(), ID_A, "");
