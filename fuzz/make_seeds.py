@@ -118,6 +118,45 @@ synthetic = [
 ]
 write("claude_classifier", rows + windows + synthetic)
 
+# codex_classifier: lines of the real rollouts in ../shared/fixtures/codex (MIT / Apache-2.0, see
+# their README): every prompt event and user-role item of at most 4 KiB, two rows of each other
+# shape, one short window per file, and hand-written rows for the shapes no fixture holds.
+CODEX = os.path.join(HERE, "..", "..", "shared", "fixtures", "codex")
+crow, cother, cwin = [], {}, []
+for path in sorted(glob.glob(os.path.join(CODEX, "*.jsonl"))):
+    lines = [l for l in open(path, "rb").read().split(b"\n") if l.strip()]
+    for line in lines:
+        if len(line) > 4096:
+            continue
+        r = json.loads(line)
+        p = r.get("payload") if isinstance(r.get("payload"), dict) else {}
+        k = (r.get("type"), p.get("type"), p.get("role"))
+        if k in (("event_msg", "user_message", None), ("response_item", "message", "user")):
+            crow.append(line + b"\n")
+        elif len(cother.setdefault(k, [])) < 2:
+            cother[k].append(line + b"\n")
+    short = [l for l in lines if len(l) < 1500][:4]
+    cwin.append(b"\n".join(short) + b"\n" + (short[0][:40] if short else b""))
+for v in cother.values():
+    crow += v
+def ev(payload, ts=ts):
+    return json.dumps({"timestamp": ts, "type": "event_msg", "payload": payload}) + "\n"
+csynthetic = [
+    ev({"type": "user_message", "message": "hello", "kind": "plain"}),
+    ev({"type": "user_message", "message": "x", "kind": "environment_context"}),
+    ev({"type": "user_message", "message": "", "images": ["data:image/png;base64,iVBORw0KGgo="]}),
+    ev({"type": "user_message", "message": "# Context from my IDE setup:\n\n## My request for Codex:\nwhy?"}),
+    ev({"type": "user_message", "message": "<turn_aborted>\ninterrupted\n</turn_aborted>"}),
+    ev({"type": "item_completed", "item": {"type": "UserMessage", "id": "i", "content": [{"type": "text", "text": "paginated"}, {"type": "local_image", "path": "/a.png"}]}}),
+    json.dumps({"id": "0198c0de-0000-7000-8000-000000000001", "timestamp": ts, "instructions": None}) + "\n",
+    '{"record_type":"state"}\n',
+    json.dumps({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "legacy prompt"}]}) + "\n",
+    json.dumps({"type": "session_meta", "payload": {"id": "s", "source": {"subagent": "review"}}}) + "\n",
+    json.dumps({"type": "compacted", "payload": {"message": "summary", "replacement_history": []}}) + "\n",
+    "no newline at all",
+]
+write("codex_classifier", crow + cwin + csynthetic)
+
 S, W = "agent:main:main", "agent:main:worker"
 status = [{}, {"sessionKey": W}, {"sessionKey": W, "changesSince": 0}, {"sessionKey": W, "changesSince": 0, "limit": 5},
           {"limit": 5}, {"sessionKey": "worker", "agentId": "main"}, {"sessionKey": "agent:ops:x"},

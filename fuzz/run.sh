@@ -18,7 +18,7 @@ shift || true
 if [ "$#" -gt 0 ]; then
     targets=("$@")
 else
-    targets=(session_key context_key claude_classifier tool_bodies)
+    targets=(session_key context_key claude_classifier codex_classifier tool_bodies)
 fi
 case "$secs" in '' | *[!0-9]*) echo "run.sh: seconds must be a whole number (got '$secs')" >&2; exit 2 ;; esac
 

@@ -15,16 +15,17 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 
 fn provider_for(req: &Req, catalog_id: &str, host_id: &str) -> ApiResult<Arc<dyn Provider>> {
-    if catalog_id != "claude" {
+    let providers = &req.state.providers;
+    // `claude` is always a catalog (its hosts may all be off); others exist when configured.
+    if catalog_id != "claude" && !providers.keys().any(|(c, _)| c == catalog_id) {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             "unknown_catalog",
             format!("unknown session catalog: {catalog_id}"),
         ));
     }
-    req.state
-        .providers
-        .get(host_id)
+    providers
+        .get(&(catalog_id.to_string(), host_id.to_string()))
         .cloned()
         .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "invalid_host", "hostId is invalid"))
 }

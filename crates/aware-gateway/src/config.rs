@@ -33,6 +33,7 @@ struct FileConfig {
     agents: Option<BTreeMap<String, FileAgent>>,
     monitor: Option<FileMonitor>,
     claude: Option<FileClaude>,
+    codex: Option<FileCodex>,
     nodes: Option<Vec<FileNode>>,
     limits: Option<FileLimits>,
 }
@@ -77,6 +78,13 @@ struct FileMonitor {
 #[serde(deny_unknown_fields)]
 struct FileClaude {
     root: Option<PathBuf>,
+    enabled: Option<bool>,
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FileCodex {
+    home: Option<PathBuf>,
     enabled: Option<bool>,
 }
 
@@ -248,6 +256,9 @@ pub struct GatewayConfig {
     pub monitor: MonitorSettings,
     /// `[claude] root`; `None` when the local provider is disabled.
     pub claude_root: Option<PathBuf>,
+    /// `[codex] home` (`$CODEX_HOME`, default `~/.codex`); `None` when the Codex provider is
+    /// disabled.
+    pub codex_home: Option<PathBuf>,
     pub nodes: Vec<NodeSettings>,
     pub limits: Limits,
     pub http: HttpSettings,
@@ -302,6 +313,7 @@ impl GatewayConfig {
             test_clock_start: None,
             monitor: MonitorSettings::default(),
             claude_root: Some(default_claude_root()),
+            codex_home: Some(default_codex_home(&|k| std::env::var(k).ok())),
             nodes: Vec::new(),
             limits: Limits::default(),
             http: HttpSettings::default(),
@@ -471,6 +483,14 @@ impl GatewayConfig {
                 c.claude_root = Some(root.clone());
             }
         }
+        c.codex_home = Some(default_codex_home(env));
+        if let Some(cx) = &file.codex {
+            if cx.enabled == Some(false) {
+                c.codex_home = None;
+            } else if let Some(home) = &cx.home {
+                c.codex_home = Some(home.clone());
+            }
+        }
         for n in file.nodes.clone().unwrap_or_default() {
             AgentId::parse(&n.id).map_err(|_| {
                 bad(format!(
@@ -634,6 +654,17 @@ pub fn default_claude_root() -> PathBuf {
     home.join(".claude/projects")
 }
 
+/// `$CODEX_HOME` when set and not empty, else `~/.codex` (where Codex CLI keeps its sessions).
+pub fn default_codex_home(env: &dyn Fn(&str) -> Option<String>) -> PathBuf {
+    if let Some(h) = env("CODEX_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(h);
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."));
+    home.join(".codex")
+}
+
 pub fn wall_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -707,5 +738,48 @@ mod tests {
             vec!["http://app.example:3000".to_string()]
         );
         assert_eq!(d.max_connections, 8);
+    }
+}
+
+#[cfg(test)]
+mod codex_tests {
+    use super::*;
+
+    fn load_with(toml: &str, codex_home_env: Option<&str>) -> GatewayConfig {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, toml).unwrap();
+        let o = Overrides {
+            data_dir: Some(dir.path().to_path_buf()),
+            config: Some(path),
+            ..Overrides::default()
+        };
+        let env = move |k: &str| (k == "CODEX_HOME").then(|| codex_home_env.map(str::to_string))?;
+        GatewayConfig::load(&o, &env).unwrap()
+    }
+
+    #[test]
+    fn codex_home_comes_from_the_file_then_codex_home_then_home() {
+        let c = load_with("[codex]\nhome = \"/x/codex\"\n", Some("/env/codex"));
+        assert_eq!(c.codex_home, Some(PathBuf::from("/x/codex")));
+        let c = load_with("", Some("/env/codex"));
+        assert_eq!(c.codex_home, Some(PathBuf::from("/env/codex")));
+        let c = load_with("", Some(""));
+        assert!(c.codex_home.is_some_and(|h| h.ends_with(".codex")));
+        let c = load_with("[codex]\nenabled = false\nhome = \"/x\"\n", None);
+        assert_eq!(c.codex_home, None);
+    }
+
+    #[test]
+    fn unknown_codex_keys_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, "[codex]\nroot = \"/x\"\n").unwrap();
+        let o = Overrides {
+            config: Some(path),
+            ..Overrides::default()
+        };
+        let e = GatewayConfig::load(&o, &|_| None).unwrap_err();
+        assert!(e.to_string().contains("root"), "{e}");
     }
 }

@@ -45,8 +45,9 @@ pub struct AppState {
     pub(crate) sse_delivered: AtomicU64,
     /// Serialises admin clock moves so due timers run in order before each answer.
     pub(crate) clock_lock: tokio::sync::Mutex<()>,
-    /// Catalog providers by host id (`gateway:local`, `node:<id>`).
-    pub(crate) providers: BTreeMap<String, Arc<dyn aware_upstream::provider::Provider>>,
+    /// Catalog providers by (catalog id, host id): (`claude`, `gateway:local`), (`codex`,
+    /// `gateway:local`), (`claude`, `node:<id>`).
+    pub(crate) providers: BTreeMap<(String, String), Arc<dyn aware_upstream::provider::Provider>>,
     /// The upstream monitor, once the engine is ready (when enabled).
     pub(crate) monitor: RwLock<Option<Arc<aware_upstream::monitor::Monitor>>>,
     /// Where provider and paired-node calls run (bounded per provider, off the blocking pool).
@@ -153,19 +154,26 @@ pub fn new_state(config: GatewayConfig, port: u16) -> Shared {
         Some(c) => c.clone(),
         None => Arc::new(SystemClock),
     };
-    let mut providers: BTreeMap<String, Arc<dyn aware_upstream::provider::Provider>> =
-        BTreeMap::new();
+    let mut list: Vec<Arc<dyn aware_upstream::provider::Provider>> = Vec::new();
     if let Some(root) = &config.claude_root {
-        providers.insert(
-            "gateway:local".into(),
-            Arc::new(aware_upstream::local::LocalClaude::new(root.clone())),
-        );
+        list.push(Arc::new(aware_upstream::local::LocalClaude::new(
+            root.clone(),
+        )));
+    }
+    if let Some(home) = &config.codex_home {
+        list.push(Arc::new(aware_upstream::codex::LocalCodex::new(
+            home.clone(),
+        )));
     }
     for n in &config.nodes {
         let client = aware_upstream::node::NodeClient::new(&n.id, &n.url, n.token.as_deref())
             .with_deadline(Duration::from_secs(config.monitor.provider_timeout_secs));
-        providers.insert(format!("node:{}", n.id), Arc::new(client));
+        list.push(Arc::new(client));
     }
+    let providers = list
+        .into_iter()
+        .map(|p| ((p.catalog_id().to_string(), p.host_id()), p))
+        .collect();
     Arc::new(AppState {
         providers,
         monitor: RwLock::new(None),

@@ -5,6 +5,7 @@
 //! - [`scan`]: the window scanner over transcript bytes (04 §8) and node items (04 §10), pure.
 //! - [`provider`]: the catalog provider seam; [`local`]: local Claude Code transcripts;
 //!   [`node`]: paired nodes (the node's item builder and the gateway's HTTP client).
+//! - [`codex`]: Codex CLI rollouts (classifier, window scan, local provider).
 //! - [`monitor`]: the tick on the engine clock (04 §7); [`exec`]: the bounded executor that
 //!   provider calls run on.
 //!
@@ -13,6 +14,7 @@
 
 pub mod bigrow;
 pub mod classify;
+pub mod codex;
 pub mod exec;
 pub mod local;
 pub mod monitor;

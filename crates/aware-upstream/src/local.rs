@@ -36,7 +36,7 @@ pub fn is_uuid(s: &str) -> bool {
         })
 }
 
-fn mtime_ms(meta: &std::fs::Metadata) -> i64 {
+pub(crate) fn mtime_ms(meta: &std::fs::Metadata) -> i64 {
     meta.modified()
         .ok()
         .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
@@ -138,7 +138,7 @@ pub(crate) fn open_in_root(
     Ok((file, meta))
 }
 
-fn rows(bytes: &[u8]) -> impl Iterator<Item = Value> + '_ {
+pub(crate) fn rows(bytes: &[u8]) -> impl Iterator<Item = Value> + '_ {
     bytes.split(|b| *b == b'\n').filter_map(|line| {
         serde_json::from_slice::<Value>(line.strip_suffix(b"\r").unwrap_or(line)).ok()
     })

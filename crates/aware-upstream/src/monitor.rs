@@ -55,7 +55,7 @@ type CounterKey = (String, String, String);
 
 pub struct Monitor {
     engine: Engine,
-    /// The local provider (`gateway:local`) and one provider per paired node (`node:<id>`).
+    /// By `catalog\0host`: the local providers (`gateway:local`) and one per paired node.
     providers: BTreeMap<String, Arc<dyn Provider>>,
     config: MonitorConfig,
     /// Engine time of the next tick; a std mutex, never held across `.await`.
@@ -91,7 +91,10 @@ impl Monitor {
     ) -> Self {
         Monitor {
             engine,
-            providers: providers.into_iter().map(|p| (p.host_id(), p)).collect(),
+            providers: providers
+                .into_iter()
+                .map(|p| (format!("{}\0{}", p.catalog_id(), p.host_id()), p))
+                .collect(),
             config,
             next_due: Mutex::new(started_at + config.first_tick_ms),
             counters: Mutex::new(HashMap::new()),
@@ -168,8 +171,12 @@ impl Monitor {
             .collect();
         self.counters().retain(|k, _| listed.contains(k));
         for links in groups.values() {
-            for (host, provider) in &self.providers {
-                let mine: Vec<&LinkRow> = links.iter().filter(|l| &l.host_id == host).collect();
+            for provider in self.providers.values() {
+                let (host, catalog) = (provider.host_id(), provider.catalog_id());
+                let mine: Vec<&LinkRow> = links
+                    .iter()
+                    .filter(|l| l.host_id == host && l.catalog_id == catalog)
+                    .collect();
                 if mine.is_empty() || !self.live() {
                     continue;
                 }

@@ -80,6 +80,11 @@ pub enum ProviderError {
 pub trait Provider: Send + Sync + 'static {
     /// `gateway:local` or `node:<id>`.
     fn host_id(&self) -> String;
+    /// The session catalog this provider serves (`claude`, `codex`); links and probes are
+    /// routed to a provider by catalog and host.
+    fn catalog_id(&self) -> &'static str {
+        "claude"
+    }
     /// Catalog page, newest first, with an opaque cursor for the next page.
     fn list(
         &self,

@@ -184,13 +184,11 @@ pub fn run(args: BenchArgs, json: bool) -> Result<()> {
             "W6" => w6(&plan),
             _ => w7(&plan).and_then(|o| {
                 let (line, mb_s) = w7_oversized(&plan)?;
-                let line = format!("{}\n{line}", o.line);
-                Ok(Outcome { line, ..o }.figure(
-                    "oversized_check_mb_s",
-                    mb_s,
-                    "MB/s",
-                    Better::Higher,
-                ))
+                let (codex_line, codex_mb_s) = w7_codex(&plan)?;
+                let line = format!("{}\n{line}\n{codex_line}", o.line);
+                Ok(Outcome { line, ..o }
+                    .figure("oversized_check_mb_s", mb_s, "MB/s", Better::Higher)
+                    .figure("codex_scan_mb_s", codex_mb_s, "MB/s", Better::Higher))
             }),
         }
         .with_context(|| format!("workload {w}"))?;
@@ -273,6 +271,72 @@ fn w7(plan: &Plan) -> Result<Outcome> {
         .figure("floor_mb_per_s", floor_rate, "MB/s", Better::Higher)
         .figure("ratio", ratio, "x", Better::Lower)
         .target("scan_mb_per_s", 1000.0))
+}
+
+/// W7, Codex: the Codex rollout scan (`scan_codex_window`) over ~100 MB built from the real
+/// rollouts in `../shared/fixtures/codex` (synthetic rows when absent), in 1 MiB windows as the
+/// monitor reads them, next to a plain newline count over the same bytes.
+fn w7_codex(plan: &Plan) -> Result<(String, f64)> {
+    use aware_upstream::codex::scan::scan_codex_window;
+    use aware_upstream::scan::{ScanInput, WINDOW_BYTES};
+    let target = (100u64 << 20) / plan.scale;
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/codex");
+    let mut corpus: Vec<u8> = Vec::new();
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    files.retain(|p: &PathBuf| p.extension().is_some_and(|x| x == "jsonl"));
+    files.sort();
+    for f in files {
+        let mut bytes = std::fs::read(&f)?;
+        if !bytes.ends_with(b"\n") {
+            bytes.push(b'\n');
+        }
+        corpus.extend_from_slice(&bytes);
+    }
+    let source = if corpus.is_empty() {
+        for i in 0..2000 {
+            corpus.extend_from_slice(format!("{{\"type\":\"response_item\",\"payload\":{{\"type\":\"message\",\"role\":\"user\",\"content\":[{{\"type\":\"input_text\",\"text\":\"prompt {i}\"}}]}}}}\n{{\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"type\":\"event_msg\",\"payload\":{{\"type\":\"user_message\",\"message\":\"prompt {i}\"}}}}\n").as_bytes());
+        }
+        "synthetic rows"
+    } else {
+        "the real rollouts"
+    };
+    let mut buf = Vec::with_capacity(target as usize + corpus.len());
+    while (buf.len() as u64) < target {
+        buf.extend_from_slice(&corpus);
+    }
+    let mb = buf.len() as f64 / (1u64 << 20) as f64;
+    let t = Instant::now();
+    let newlines = buf.iter().filter(|b| **b == b'\n').count();
+    let floor_secs = t.elapsed().as_secs_f64();
+    let input = ScanInput {
+        own_recent_user_texts: &[],
+        queued: &[],
+        fallback_time_ms: 0,
+    };
+    let t = Instant::now();
+    let (mut offset, mut turns, mut windows) = (0usize, 0u64, 0u64);
+    while offset < buf.len() {
+        let end = (offset + WINDOW_BYTES).min(buf.len());
+        let Some((consumed, out)) = scan_codex_window(&buf[offset..end], &input) else {
+            break;
+        };
+        offset += consumed;
+        turns += u64::from(out.human_turns);
+        windows += 1;
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let mb_s = mb / secs.max(1e-9);
+    Ok((
+        format!(
+            "W7 Codex window scan over {mb:.0} MB of {source} ({windows} windows of <= 1 MiB, {turns} human turns, {newlines} rows): {mb_s:.0} MB/s | floor newline count {:.0} MB/s | ratio {:.1}x",
+            mb / floor_secs.max(1e-9),
+            secs / floor_secs.max(1e-9)
+        ),
+        mb_s,
+    ))
 }
 
 /// W1: appends round-robin over `sessions` children, each watched by its parent; one caller.

@@ -253,7 +253,8 @@ enum Command {
     },
     /// Check the gateway, token, session, a project's Claude Code configs and the Claude root.
     Doctor(doctor::DoctorArgs),
-    /// Adopt a catalog thread (a Claude Code session) so a human typing into it is noticed.
+    /// Adopt a catalog thread (a Claude Code session; a Codex CLI session with `--catalog codex`)
+    /// so a human typing into it is noticed.
     Adopt {
         /// Thread id (a Claude Code session id, see `aware catalog`).
         thread: String,
