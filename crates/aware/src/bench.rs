@@ -29,6 +29,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// Arguments of `aware bench`.
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
+    /// Print a JSON report of every figure and target on stdout (the text goes to stderr), for
+    /// `aware bench --compare A.json B.json`.
+    #[arg(long)]
+    pub json: bool,
     /// Events per append workload (W1, W2, W3); retained rows of W4 and W5; W6 sweeps
     /// events/5 pending cursors.
     #[arg(long, default_value_t = 50_000)]
@@ -1534,7 +1538,7 @@ impl Report {
         if self.json {
             eprintln!("{text}");
         } else {
-            println!("{text}");
+            say!("{text}");
         }
     }
 
@@ -1599,7 +1603,7 @@ impl Report {
                 "seconds": total_secs,
                 "workloads": self.workloads,
             });
-            println!("{}", serde_json::to_string_pretty(&doc)?);
+            say!("{}", serde_json::to_string_pretty(&doc)?);
         }
         Ok(())
     }
@@ -1623,7 +1627,7 @@ fn compare(a_path: &Path, b_path: &Path) -> Result<()> {
         Ok(v)
     };
     let (a, b) = (load(a_path)?, load(b_path)?);
-    println!(
+    say!(
         "A = {} ({} {}{}), B = {} ({} {}{}); ratio = B / A",
         a_path.display(),
         a["bench"].as_str().unwrap_or("?"),
@@ -1635,20 +1639,25 @@ fn compare(a_path: &Path, b_path: &Path) -> Result<()> {
         if b["quick"] == true { ", quick" } else { "" },
     );
     if a["quick"] != b["quick"] {
-        println!("note: one run is --quick and the other is not; sizes differ");
+        say!("note: one run is --quick and the other is not; sizes differ");
     }
     let empty = Vec::new();
     let workloads = |v: &Value| v["workloads"].as_array().unwrap_or(&empty).clone();
     let (wa, wb) = (workloads(&a), workloads(&b));
-    println!(
+    say!(
         "{:<12} {:<26} {:>14} {:>14} {:<6} {:>8}  verdict",
-        "workload", "figure", "A", "B", "unit", "B/A"
+        "workload",
+        "figure",
+        "A",
+        "B",
+        "unit",
+        "B/A"
     );
     let (mut better, mut worse) = (0, 0);
     for w in &wb {
         let id = w["id"].as_str().unwrap_or("?");
         let Some(old) = wa.iter().find(|x| x["id"] == w["id"]) else {
-            println!("{id:<12} only in B");
+            say!("{id:<12} only in B");
             continue;
         };
         for f in w["figures"].as_array().unwrap_or(&empty) {
@@ -1657,7 +1666,7 @@ fn compare(a_path: &Path, b_path: &Path) -> Result<()> {
                 .as_array()
                 .and_then(|fs| fs.iter().find(|x| x["name"] == f["name"]))
             else {
-                println!("{id:<12} {name:<26} only in B");
+                say!("{id:<12} {name:<26} only in B");
                 continue;
             };
             let (va, vb) = (of["value"].as_f64(), f["value"].as_f64());
@@ -1675,7 +1684,7 @@ fn compare(a_path: &Path, b_path: &Path) -> Result<()> {
                 worse += 1;
                 "worse"
             };
-            println!(
+            say!(
                 "{id:<12} {name:<26} {:>14} {:>14} {:<6} {:>7.2}x  {verdict}",
                 fmt_value(va),
                 fmt_value(vb),
@@ -1692,7 +1701,7 @@ fn compare(a_path: &Path, b_path: &Path) -> Result<()> {
             if let Some(was) = was {
                 if was != t["pass"] {
                     let word = |p: &Value| if *p == true { "PASS" } else { "FAIL" };
-                    println!(
+                    say!(
                         "{id:<12} target {} {} {}: {} -> {}",
                         t["figure"].as_str().unwrap_or("?"),
                         t["op"].as_str().unwrap_or("?"),
@@ -1706,10 +1715,10 @@ fn compare(a_path: &Path, b_path: &Path) -> Result<()> {
     }
     for w in &wa {
         if !wb.iter().any(|x| x["id"] == w["id"]) {
-            println!("{:<12} only in A", w["id"].as_str().unwrap_or("?"));
+            say!("{:<12} only in A", w["id"].as_str().unwrap_or("?"));
         }
     }
-    println!("{better} figures better, {worse} worse (beyond 3 %)");
+    say!("{better} figures better, {worse} worse (beyond 3 %)");
     Ok(())
 }
 

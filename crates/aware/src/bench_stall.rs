@@ -254,7 +254,7 @@ pub fn run(args: StallBenchArgs) -> Result<()> {
         .tempdir()
         .context("creating the bench directory")?;
     let dir = |name: &str| -> PathBuf { tmp.path().join(name) };
-    println!(
+    say!(
         "bench-stall: GET /v1/sessions/{{key}}, {} requests per run, one keep-alive client",
         fmt_int(requests)
     );
@@ -305,7 +305,7 @@ pub fn run(args: StallBenchArgs) -> Result<()> {
         match TcpStream::connect(("127.0.0.1", g.port)) {
             Ok(s) => idle.push(s),
             Err(e) => {
-                println!(
+                say!(
                     "  note: opened {} idle connections, then: {e}",
                     fmt_int(idle.len() as u64)
                 );
@@ -324,7 +324,7 @@ pub fn run(args: StallBenchArgs) -> Result<()> {
         let _ = h.join();
     }
     let line = |name: &str, o: &Outcome| {
-        println!(
+        say!(
             "  {name:<9} p50 {:>9}  p99 {:>9}  max {:>9}  errors {}  threads (max) {}",
             fmt_dur(o.p50),
             fmt_dur(o.p99),
@@ -335,7 +335,7 @@ pub fn run(args: StallBenchArgs) -> Result<()> {
     };
     line("baseline", &b);
     line("stalled", &s);
-    println!(
+    say!(
         "  stalled run: {} idle connections, {} wakes sent, {} webhook connections held, {} node connections held, webhook in flight {} queued {}",
         fmt_int(idle.len() as u64),
         fmt_int(wakes.load(Ordering::Relaxed)),

@@ -33,7 +33,7 @@ impl Http {
     ) -> Result<Value> {
         let shown = body.as_ref().map(|b| format!(" {b}")).unwrap_or_default();
         let who = caller.map(|c| format!("  (as {c})")).unwrap_or_default();
-        println!("  → {method} {path}{shown}{who}");
+        say!("  → {method} {path}{shown}{who}");
         self.quiet(method, path, caller, body)
     }
 
@@ -64,7 +64,7 @@ impl Http {
 }
 
 fn say(step: &str) {
-    println!("\n== {step}");
+    say!("\n== {step}");
 }
 
 use crate::client::seg;
@@ -87,7 +87,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
     let http = Http {
         base: format!("http://{addr}"),
     };
-    println!(
+    say!(
         "aware demo: a gateway on http://{addr} with its store in {}",
         dir.path().display()
     );
@@ -101,7 +101,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
     let _ = stop_tx.send(());
     let _ = runtime.block_on(server);
     if args.keep {
-        println!("\ndata kept in {}", dir.keep().display());
+        say!("\ndata kept in {}", dir.keep().display());
     }
     story
 }
@@ -130,7 +130,7 @@ fn tell(http: &Http) -> Result<()> {
         .as_str()
         .context("spawn answers childSessionKey")?
         .to_string();
-    println!("    spawned {worker1}\n    spawned {worker2}");
+    say!("    spawned {worker1}\n    spawned {worker2}");
     let watches = http.call(
         "GET",
         &format!("/v1/sessions/{}/watches", seg(manager)),
@@ -138,7 +138,7 @@ fn tell(http: &Http) -> Result<()> {
         None,
     )?;
     for c in watches["watches"].as_array().into_iter().flatten() {
-        println!(
+        say!(
             "    the manager watches {} from version {} (nothing before the spawn ever notifies)",
             c["targetSessionKey"].as_str().unwrap_or(""),
             c["lastSeen"]
@@ -153,7 +153,7 @@ fn tell(http: &Http) -> Result<()> {
         Some(json!({"advanceMs": 1000})),
     )?;
     let t = http.call("POST", &format!("/v1/sessions/{}/turns", seg(&worker1)), None, Some(json!({"role": "user", "text": "actually, use the staging database", "channel": "slack"})))?;
-    println!(
+    say!(
         "    recorded event #{} {}: \"{}\" (the log never holds message text)",
         t["event"]["sequence"],
         t["event"]["kind"].as_str().unwrap_or(""),
@@ -167,7 +167,7 @@ fn tell(http: &Http) -> Result<()> {
         None,
         None,
     )?;
-    println!("    {}", d["prompt"].as_str().unwrap_or(""));
+    say!("    {}", d["prompt"].as_str().unwrap_or(""));
     let since = d["notices"][0]["lastSeen"].as_i64().unwrap_or(0);
 
     say("Before acting, the manager reconciles with session_status changesSince");
@@ -177,16 +177,17 @@ fn tell(http: &Http) -> Result<()> {
         Some(manager),
         Some(json!({"sessionKey": worker1, "changesSince": since})),
     )?;
-    println!(
+    say!(
         "    stateVersion {}; historyGap {}",
-        st["stateVersion"], st["stateChanges"]["historyGap"]
+        st["stateVersion"],
+        st["stateChanges"]["historyGap"]
     );
     for e in st["stateChanges"]["events"]
         .as_array()
         .into_iter()
         .flatten()
     {
-        println!(
+        say!(
             "    #{} {} by {}: {}",
             e["sequence"],
             e["kind"].as_str().unwrap_or(""),
@@ -196,7 +197,7 @@ fn tell(http: &Http) -> Result<()> {
     }
 
     say("A burst of 20 more human messages still yields one line");
-    println!("  → POST /v1/sessions/{}/turns {{\"role\":\"user\",\"text\":\"note <i>\",\"channel\":\"slack\"}}  × 20", seg(&worker1));
+    say!("  → POST /v1/sessions/{}/turns {{\"role\":\"user\",\"text\":\"note <i>\",\"channel\":\"slack\"}}  × 20", seg(&worker1));
     for i in 0..20 {
         http.quiet(
             "POST",
@@ -212,7 +213,7 @@ fn tell(http: &Http) -> Result<()> {
         None,
     )?;
     for n in p["notices"].as_array().into_iter().flatten() {
-        println!("    {}", n["text"].as_str().unwrap_or(""));
+        say!("    {}", n["text"].as_str().unwrap_or(""));
     }
     let d = http.call(
         "POST",
@@ -220,7 +221,7 @@ fn tell(http: &Http) -> Result<()> {
         None,
         None,
     )?;
-    println!("    drained {} notice(s); pendingAfter {}: the burst went on after the notice froze, so exactly one follow-up opens", d["notices"].as_array().map_or(0, |a| a.len()), d["pendingAfter"]);
+    say!("    drained {} notice(s); pendingAfter {}: the burst went on after the notice froze, so exactly one follow-up opens", d["notices"].as_array().map_or(0, |a| a.len()), d["pendingAfter"]);
 
     say("Worker 2's run times out: recorded for reconciliation, no notice");
     http.call(
@@ -240,7 +241,7 @@ fn tell(http: &Http) -> Result<()> {
         .into_iter()
         .flatten()
     {
-        println!(
+        say!(
             "    #{} {}: {}",
             e["sequence"],
             e["kind"].as_str().unwrap_or(""),
@@ -259,7 +260,7 @@ fn tell(http: &Http) -> Result<()> {
         .flatten()
         .filter(|n| n["targetSessionKey"] == worker2.as_str())
         .count();
-    println!("    notices about worker 2: {about_w2}");
+    say!("    notices about worker 2: {about_w2}");
 
     say("The manager stops listening to worker 1");
     let u = http.call(
@@ -280,7 +281,7 @@ fn tell(http: &Http) -> Result<()> {
         None,
         None,
     )?;
-    println!(
+    say!(
         "    unwatched: {}; pending notices now: {}",
         u["unwatched"],
         p["notices"].as_array().map_or(0, |a| a.len())

@@ -8,6 +8,14 @@ use context::Conn;
 use serde_json::{json, Value};
 use std::time::Duration;
 
+/// `println!` for the commands that print reports: a closed pipe (`aware bench | head`) ends the
+/// process quietly instead of panicking.
+macro_rules! say {
+    ($($t:tt)*) => {
+        $crate::client::out(&format!($($t)*))
+    };
+}
+
 mod bench;
 mod bench_http;
 mod bench_stall;
@@ -748,11 +756,13 @@ fn main() {
         }
         Command::Bench(args) => {
             init_quiet_logs();
-            bench::run(args, cli.json)
+            let json = args.json;
+            bench::run(args, json)
         }
         Command::BenchHttp(args) => {
             init_quiet_logs();
-            bench_http::run(args, cli.json)
+            let json = args.json;
+            bench_http::run(args, json)
         }
         Command::BenchStall(args) => {
             init_quiet_logs();

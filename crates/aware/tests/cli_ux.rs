@@ -230,7 +230,7 @@ fn client_flags_are_refused_by_serve_demo_and_bench() {
     for args in [
         vec!["serve", "--session", W],
         vec!["demo", "--url", "http://x"],
-        vec!["bench", "--json"],
+        vec!["bench", "--url", "http://x"],
         vec!["--session", W, "serve"],
     ] {
         let out = run(&args);
