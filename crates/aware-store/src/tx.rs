@@ -10,6 +10,8 @@ pub trait ReadTx {
     fn session_exists(&self, key: &str, agent: &str) -> Result<bool>;
     fn session_by_label(&self, agent: &str, label: &str) -> Result<Option<SessionRow>>;
     fn list_sessions(&self, filter: &SessionFilter) -> Result<Vec<SessionRow>>;
+    /// One page of the console's session table and the number of rows matching the filter.
+    fn console_sessions(&self, filter: &ConsoleFilter) -> Result<(Vec<ConsoleRow>, u64)>;
 
     fn head(&self, key: &str, agent: &str) -> Result<Option<HeadRow>>;
     /// Heads of many streams; a missing head is `None`, in input order.
