@@ -11,6 +11,7 @@
 
 mod append;
 mod clock;
+mod console;
 mod error;
 mod links;
 mod metrics;
@@ -23,6 +24,7 @@ mod watch;
 
 pub use append::{Admission, AppendOutcome, AppendRequest, NotRecorded};
 pub use clock::{Clock, ClockBackwards, ManualClock, SystemClock};
+pub use console::{ConsoleSession, EdgeKind, Graph, GraphEdge, GraphNode};
 pub use error::{EngineError, Result};
 pub use links::{
     adopted_key, canonical_json, source_key16, AdoptRequest, AdoptResult, ImportTurn, LinkDelete,
@@ -74,6 +76,8 @@ pub(crate) struct Inner {
     pub(crate) prune_lock: Mutex<()>,
     /// Engine time of the last prune pass, for the interval timer.
     pub(crate) last_prune_at: Mutex<Option<i64>>,
+    /// Bumped after every committed op (the console's change hint).
+    pub(crate) changes: tokio::sync::watch::Sender<u64>,
 }
 
 /// A cheap, cloneable handle to the engine.
@@ -124,6 +128,7 @@ impl Engine {
                 wakes: WakeHub::new(window_ms),
                 prune_lock: Mutex::new(()),
                 last_prune_at: Mutex::new(None),
+                changes: tokio::sync::watch::channel(0).0,
                 config,
             }),
         })
@@ -292,6 +297,7 @@ fn unwrap_rejected(e: StoreError) -> EngineError {
 }
 
 fn apply_effects(inner: &Arc<Inner>, effects: Effects, now: i64) {
+    inner.changes.send_modify(|g| *g = g.wrapping_add(1));
     let m = &inner.metrics;
     for kind in &effects.appended {
         m.appended(*kind);

@@ -8,6 +8,7 @@ mod admin;
 mod body;
 mod catalog;
 pub mod config;
+mod console;
 mod error;
 mod metrics;
 mod node_server;

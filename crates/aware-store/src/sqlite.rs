@@ -1089,6 +1089,24 @@ impl ReadTx for SqlTx<'_> {
         )
     }
 
+    fn events_before(
+        &self,
+        key: &str,
+        agent: &str,
+        before: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredEvent>> {
+        self.check_log_read()?;
+        self.query_vec(
+            &format!(
+                "SELECT {EVENT_COLS} FROM session_state_events WHERE session_key = ?1 AND agent_id = ?2 \
+                 AND sequence < ?3 ORDER BY sequence DESC LIMIT ?4"
+            ),
+            &[&key, &agent, &before, &i64::from(limit)],
+            event_from_row,
+        )
+    }
+
     fn earliest_sequence(&self, key: &str, agent: &str) -> Result<Option<i64>> {
         self.check_log_read()?;
         self.query_opt(
@@ -1304,6 +1322,17 @@ impl ReadTx for SqlTx<'_> {
             ),
             &[],
             link_from_row,
+        )
+    }
+
+    fn runs_of(&self, key: &str, agent: &str, limit: u32) -> Result<Vec<RunRow>> {
+        self.query_vec(
+            &format!(
+                "SELECT {RUN_COLS} FROM runs WHERE session_key = ?1 AND agent_id = ?2 \
+                 ORDER BY started_at DESC, run_id LIMIT ?3"
+            ),
+            &[&key, &agent, &i64::from(limit)],
+            run_from_row,
         )
     }
 

@@ -264,3 +264,48 @@ fn console_page_timing_at_10k_sessions() {
         println!("console_sessions sort={name}: p50 {:?}", times[10]);
     }
 }
+
+#[test]
+fn events_before_pages_backwards_and_runs_of_lists_newest_first() {
+    let (_d, store) = open();
+    seed(&store);
+    store
+        .write(|tx| {
+            for at in 300..303 {
+                let seq = tx.insert_event(&event(W1, "main", ActorType::System, at))?;
+                tx.upsert_head(W1, "main", seq, at)?;
+            }
+            for (i, at) in [(1, 10), (2, 30), (3, 20)] {
+                tx.insert_run(&RunRow {
+                    run_id: format!("r{i}"),
+                    session_key: W1.into(),
+                    agent_id: "main".into(),
+                    session_id: "sid".into(),
+                    started_at: at,
+                    ended_at: None,
+                    outcome: None,
+                    deadline_at: None,
+                    event_sequence: None,
+                })?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    let page = store
+        .read(|r| r.events_before(W1, "main", i64::MAX, 2))
+        .unwrap();
+    let at: Vec<i64> = page.iter().map(|e| e.occurred_at).collect();
+    assert_eq!(at, [302, 301], "newest first");
+    let older = store
+        .read(|r| r.events_before(W1, "main", page[1].sequence, 10))
+        .unwrap();
+    let at: Vec<i64> = older.iter().map(|e| e.occurred_at).collect();
+    assert_eq!(
+        at,
+        [300, 100],
+        "the next page continues below the last sequence shown"
+    );
+    let runs = store.read(|r| r.runs_of(W1, "main", 2)).unwrap();
+    let ids: Vec<&str> = runs.iter().map(|r| r.run_id.as_str()).collect();
+    assert_eq!(ids, ["r2", "r3"]);
+}
