@@ -128,7 +128,8 @@ impl Engine {
                     .map(|c| (c.watcher.clone(), Notice::from_cursor(c)))
                     .collect();
                 let turn_count = tx.turn_count(key, agent)?;
-                let after = (turn_count - i64::from(turn_limit)).max(0);
+                // Turn indexes start at 0: the newest `turn_limit` are those above this one.
+                let after = turn_count - i64::from(turn_limit) - 1;
                 let turns = tx.turns(key, agent, Some(after), turn_limit)?;
                 Ok(ConsoleSession {
                     session: session.clone(),
