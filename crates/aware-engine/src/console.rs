@@ -76,6 +76,9 @@ pub struct Graph {
     pub truncated: bool,
 }
 
+/// A session as (key, agent).
+type Pair = (String, String);
+
 /// The agent of an agent-qualified key (watchers always are).
 fn agent_of(key: &str) -> Option<String> {
     aware_core::SessionKey::parse(key)
@@ -233,8 +236,7 @@ impl Engine {
                     limit: keys.len().max(1) as u32,
                     ..Default::default()
                 })?;
-                let mut edges: BTreeMap<((String, String), (String, String)), GraphEdge> =
-                    BTreeMap::new();
+                let mut edges: BTreeMap<(Pair, Pair), GraphEdge> = BTreeMap::new();
                 for (key, _agent) in &keys {
                     let Some(wa) = agent_of(key) else { continue };
                     let from = (key.clone(), wa);
