@@ -167,6 +167,7 @@ impl Engine {
             Ok((|| {
                 let mut truncated = false;
                 let mut nodes: BTreeSet<(String, String)> = BTreeSet::new();
+                let mut known_rows: Option<Vec<ConsoleRow>> = None;
                 match focus {
                     Some(f) => {
                         load_session(tx, f)?;
@@ -174,6 +175,9 @@ impl Engine {
                         let mut queue = VecDeque::from([(start.clone(), 0u32)]);
                         nodes.insert(start);
                         while let Some(((key, agent), d)) = queue.pop_front() {
+                            if truncated {
+                                break;
+                            }
                             if d >= depth {
                                 continue;
                             }
@@ -224,18 +228,29 @@ impl Engine {
                         })?;
                         truncated = total > u64::from(limit);
                         nodes.extend(
-                            rows.into_iter()
-                                .map(|r| (r.session.key, r.session.agent_id)),
+                            rows.iter()
+                                .map(|r| (r.session.key.clone(), r.session.agent_id.clone())),
                         );
+                        known_rows = Some(rows);
                     }
                 }
                 let keys: Vec<(String, String)> = nodes.iter().cloned().collect();
-                let (rows, _) = tx.console_sessions(&ConsoleFilter {
-                    keys: keys.clone(),
-                    sort: aware_store::ConsoleSort::Key,
-                    limit: keys.len().max(1) as u32,
-                    ..Default::default()
-                })?;
+                // An empty key list means "no restriction" to the store: answer here.
+                if keys.is_empty() {
+                    return Ok(Graph::default());
+                }
+                let rows = match known_rows {
+                    Some(rows) => rows,
+                    None => {
+                        tx.console_sessions(&ConsoleFilter {
+                            keys: keys.clone(),
+                            sort: aware_store::ConsoleSort::Key,
+                            limit: keys.len() as u32,
+                            ..Default::default()
+                        })?
+                        .0
+                    }
+                };
                 let mut edges: BTreeMap<(Pair, Pair), GraphEdge> = BTreeMap::new();
                 for (key, _agent) in &keys {
                     let Some(wa) = agent_of(key) else { continue };

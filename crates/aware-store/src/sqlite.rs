@@ -975,8 +975,10 @@ impl ReadTx for SqlTx<'_> {
                     format!("(?{}, ?{})", args.len() - 1, args.len())
                 })
                 .collect();
+            // Driven by the primary key: a row-value IN over the whole table would scan it.
             filter.push_str(&format!(
-                " AND (session_key, agent_id) IN (VALUES {})",
+                " AND rowid IN (SELECT s2.rowid FROM (VALUES {}) v \
+                 JOIN sessions s2 ON s2.session_key = v.column1 AND s2.agent_id = v.column2)",
                 marks.join(",")
             ));
         }
