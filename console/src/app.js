@@ -268,7 +268,7 @@ window.addEventListener('hashchange', () => render());
 // ---- overview ----------------------------------------------------------------------------
 
 function barChart(title, items, alt = new Set()) {
-  const w = 320; const rowH = 20; const labelW = 150;
+  const w = 310; const rowH = 20; const labelW = 158;
   const max = Math.max(1, ...items.map(([, v]) => v));
   const h = items.length * rowH + 4;
   const rows = items.map(([label, v], i) => {

@@ -81,6 +81,16 @@ async function test(name, f) {
 
 function assert(cond, msg) { if (!cond) throw new Error(msg); }
 
+// Polls `f` in the page. (page.waitForFunction compiles its predicate with `new Function`,
+// which the console's Content-Security-Policy forbids, as it should.)
+async function waitIn(page, f, arg, timeout = 3000) {
+  const deadline = Date.now() + timeout;
+  while (!(await page.evaluate(f, arg))) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${f}`);
+    await sleep(25);
+  }
+}
+
 async function main() {
   const srv = await startServer();
   // A manager with two workers (spawned: the manager watches them by its spawn cursor).
@@ -114,7 +124,7 @@ async function main() {
     }
     await page.fill('#f-q', 'w2');
     await page.press('#f-q', 'Enter');
-    await page.waitForFunction(() => document.querySelectorAll('#sessions-table tbody tr').length === 1);
+    await waitIn(page, () => document.querySelectorAll('#sessions-table tbody tr').length === 1);
     assert(await table.locator(`tr[data-key="${W2}"]`).count() === 1, 'the text filter keeps w2');
   });
 
@@ -145,7 +155,7 @@ async function main() {
     const body = await page.locator('#confirm-body').innerText();
     assert(body.includes(`Session "${W1}" changed`), `the peek shows the notice text: ${body}`);
     await page.click('#confirm-ok');
-    await page.waitForFunction(() => document.querySelector('#drain')?.disabled === true, null, { timeout: 3000 });
+    await waitIn(page, () => document.querySelector('#drain')?.disabled === true);
     await page.goto(`${srv.base}/ui/#/graph`);
     await page.locator(`#edges-table tr[data-edge="${MGR} -> ${W1}"][data-pending="false"]`).waitFor({ timeout: 3000 });
   });
@@ -188,7 +198,7 @@ async function main() {
     const sel = await page.locator('#cy-selected').innerText();
     assert(sel.startsWith('Selected agent:main:'), `arrow keys select a session: ${sel}`);
     await page.keyboard.press('Enter');
-    await page.waitForFunction(() => location.hash.startsWith('#/session/'), null, { timeout: 3000 });
+    await waitIn(page, () => location.hash.startsWith('#/session/'));
   });
 
   await test('with a token set the console asks for it and refuses a wrong one', async () => {
