@@ -174,6 +174,8 @@ function scheduleRefresh() {
   refreshTimer = setTimeout(() => {
     refreshTimer = null;
     render(true);
+    // Keep sampling the counters for the overview's per-minute charts on other pages too.
+    if (parseHash().page !== 'overview') api('/v1/console/overview').then(recordSample, () => {});
   }, 100);
 }
 
@@ -283,8 +285,45 @@ function barChart(title, items, alt = new Set()) {
     `<svg viewBox="0 0 ${w} ${h}" role="img" aria-label="${esc(title)}: ${esc(desc)}">${rows}</svg></figure>`;
 }
 
+// Counter samples taken by this page (on load and on every live hint), for per-minute rates.
+const samples = [];
+
+function recordSample(o) {
+  const events = Object.values(o.eventsAppended).reduce((s, v) => s + v, 0);
+  samples.push({ t: Date.now(), events, opened: o.notices.opened, acked: o.notices.acked });
+  while (samples.length > 2000) samples.shift();
+}
+
+function perMinute(field, minutes = 10) {
+  const now = Date.now();
+  const buckets = Array(minutes).fill(0);
+  for (let i = 1; i < samples.length; i++) {
+    const d = samples[i][field] - samples[i - 1][field];
+    const age = Math.floor((now - samples[i].t) / 60000);
+    if (age < minutes && d > 0) buckets[minutes - 1 - age] += d;
+  }
+  return buckets;
+}
+
+function columnChart(title, series, minutes = 10) {
+  const w = 310; const h = 110; const base = 90; const groupW = (w - 20) / minutes;
+  const max = Math.max(1, ...series.flatMap((s) => s.values));
+  const barW = Math.max(2, (groupW - 4) / series.length);
+  let bars = '';
+  series.forEach((s, si) => s.values.forEach((v, i) => {
+    const bh = Math.round((70 * v) / max);
+    bars += `<rect class="bar${s.alt ? ' alt' : ''}" x="${(10 + i * groupW + si * barW).toFixed(1)}" y="${base - bh}" width="${(barW - 1).toFixed(1)}" height="${bh}"><title>${esc(s.name)}: ${v}</title></rect>`;
+  }));
+  const legend = series.map((s, i) => `<rect class="bar${s.alt ? ' alt' : ''}" x="${10 + i * 110}" y="98" width="8" height="8"></rect><text x="${22 + i * 110}" y="106">${esc(s.name)}</text>`).join('');
+  const desc = series.map((s) => `${s.name} per minute, oldest first: ${s.values.join(', ')}`).join('; ');
+  return `<figure class="chart"><figcaption><h3>${esc(title)}</h3></figcaption>` +
+    `<svg viewBox="0 0 ${w} ${h}" role="img" aria-label="${esc(title)}: ${esc(desc)}">` +
+    `<text x="10" y="10">max ${max}/min</text><line x1="10" x2="${w - 10}" y1="${base}" y2="${base}" stroke="currentColor" opacity=".3"></line>${bars}${legend}</svg></figure>`;
+}
+
 async function renderOverview() {
   const o = await api('/v1/console/overview');
+  recordSample(o);
   const ev = Object.entries(o.eventsAppended);
   const total = ev.reduce((s, [, v]) => s + v, 0);
   const commitMean = o.store.commits ? (o.store.commitMicrosSum / o.store.commits / 1000).toFixed(2) : '0';
@@ -301,12 +340,15 @@ async function renderOverview() {
       ${card(`${commitMean} ms`, 'mean store commit')}
     </div>
     <div class="charts">
+      ${columnChart('Events per minute (last 10 min)', [{ name: 'events', values: perMinute('events') }])}
+      ${columnChart('Notices per minute (last 10 min)', [{ name: 'opened', values: perMinute('opened'), alt: true }, { name: 'acknowledged', values: perMinute('acked') }])}
       ${barChart('Events recorded by kind', ev)}
       ${barChart('Notices', [['opened', o.notices.opened], ['follow-ups', o.notices.followUps], ['acknowledged', o.notices.acked]], new Set(['opened']))}
       ${barChart('Upstream monitor', [['ticks', o.monitor.ticks], ['human turns found', o.monitor.humanTurns], ['missing', o.monitor.missing], ['provider timeouts', o.monitor.providerTimeouts]])}
       ${barChart('Store commits by latency', o.store.commitBuckets.map((b) => [`≤ ${b.leMicros >= 1000 ? b.leMicros / 1000 + ' ms' : b.leMicros + ' µs'}`, b.count]))}
     </div>
-    <p class="muted">Figures come from the same counters as <code>/metrics</code> (since the gateway started).
+    <p class="muted">Figures come from the same counters as <code>/metrics</code> (since the gateway started);
+    per-minute rates from the changes this page saw since it opened.
     ${o.monitor.enabled ? '' : 'The upstream monitor is off.'}</p>`;
 }
 

@@ -173,7 +173,15 @@ async function main() {
   });
 
   await screenshots(page, srv, 'session', `#/session/main/${k(W1)}`);
-  await screenshots(page, srv, 'overview', '#/overview');
+  // Some activity while the overview is open, so its per-minute charts have something to show.
+  await screenshots(page, srv, 'overview', '#/overview', async () => {
+    for (const w of [W1, W2, W1]) {
+      await srv.call('POST', `/v1/sessions/${k(w)}/turns`, { role: 'user', text: 'status?', provenance: { kind: 'human', humanId: 'bob' } });
+      await sleep(300);
+    }
+    await srv.call('POST', `/v1/sessions/${k(MGR)}/drain`, {});
+    await sleep(400);
+  });
 
   await test('keyboard navigation reaches the table and the graph', async () => {
     await page.emulateMedia({ colorScheme: 'light' });
@@ -227,7 +235,7 @@ async function main() {
   await ctx.close();
 }
 
-async function screenshots(page, srv, name, hash) {
+async function screenshots(page, srv, name, hash, activity) {
   await test(`screenshots of the ${name} page (light and dark)`, async () => {
     mkdirSync(images, { recursive: true });
     for (const scheme of ['light', 'dark']) {
@@ -235,6 +243,8 @@ async function screenshots(page, srv, name, hash) {
       await page.goto(`${srv.base}/ui/${hash}`);
       await page.reload();
       await page.locator('#view h2').first().waitFor();
+      await page.locator('#live.on').waitFor({ timeout: 5000 }).catch(() => {});
+      if (activity) await activity();
       await page.waitForLoadState('networkidle').catch(() => {});
       await sleep(300);
       await page.screenshot({ path: join(images, `console-${name}-${scheme}.png`) });
