@@ -184,6 +184,25 @@ fn console_reads_timing_at_10k_sessions_100k_cursors() {
             e.console_session(&focus, None, 50, 50).unwrap();
         })
     );
+    println!(
+        "console_sessions (-updatedAt, 300 rows): p50 {:?}",
+        p50(|| {
+            e.console_sessions(&ConsoleFilter {
+                descending: true,
+                limit: 300,
+                ..Default::default()
+            })
+            .unwrap();
+        })
+    );
+    println!(
+        "300 x cursors_by_watcher: p50 {:?}",
+        p50(|| {
+            for i in 0..300 {
+                e.watches(&sref(&key(i))).unwrap();
+            }
+        })
+    );
     let keys: Vec<(String, String)> = (0..300)
         .map(|i| (key(i * 30), "main".to_string()))
         .collect();

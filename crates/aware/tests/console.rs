@@ -267,3 +267,98 @@ fn the_events_stream_hints_at_each_change() {
     s.hdm(C);
     assert_eq!(next_event(), "change");
 }
+
+/// Prints the p50 of each console route over HTTP at 10,000 sessions / 100,000 cursors (no
+/// timing assertion). `cargo test --release -p aware --test console -- --ignored --nocapture`
+#[test]
+#[ignore = "a measurement, not a check: run it by hand with --nocapture"]
+fn console_routes_timing_at_10k_sessions_100k_cursors() {
+    use aware_core::{ActorType, CursorState, EventKind, Origin};
+    use aware_store::{CursorRow, Durability, NewEvent, SessionRow, SqliteStore, StoreOptions};
+    let mut s = Server::start();
+    s.create(W);
+    s.stop();
+    let store =
+        SqliteStore::open(StoreOptions::new(s.db_path()).durability(Durability::Normal)).unwrap();
+    let n: i64 = 10_000;
+    let key = |i: i64| format!("agent:main:subagent:s{i:05}");
+    store
+        .write(move |tx| {
+            for i in 0..n {
+                tx.insert_session(&SessionRow {
+                    key: key(i),
+                    agent_id: "main".into(),
+                    session_id: format!("sid-{i}"),
+                    kind: "subagent".into(),
+                    label: None,
+                    parent_key: Some(W.into()),
+                    created_via: "api".into(),
+                    active_run_id: None,
+                    goal: None,
+                    orphaned: false,
+                    created_at: T0 + i,
+                    updated_at: T0 + i,
+                    upstream: None,
+                })?;
+                let seq = tx.insert_event(&NewEvent {
+                    dedupe_key: None,
+                    session_key: key(i),
+                    session_id: None,
+                    agent_id: "main".into(),
+                    kind: EventKind::HumanDirectMessage,
+                    actor_type: ActorType::Human,
+                    actor_id: None,
+                    run_id: None,
+                    occurred_at: T0 + i,
+                    summary: "human message".into(),
+                    payload: None,
+                })?;
+                tx.upsert_head(&key(i), "main", seq, T0 + i)?;
+                for j in 1..=10 {
+                    let pending = j == 1;
+                    tx.put_cursor(&CursorRow {
+                        watcher: key(i),
+                        target_key: key((i + j * 7) % n),
+                        target_agent: "main".into(),
+                        state: CursorState {
+                            last_seen: 0,
+                            notified: i64::from(pending),
+                            material: i64::from(pending),
+                            muted: false,
+                            origin: Origin::Watch,
+                            notice_opened_at: pending.then_some(T0),
+                            updated_at: T0,
+                        },
+                        created_at: T0,
+                    })?;
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+    store.close();
+    drop(store);
+    s.restart();
+    let focus = seg(&key(4242));
+    for path in [
+        "/v1/console/sessions?limit=50".to_string(),
+        "/v1/console/sessions?sort=-pendingAsTarget&limit=50&offset=100".to_string(),
+        "/v1/console/sessions?q=s09&limit=50".to_string(),
+        format!("/v1/console/sessions/{focus}"),
+        "/v1/console/graph".to_string(),
+        format!("/v1/console/graph?focus={focus}&depth=1"),
+        format!("/v1/console/graph?focus={focus}&depth=2"),
+        "/v1/console/overview".to_string(),
+    ] {
+        let mut t: Vec<Duration> = (0..21)
+            .map(|_| {
+                let start = std::time::Instant::now();
+                let r = s.get(&path);
+                assert_eq!(r.status, 200, "{path}: {}", r.body);
+                start.elapsed()
+            })
+            .collect();
+        t.sort();
+        println!("GET {path}: p50 {:?}", t[10]);
+    }
+}
