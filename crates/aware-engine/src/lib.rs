@@ -11,6 +11,7 @@
 
 mod append;
 mod clock;
+mod console;
 mod error;
 mod links;
 mod metrics;
@@ -23,6 +24,7 @@ mod watch;
 
 pub use append::{Admission, AppendOutcome, AppendRequest, NotRecorded};
 pub use clock::{Clock, ClockBackwards, ManualClock, SystemClock};
+pub use console::{ConsoleSession, EdgeKind, Graph, GraphEdge, GraphNode};
 pub use error::{EngineError, Result};
 pub use links::{
     adopted_key, canonical_json, source_key16, AdoptRequest, AdoptResult, ImportTurn, LinkDelete,
@@ -79,6 +81,8 @@ pub(crate) struct Inner {
     /// Reply waiters by run id (`sessions_send` with a timeout), signalled after the commit that
     /// recorded their reply or their run's end, so waiters never poll the database.
     pub(crate) reply_waiters: Mutex<HashMap<String, Arc<Notify>>>,
+    /// Bumped after every committed op (the console's change hint).
+    pub(crate) changes: tokio::sync::watch::Sender<u64>,
 }
 
 /// A cheap, cloneable handle to the engine.
@@ -132,6 +136,7 @@ impl Engine {
                 prune_lock: Mutex::new(()),
                 last_prune_at: Mutex::new(None),
                 reply_waiters: Mutex::new(HashMap::new()),
+                changes: tokio::sync::watch::channel(0).0,
                 config,
             }),
         })
@@ -342,6 +347,7 @@ fn unwrap_rejected(e: StoreError) -> EngineError {
 }
 
 fn apply_effects(inner: &Arc<Inner>, effects: Effects, now: i64) {
+    inner.changes.send_modify(|g| *g = g.wrapping_add(1));
     let m = &inner.metrics;
     for kind in &effects.appended {
         m.appended(*kind);

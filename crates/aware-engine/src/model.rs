@@ -355,7 +355,7 @@ pub struct Notice {
 }
 
 impl Notice {
-    pub(crate) fn from_cursor(row: &CursorRow) -> Self {
+    pub fn from_cursor(row: &CursorRow) -> Self {
         Notice {
             target_key: row.target_key.clone(),
             target_agent: row.target_agent.clone(),

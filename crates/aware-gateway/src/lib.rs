@@ -8,6 +8,7 @@ mod admin;
 mod body;
 mod catalog;
 pub mod config;
+mod console;
 mod conn;
 mod edge;
 mod error;

@@ -44,6 +44,12 @@ pub(crate) fn route_of(s: &[&str]) -> (&'static str, &'static [Method]) {
         ["v1", "tools"] => ("/v1/tools", &[GET]),
         ["v1", "tools", _] => ("/v1/tools/{name}", &[POST]),
         ["v1", "admin", "clock" | "prune" | "events" | "faults"] => ("/v1/admin", &[POST]),
+        ["v1", "console", "sessions"] => ("/v1/console/sessions", &[GET]),
+        ["v1", "console", "sessions", _] => ("/v1/console/sessions/{key}", &[GET]),
+        ["v1", "console", "graph"] => ("/v1/console/graph", &[GET]),
+        ["v1", "console", "overview"] => ("/v1/console/overview", &[GET]),
+        ["v1", "console", "events"] => ("/v1/console/events", &[GET]),
+        ["ui", ..] => ("/ui", &[GET]),
         _ => ("", &[]),
     }
 }
@@ -239,6 +245,7 @@ pub(crate) async fn handle(req: Req, s: &[&str], route: &'static str) -> ApiResu
             operator_only(&req, route)?;
             return admin::handle(req, s[2]).await;
         }
+        "/ui" => return crate::console::asset(&s.join("/")),
         "/v1/tools" => {
             req.state.engine()?;
             return ok(tools::list());
@@ -254,6 +261,13 @@ pub(crate) async fn handle(req: Req, s: &[&str], route: &'static str) -> ApiResu
     }
     match route {
         "/v1/wakes" => return wakes::sse(req.state.clone(), viewer(&req, c), q).await,
+        r if r.starts_with("/v1/console/") => {
+            // The console is an operator's tool: its routes compute visibility from the caller
+            // session, so an agent token (no caller, yet not the operator) is refused outright
+            // rather than seeing everything.
+            operator_only(&req, route)?;
+            return crate::console::handle(&req, s, r, c, q).await;
+        }
         "/v1/catalog" => return crate::catalog::list(&req, c, q).await,
         "/v1/catalog/continue" => {
             q.finish()?;

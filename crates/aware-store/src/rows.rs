@@ -146,3 +146,49 @@ pub struct SessionFilter {
 pub struct BatchResult {
     pub deleted: u64,
 }
+
+/// The sort column of a console session page.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ConsoleSort {
+    #[default]
+    Updated,
+    Key,
+    Agent,
+    Kind,
+    LastEvent,
+    StateVersion,
+    PendingAsWatcher,
+    PendingAsTarget,
+}
+
+/// A console session page: filters, sort and window (all filters are ANDed).
+#[derive(Debug, Clone, Default)]
+pub struct ConsoleFilter {
+    /// Only these agents; empty means every agent.
+    pub agents: Vec<String>,
+    pub kind: Option<String>,
+    /// Case-insensitive substring of the key or the label.
+    pub text: Option<String>,
+    /// Only these (key, agent) pairs; empty means no restriction.
+    pub keys: Vec<(String, String)>,
+    pub sort: ConsoleSort,
+    pub descending: bool,
+    pub limit: u32,
+    pub offset: u64,
+}
+
+/// One row of the console's session table: the session and what the table shows about it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConsoleRow {
+    pub session: SessionRow,
+    pub state_version: i64,
+    pub last_event_at: Option<i64>,
+    pub last_event_kind: Option<String>,
+    /// Pending notices this session holds as a watcher.
+    pub pending_as_watcher: u64,
+    /// Pending notices other sessions hold on this one.
+    pub pending_as_target: u64,
+    /// The newest event with a human actor still in the log.
+    pub last_human_at: Option<i64>,
+    pub link_last_scanned_at: Option<i64>,
+}

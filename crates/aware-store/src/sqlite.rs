@@ -519,6 +519,13 @@ CREATE INDEX IF NOT EXISTS session_watch_cursors_target
     ON session_watch_cursors (target_session_key, target_agent_id);
 CREATE INDEX IF NOT EXISTS session_watch_cursors_updated
     ON session_watch_cursors (updated_at);
+-- Pending rows only (few at any time): the console counts and sorts by pending notices.
+CREATE INDEX IF NOT EXISTS session_watch_cursors_pending_target
+    ON session_watch_cursors (target_session_key, target_agent_id)
+    WHERE muted = 0 AND notified_sequence > last_seen_sequence;
+CREATE INDEX IF NOT EXISTS session_watch_cursors_pending_watcher
+    ON session_watch_cursors (watcher_session_key)
+    WHERE muted = 0 AND notified_sequence > last_seen_sequence;
 
 CREATE TABLE IF NOT EXISTS session_system_events (
     id          INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -969,6 +976,119 @@ impl ReadTx for SqlTx<'_> {
         Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
     }
 
+    fn console_sessions(&self, f: &ConsoleFilter) -> Result<(Vec<ConsoleRow>, u64)> {
+        let mut filter = String::from(" WHERE 1=1");
+        let mut args: Vec<Box<dyn ToSql>> = Vec::new();
+        if !f.agents.is_empty() {
+            let marks: Vec<String> = f
+                .agents
+                .iter()
+                .map(|a| {
+                    args.push(Box::new(a.clone()));
+                    format!("?{}", args.len())
+                })
+                .collect();
+            filter.push_str(&format!(" AND agent_id IN ({})", marks.join(",")));
+        }
+        if let Some(kind) = &f.kind {
+            args.push(Box::new(kind.clone()));
+            filter.push_str(&format!(" AND kind = ?{}", args.len()));
+        }
+        if let Some(text) = &f.text {
+            args.push(Box::new(text.to_lowercase()));
+            let n = args.len();
+            filter.push_str(&format!(
+                " AND (instr(lower(session_key), ?{n}) > 0 OR instr(lower(coalesce(label, '')), ?{n}) > 0)"
+            ));
+        }
+        if !f.keys.is_empty() {
+            let marks: Vec<String> = f
+                .keys
+                .iter()
+                .map(|(k, a)| {
+                    args.push(Box::new(k.clone()));
+                    args.push(Box::new(a.clone()));
+                    format!("(?{}, ?{})", args.len() - 1, args.len())
+                })
+                .collect();
+            // Driven by the primary key: a row-value IN over the whole table would scan it.
+            filter.push_str(&format!(
+                " AND rowid IN (SELECT s2.rowid FROM (VALUES {}) v \
+                 JOIN sessions s2 ON s2.session_key = v.column1 AND s2.agent_id = v.column2)",
+                marks.join(",")
+            ));
+        }
+        self.live()?;
+        let refs: Vec<&dyn ToSql> = args.iter().map(|b| b.as_ref()).collect();
+        let total: i64 = self.conn.query_row(
+            &format!("SELECT COUNT(*) FROM sessions{filter}"),
+            refs.as_slice(),
+            |r| r.get(0),
+        )?;
+        // The page is chosen first (only the sort key is computed for every matching row), then
+        // the shown columns are computed for the page's rows alone by index lookups.
+        const HEAD: &str = "(SELECT h.last_sequence FROM session_state_heads h \
+             WHERE h.session_key = sessions.session_key AND h.agent_id = sessions.agent_id)";
+        const HEAD_AT: &str = "(SELECT h.updated_at FROM session_state_heads h \
+             WHERE h.session_key = sessions.session_key AND h.agent_id = sessions.agent_id)";
+        const AS_WATCHER: &str = "(SELECT COUNT(*) FROM session_watch_cursors c \
+             WHERE c.watcher_session_key = sessions.session_key AND c.muted = 0 \
+             AND c.notified_sequence > c.last_seen_sequence)";
+        const AS_TARGET: &str = "(SELECT COUNT(*) FROM session_watch_cursors c \
+             WHERE c.target_session_key = sessions.session_key \
+             AND c.target_agent_id = sessions.agent_id AND c.muted = 0 \
+             AND c.notified_sequence > c.last_seen_sequence)";
+        let order = match f.sort {
+            ConsoleSort::Updated => "updated_at",
+            ConsoleSort::Key => "session_key",
+            ConsoleSort::Agent => "agent_id",
+            ConsoleSort::Kind => "kind",
+            ConsoleSort::LastEvent => HEAD_AT,
+            ConsoleSort::StateVersion => HEAD,
+            ConsoleSort::PendingAsWatcher => AS_WATCHER,
+            ConsoleSort::PendingAsTarget => AS_TARGET,
+        };
+        let dir = if f.descending { "DESC" } else { "ASC" };
+        args.push(Box::new(i64::from(f.limit)));
+        let limit_at = args.len();
+        args.push(Box::new(f.offset.min(i64::MAX as u64) as i64));
+        let offset_at = args.len();
+        // Agents are watchers by key only (a watcher key is agent-qualified), so the count as
+        // watcher matches on the key alone, as `pending_by_watcher` does.
+        let sql = format!(
+            "SELECT {SESSION_COLS}, {HEAD}, \
+             (SELECT e.occurred_at FROM session_state_events e WHERE e.sequence = {HEAD}), \
+             (SELECT e.kind FROM session_state_events e WHERE e.sequence = {HEAD}), \
+             {AS_WATCHER}, {AS_TARGET}, \
+             (SELECT MAX(e.occurred_at) FROM session_state_events e \
+              WHERE e.session_key = sessions.session_key AND e.agent_id = sessions.agent_id \
+              AND e.actor_type = 'human'), \
+             (SELECT l.last_scanned_at FROM session_upstream_links l \
+              WHERE l.session_key = sessions.session_key AND l.agent_id = sessions.agent_id) \
+             FROM (SELECT rowid AS rid, {order} AS sort_key FROM sessions{filter} \
+                   ORDER BY sort_key {dir}, session_key, agent_id \
+                   LIMIT ?{limit_at} OFFSET ?{offset_at}) page \
+             JOIN sessions ON sessions.rowid = page.rid \
+             ORDER BY page.sort_key {dir}, session_key, agent_id"
+        );
+        let refs: Vec<&dyn ToSql> = args.iter().map(|b| b.as_ref()).collect();
+        let mut stmt = self.conn.prepare(&sql)?;
+        let rows = stmt.query_map(refs.as_slice(), |r| {
+            Ok(ConsoleRow {
+                session: session_from_row(r)?,
+                state_version: r.get::<_, Option<i64>>(17)?.unwrap_or(0),
+                last_event_at: r.get(18)?,
+                last_event_kind: r.get(19)?,
+                pending_as_watcher: r.get::<_, i64>(20)?.max(0) as u64,
+                pending_as_target: r.get::<_, i64>(21)?.max(0) as u64,
+                last_human_at: r.get(22)?,
+                link_last_scanned_at: r.get(23)?,
+            })
+        })?;
+        let rows = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok((rows, total.max(0) as u64))
+    }
+
     fn head(&self, key: &str, agent: &str) -> Result<Option<HeadRow>> {
         self.check_log_read()?;
         self.query_opt(
@@ -1003,6 +1123,24 @@ impl ReadTx for SqlTx<'_> {
                  AND sequence > ?3 ORDER BY sequence LIMIT ?4"
             ),
             &[&key, &agent, &after, &i64::from(limit)],
+            event_from_row,
+        )
+    }
+
+    fn events_before(
+        &self,
+        key: &str,
+        agent: &str,
+        before: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredEvent>> {
+        self.check_log_read()?;
+        self.query_vec(
+            &format!(
+                "SELECT {EVENT_COLS} FROM session_state_events WHERE session_key = ?1 AND agent_id = ?2 \
+                 AND sequence < ?3 ORDER BY sequence DESC LIMIT ?4"
+            ),
+            &[&key, &agent, &before, &i64::from(limit)],
             event_from_row,
         )
     }
@@ -1319,6 +1457,17 @@ impl ReadTx for SqlTx<'_> {
             ),
             &[],
             link_from_row,
+        )
+    }
+
+    fn runs_of(&self, key: &str, agent: &str, limit: u32) -> Result<Vec<RunRow>> {
+        self.query_vec(
+            &format!(
+                "SELECT {RUN_COLS} FROM runs WHERE session_key = ?1 AND agent_id = ?2 \
+                 ORDER BY started_at DESC, run_id LIMIT ?3"
+            ),
+            &[&key, &agent, &i64::from(limit)],
+            run_from_row,
         )
     }
 

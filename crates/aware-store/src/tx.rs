@@ -10,6 +10,8 @@ pub trait ReadTx {
     fn session_exists(&self, key: &str, agent: &str) -> Result<bool>;
     fn session_by_label(&self, agent: &str, label: &str) -> Result<Option<SessionRow>>;
     fn list_sessions(&self, filter: &SessionFilter) -> Result<Vec<SessionRow>>;
+    /// One page of the console's session table and the number of rows matching the filter.
+    fn console_sessions(&self, filter: &ConsoleFilter) -> Result<(Vec<ConsoleRow>, u64)>;
 
     fn head(&self, key: &str, agent: &str) -> Result<Option<HeadRow>>;
     /// Heads of many streams; a missing head is `None`, in input order.
@@ -23,6 +25,14 @@ pub trait ReadTx {
         limit: u32,
     ) -> Result<Vec<StoredEvent>>;
     fn earliest_sequence(&self, key: &str, agent: &str) -> Result<Option<i64>>;
+    /// Up to `limit` events of the stream with `sequence < before`, newest first.
+    fn events_before(
+        &self,
+        key: &str,
+        agent: &str,
+        before: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredEvent>>;
     fn event_by_dedupe(&self, dedupe_key: &str) -> Result<Option<StoredEvent>>;
     fn event_by_sequence(&self, sequence: i64) -> Result<Option<StoredEvent>>;
     fn event_count(&self) -> Result<u64>;
@@ -99,6 +109,8 @@ pub trait ReadTx {
     fn watched_links(&self) -> Result<Vec<LinkRow>>;
 
     fn run(&self, run_id: &str) -> Result<Option<RunRow>>;
+    /// The newest `limit` runs of a session, newest start first.
+    fn runs_of(&self, key: &str, agent: &str, limit: u32) -> Result<Vec<RunRow>>;
     /// Active runs whose deadline is at or before `now`, oldest deadline first.
     fn due_runs(&self, now: i64) -> Result<Vec<RunRow>>;
     fn next_run_deadline(&self) -> Result<Option<i64>>;

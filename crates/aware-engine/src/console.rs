@@ -1,0 +1,330 @@
+//! Reads for the web console: the session table, one session's page and the watch graph, each
+//! on one snapshot; and the change generation that tells the console something changed.
+
+use crate::model::{Notice, Session};
+use crate::sessions::load_session;
+use crate::{Engine, Result};
+use aware_core::{SessionRef, StoredEvent};
+use aware_store::{ConsoleFilter, ConsoleRow, CursorRow, RunRow, SystemEventRow, TurnRow};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// One session as the console's session page shows it.
+#[derive(Debug, Clone)]
+pub struct ConsoleSession {
+    pub session: Session,
+    /// Newest first.
+    pub events: Vec<StoredEvent>,
+    /// More (older) events exist below the last one of `events`.
+    pub more_events: bool,
+    /// Sequences up to this one were pruned from the stream (0 = never pruned).
+    pub pruned_through: i64,
+    /// Notices this session holds (as watcher), with their exact text.
+    pub notices: Vec<Notice>,
+    /// Pending notices other sessions hold on this session (as target).
+    pub notices_on: Vec<(String, Notice)>,
+    pub system_events: Vec<SystemEventRow>,
+    pub watches: Vec<CursorRow>,
+    pub watchers: Vec<CursorRow>,
+    pub runs: Vec<RunRow>,
+    /// The newest turns, oldest first.
+    pub turns: Vec<TurnRow>,
+    pub turn_count: i64,
+}
+
+/// A node of the watch graph: its table row.
+pub type GraphNode = ConsoleRow;
+
+/// Where a graph edge comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EdgeKind {
+    /// The spawn (parent) cursor, stored or implied by `parentSessionKey`.
+    Spawn,
+    /// An explicit watch.
+    Watch,
+    /// A muted pair (unwatched).
+    Muted,
+}
+
+impl EdgeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EdgeKind::Spawn => "spawn",
+            EdgeKind::Watch => "watch",
+            EdgeKind::Muted => "muted",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct GraphEdge {
+    /// The watcher (key, agent).
+    pub from: (String, String),
+    /// The target (key, agent).
+    pub to: (String, String),
+    pub kind: EdgeKind,
+    pub pending: bool,
+    /// No cursor row exists yet; the parent watches by `parentSessionKey` alone.
+    pub implied: bool,
+    pub cursor: Option<CursorRow>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Graph {
+    pub nodes: Vec<GraphNode>,
+    pub edges: Vec<GraphEdge>,
+    /// The node limit cut the neighbourhood short.
+    pub truncated: bool,
+}
+
+/// A session as (key, agent).
+type Pair = (String, String);
+
+/// The agent of an agent-qualified key (watchers always are).
+fn agent_of(key: &str) -> Option<String> {
+    aware_core::SessionKey::parse(key)
+        .ok()
+        .and_then(|k| k.qualified_agent().map(|a| a.as_str().to_string()))
+}
+
+impl Engine {
+    /// A page of the session table and the number of matching sessions.
+    pub fn console_sessions(&self, filter: &ConsoleFilter) -> Result<(Vec<ConsoleRow>, u64)> {
+        Ok(self.inner.store.read(|r| r.console_sessions(filter))?)
+    }
+
+    /// A session's page: `before` pages the timeline backwards (exclusive sequence).
+    pub fn console_session(
+        &self,
+        s: &SessionRef,
+        before: Option<i64>,
+        event_limit: u32,
+        turn_limit: u32,
+    ) -> Result<ConsoleSession> {
+        let session = self.get_session(s)?;
+        let (key, agent) = (s.key.as_str(), s.agent.as_str());
+        self.inner.store.read(|tx| {
+            Ok((|| {
+                load_session(tx, s)?;
+                let mut events =
+                    tx.events_before(key, agent, before.unwrap_or(i64::MAX), event_limit + 1)?;
+                let more_events = events.len() > event_limit as usize;
+                events.truncate(event_limit as usize);
+                let pruned_through = tx.head(key, agent)?.map_or(0, |h| h.pruned_max_sequence);
+                let qualified = s.key.is_agent_qualified();
+                let notices = if qualified {
+                    tx.pending_by_watcher(key)?
+                        .iter()
+                        .map(Notice::from_cursor)
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                let watches = if qualified {
+                    tx.cursors_by_watcher(key)?
+                } else {
+                    Vec::new()
+                };
+                let watchers = tx.cursors_by_target(key, agent)?;
+                let notices_on = watchers
+                    .iter()
+                    .filter(|c| c.state.is_pending())
+                    .map(|c| (c.watcher.clone(), Notice::from_cursor(c)))
+                    .collect();
+                let turn_count = tx.turn_count(key, agent)?;
+                // Turn indexes start at 0: the newest `turn_limit` are those above this one.
+                let after = turn_count - i64::from(turn_limit) - 1;
+                let turns = tx.turns(key, agent, Some(after), turn_limit)?;
+                Ok(ConsoleSession {
+                    session: session.clone(),
+                    events,
+                    more_events,
+                    pruned_through,
+                    notices,
+                    notices_on,
+                    system_events: tx.system_events(key, agent)?,
+                    watches,
+                    watchers,
+                    runs: tx.runs_of(key, agent, 20)?,
+                    turns,
+                    turn_count,
+                })
+            })())
+        })?
+    }
+
+    /// The watch graph: without `focus`, the `limit` most recently updated sessions of
+    /// `agents` (all when empty) and the edges among them; with `focus`, its neighbourhood up
+    /// to `depth` hops along cursors and parent links in either direction.
+    pub fn console_graph(
+        &self,
+        focus: Option<&SessionRef>,
+        depth: u32,
+        limit: u32,
+        agents: &[String],
+    ) -> Result<Graph> {
+        let visible = |agent: &str| agents.is_empty() || agents.iter().any(|a| a == agent);
+        self.inner.store.read(|tx| {
+            Ok((|| {
+                let mut truncated = false;
+                let mut nodes: BTreeSet<(String, String)> = BTreeSet::new();
+                let mut known_rows: Option<Vec<ConsoleRow>> = None;
+                match focus {
+                    Some(f) => {
+                        load_session(tx, f)?;
+                        let start = (f.key.as_str().to_string(), f.agent.as_str().to_string());
+                        let mut queue = VecDeque::from([(start.clone(), 0u32)]);
+                        nodes.insert(start);
+                        while let Some(((key, agent), d)) = queue.pop_front() {
+                            if truncated {
+                                break;
+                            }
+                            if d >= depth {
+                                continue;
+                            }
+                            let mut next: Vec<(String, String)> = Vec::new();
+                            for c in tx.cursors_by_target(&key, &agent)? {
+                                if let Some(a) = agent_of(&c.watcher) {
+                                    next.push((c.watcher, a));
+                                }
+                            }
+                            if agent_of(&key).is_some() {
+                                for c in tx.cursors_by_watcher(&key)? {
+                                    next.push((c.target_key, c.target_agent));
+                                }
+                            }
+                            if let Some(row) = tx.session(&key, &agent)? {
+                                if let Some(p) = row.parent_key {
+                                    let pa = agent_of(&p).unwrap_or_else(|| agent.clone());
+                                    next.push((p, pa));
+                                }
+                            }
+                            let children = tx.list_sessions(&aware_store::SessionFilter {
+                                parent_key: Some(key.clone()),
+                                limit: limit + 1,
+                                ..Default::default()
+                            })?;
+                            next.extend(children.into_iter().map(|c| (c.key, c.agent_id)));
+                            for n in next {
+                                if !visible(&n.1) || nodes.contains(&n) {
+                                    continue;
+                                }
+                                if nodes.len() >= limit as usize {
+                                    truncated = true;
+                                    break;
+                                }
+                                if tx.session_exists(&n.0, &n.1)? {
+                                    nodes.insert(n.clone());
+                                    queue.push_back((n, d + 1));
+                                }
+                            }
+                        }
+                    }
+                    None => {
+                        let (rows, total) = tx.console_sessions(&ConsoleFilter {
+                            agents: agents.to_vec(),
+                            descending: true,
+                            limit,
+                            ..Default::default()
+                        })?;
+                        truncated = total > u64::from(limit);
+                        nodes.extend(
+                            rows.iter()
+                                .map(|r| (r.session.key.clone(), r.session.agent_id.clone())),
+                        );
+                        known_rows = Some(rows);
+                    }
+                }
+                let keys: Vec<(String, String)> = nodes.iter().cloned().collect();
+                // An empty key list means "no restriction" to the store: answer here.
+                if keys.is_empty() {
+                    return Ok(Graph::default());
+                }
+                let rows = match known_rows {
+                    Some(rows) => rows,
+                    None => {
+                        tx.console_sessions(&ConsoleFilter {
+                            keys: keys.clone(),
+                            sort: aware_store::ConsoleSort::Key,
+                            limit: keys.len() as u32,
+                            ..Default::default()
+                        })?
+                        .0
+                    }
+                };
+                let mut edges: BTreeMap<(Pair, Pair), GraphEdge> = BTreeMap::new();
+                for (key, _agent) in &keys {
+                    let Some(wa) = agent_of(key) else { continue };
+                    let from = (key.clone(), wa);
+                    if !nodes.contains(&from) {
+                        continue;
+                    }
+                    for c in tx.cursors_by_watcher(key)? {
+                        let to = (c.target_key.clone(), c.target_agent.clone());
+                        if !nodes.contains(&to) {
+                            continue;
+                        }
+                        let kind = if c.state.muted {
+                            EdgeKind::Muted
+                        } else if c.state.origin == aware_core::Origin::Watch {
+                            EdgeKind::Watch
+                        } else {
+                            EdgeKind::Spawn
+                        };
+                        edges.insert(
+                            (from.clone(), to.clone()),
+                            GraphEdge {
+                                from: from.clone(),
+                                to,
+                                kind,
+                                pending: c.state.is_pending(),
+                                implied: false,
+                                cursor: Some(c),
+                            },
+                        );
+                    }
+                }
+                // A child's parent watches it before any cursor row exists (02 §5).
+                for r in &rows {
+                    let Some(p) = &r.session.parent_key else {
+                        continue;
+                    };
+                    let pa = agent_of(p).unwrap_or_else(|| r.session.agent_id.clone());
+                    let from = (p.clone(), pa);
+                    let to = (r.session.key.clone(), r.session.agent_id.clone());
+                    if nodes.contains(&from) && agent_of(p).is_some() {
+                        edges
+                            .entry((from.clone(), to.clone()))
+                            .or_insert(GraphEdge {
+                                from,
+                                to,
+                                kind: EdgeKind::Spawn,
+                                pending: false,
+                                implied: true,
+                                cursor: None,
+                            });
+                    }
+                }
+                Ok(Graph {
+                    nodes: rows,
+                    edges: edges.into_values().collect(),
+                    truncated,
+                })
+            })())
+        })?
+    }
+
+    /// Sessions in the store (for the console's overview).
+    pub fn session_count(&self) -> Result<u64> {
+        Ok(self
+            .inner
+            .store
+            .read(|r| r.console_sessions(&ConsoleFilter::default()))?
+            .1)
+    }
+
+    /// A receiver whose value (a generation number) changes after every committed write op:
+    /// the console's "something changed" hint.
+    pub fn subscribe_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.changes.subscribe()
+    }
+}

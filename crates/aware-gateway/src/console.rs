@@ -1,0 +1,541 @@
+//! The web console (issue 14): its static assets under `/ui/`, embedded in the binary, and the
+//! read routes designed for it under `/v1/console/` (docs/api.md §7). The console's actions
+//! (unwatch, drain, adopt) use the ordinary routes.
+
+use crate::body::Query;
+use crate::error::{ApiError, ApiResult};
+use crate::routes::{
+    check_visible, decode_segment, parse_agent, parse_key, resolve_ref, visible_agents,
+};
+use crate::server::{blocking, Req};
+use crate::wire;
+use aware_core::{EventKind, SessionRef};
+use aware_engine::SessionKind;
+use aware_engine::{ConsoleSession, EngineMetrics, Graph};
+use aware_store::{ConsoleFilter, ConsoleRow, ConsoleSort};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Map, Value};
+use std::convert::Infallible;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// A human act newer than this marks a graph node (engine clock).
+const HUMAN_RECENT_MS: i64 = 10 * 60 * 1000;
+
+/// The embedded front end: path under `/ui/`, content type, bytes.
+const ASSETS: &[(&str, &str, &[u8])] = &[
+    (
+        "",
+        "text/html; charset=utf-8",
+        include_bytes!("../../../console/src/index.html"),
+    ),
+    (
+        "app.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../../console/src/app.js"),
+    ),
+    (
+        "style.css",
+        "text/css; charset=utf-8",
+        include_bytes!("../../../console/src/style.css"),
+    ),
+    (
+        "vendor/cytoscape.min.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../../console/dist/cytoscape.min.js"),
+    ),
+];
+
+/// `GET /ui/...`: public (the page itself holds no data; it asks for the token when the API
+/// answers 401).
+pub(crate) fn asset(path: &str) -> ApiResult<Response> {
+    let rest = path
+        .trim_start_matches('/')
+        .strip_prefix("ui")
+        .unwrap_or("");
+    if rest.is_empty() {
+        // `/ui` → `/ui/` so the page's relative URLs resolve under it.
+        let mut r = StatusCode::PERMANENT_REDIRECT.into_response();
+        r.headers_mut()
+            .insert(header::LOCATION, HeaderValue::from_static("/ui/"));
+        return Ok(r);
+    }
+    let rest = rest.trim_start_matches('/');
+    let rest = if rest == "index.html" { "" } else { rest };
+    let Some((_, ctype, bytes)) = ASSETS.iter().find(|(p, _, _)| *p == rest) else {
+        return Err(ApiError::not_found(
+            "not_found",
+            format!("no console asset /ui/{rest}"),
+        ));
+    };
+    let mut r = (StatusCode::OK, *bytes).into_response();
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(ctype));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'",
+        ),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    Ok(r)
+}
+
+fn ok(v: Value) -> ApiResult<Response> {
+    Ok((StatusCode::OK, axum::Json(v)).into_response())
+}
+
+/// The agents a caller may see: `None` for operators and `*` callers.
+fn visible(req: &Req, caller: Option<&SessionRef>) -> Option<Vec<String>> {
+    caller
+        .map(|c| visible_agents(req, c))
+        .filter(|v| !v.is_empty())
+}
+
+/// Narrows the listing to `agent` (checked against visibility) or to the visible agents.
+fn agent_filter(req: &Req, caller: Option<&SessionRef>, q: &mut Query) -> ApiResult<Vec<String>> {
+    match q.take("agent")? {
+        Some(a) => {
+            let a = parse_agent("agent", &a)?;
+            if let Some(c) = caller {
+                if !req.state.config.visible(c.agent.as_str(), a.as_str()) {
+                    return Err(ApiError::forbidden(format!(
+                        "agent \"{}\" may not access agent \"{}\"",
+                        c.agent, a
+                    )));
+                }
+            }
+            Ok(vec![a.as_str().to_string()])
+        }
+        None => Ok(visible(req, caller).unwrap_or_default()),
+    }
+}
+
+fn row_json(r: &ConsoleRow, now: i64) -> Value {
+    let s = &r.session;
+    let mut m = Map::new();
+    m.insert("key".into(), s.key.clone().into());
+    m.insert("agentId".into(), s.agent_id.clone().into());
+    m.insert("kind".into(), s.kind.clone().into());
+    if let Some(l) = &s.label {
+        m.insert("label".into(), l.clone().into());
+    }
+    if let Some(p) = &s.parent_key {
+        m.insert("parentSessionKey".into(), p.clone().into());
+    }
+    m.insert("stateVersion".into(), r.state_version.into());
+    m.insert("updatedAt".into(), s.updated_at.into());
+    if let Some(t) = r.last_event_at {
+        m.insert("lastEventAt".into(), t.into());
+    }
+    if let Some(k) = &r.last_event_kind {
+        m.insert("lastEventKind".into(), k.clone().into());
+    }
+    m.insert("pendingAsWatcher".into(), r.pending_as_watcher.into());
+    m.insert("pendingAsTarget".into(), r.pending_as_target.into());
+    if let Some(t) = r.last_human_at {
+        m.insert("lastHumanAt".into(), t.into());
+    }
+    m.insert(
+        "humanRecent".into(),
+        r.last_human_at
+            .is_some_and(|t| now - t <= HUMAN_RECENT_MS)
+            .into(),
+    );
+    if let Some(u) = &s.upstream {
+        let mut up =
+            json!({"catalogId": u.catalog_id, "hostId": u.host_id, "threadId": u.thread_id});
+        if let Some(t) = r.link_last_scanned_at {
+            up["lastScannedAt"] = t.into();
+        }
+        m.insert("upstream".into(), up);
+    }
+    Value::Object(m)
+}
+
+fn parse_sort(raw: &str) -> ApiResult<(ConsoleSort, bool)> {
+    let (desc, name) = match raw.strip_prefix('-') {
+        Some(n) => (true, n),
+        None => (false, raw),
+    };
+    let sort =
+        match name {
+            "updatedAt" => ConsoleSort::Updated,
+            "key" => ConsoleSort::Key,
+            "agentId" => ConsoleSort::Agent,
+            "kind" => ConsoleSort::Kind,
+            "lastEventAt" => ConsoleSort::LastEvent,
+            "stateVersion" => ConsoleSort::StateVersion,
+            "pendingAsWatcher" => ConsoleSort::PendingAsWatcher,
+            "pendingAsTarget" => ConsoleSort::PendingAsTarget,
+            _ => return Err(ApiError::invalid(
+                "sort must be one of updatedAt, key, agentId, kind, lastEventAt, stateVersion, \
+                 pendingAsWatcher, pendingAsTarget, optionally prefixed with - for descending",
+            )),
+        };
+    Ok((sort, desc))
+}
+
+async fn sessions(req: &Req, caller: Option<&SessionRef>, mut q: Query) -> ApiResult<Response> {
+    let agents = agent_filter(req, caller, &mut q)?;
+    let kind = q.take("kind")?;
+    if let Some(k) = &kind {
+        if SessionKind::parse(k).is_none() {
+            return Err(ApiError::invalid(
+                "kind must be one of main, subagent, adopted, group, cron, other",
+            ));
+        }
+    }
+    let text = q.take("q")?.filter(|t| !t.is_empty());
+    if text.as_ref().is_some_and(|t| t.chars().count() > 200) {
+        return Err(ApiError::invalid("q must be at most 200 characters"));
+    }
+    let (sort, descending) = parse_sort(&q.take("sort")?.unwrap_or_else(|| "-updatedAt".into()))?;
+    let limit = q
+        .int(
+            "limit",
+            1..=500,
+            "limit must be an integer between 1 and 500",
+        )?
+        .unwrap_or(50);
+    let offset = q
+        .int(
+            "offset",
+            0..=1_000_000_000,
+            "offset must be an integer between 0 and 1000000000",
+        )?
+        .unwrap_or(0);
+    q.finish()?;
+    let filter = ConsoleFilter {
+        agents,
+        kind,
+        text,
+        keys: Vec::new(),
+        sort,
+        descending,
+        limit: limit as u32,
+        offset: offset as u64,
+    };
+    let engine = req.state.engine()?;
+    let now = req.state.now();
+    let (rows, total) = blocking(move || Ok(engine.console_sessions(&filter)?)).await?;
+    ok(json!({
+        "sessions": rows.iter().map(|r| row_json(r, now)).collect::<Vec<_>>(),
+        "total": total, "offset": offset, "limit": limit, "now": now,
+    }))
+}
+
+fn cursor_json(c: &aware_store::CursorRow) -> Value {
+    let mut v = wire::cursor(c);
+    if let Some(a) = aware_core::SessionKey::parse(&c.watcher)
+        .ok()
+        .and_then(|k| k.qualified_agent())
+    {
+        v["watcherAgentId"] = a.as_str().into();
+    }
+    v
+}
+
+fn session_json(d: &ConsoleSession, with_text: bool, now: i64) -> Value {
+    let events: Vec<Value> = d
+        .events
+        .iter()
+        .map(|e| wire::compact_event(&e.compact()))
+        .collect();
+    let oldest = d.events.last().map(|e| e.sequence);
+    let mut timeline = json!({
+        "events": events, "hasMore": d.more_events,
+        // The log was pruned and this page reaches down to where it was cut.
+        "historyGap": d.pruned_through > 0 && !d.more_events,
+        "prunedThrough": d.pruned_through,
+    });
+    if d.more_events {
+        timeline["nextBefore"] = oldest.into();
+    }
+    let turns: Vec<Value> = d
+        .turns
+        .iter()
+        .map(|t| {
+            let mut v = wire::turn(t);
+            if !with_text {
+                if let Some(m) = v.as_object_mut() {
+                    m.remove("text");
+                    m.remove("upstreamText");
+                }
+            }
+            v
+        })
+        .collect();
+    json!({
+        "session": wire::session(&d.session),
+        "timeline": timeline,
+        "notices": d.notices.iter().map(wire::notice).collect::<Vec<_>>(),
+        "noticesOnIt": d.notices_on.iter().map(|(w, n)| {
+            let mut v = wire::notice(n);
+            v["watcherSessionKey"] = w.clone().into();
+            v
+        }).collect::<Vec<_>>(),
+        "systemEvents": d.system_events.iter().map(wire::system_event).collect::<Vec<_>>(),
+        "watches": d.watches.iter().map(cursor_json).collect::<Vec<_>>(),
+        "watchers": d.watchers.iter().map(cursor_json).collect::<Vec<_>>(),
+        "runs": d.runs.iter().map(wire::run).collect::<Vec<_>>(),
+        "turns": turns, "turnCount": d.turn_count, "turnText": with_text, "now": now,
+    })
+}
+
+async fn session(
+    req: &Req,
+    caller: Option<&SessionRef>,
+    seg: &str,
+    mut q: Query,
+) -> ApiResult<Response> {
+    let key = parse_key(&decode_segment(seg)?)?;
+    let agent = q
+        .take("agentId")?
+        .map(|a| parse_agent("agentId", &a))
+        .transpose()?;
+    let before = q.int("before", 1..=i64::MAX, "before must be a positive integer")?;
+    let limit = q
+        .int(
+            "limit",
+            1..=200,
+            "limit must be an integer between 1 and 200",
+        )?
+        .unwrap_or(50);
+    q.finish()?;
+    let target = resolve_ref(req, &key, agent.as_ref(), caller)?;
+    let engine = req.state.engine()?;
+    let t2 = target.clone();
+    let e2 = engine.clone();
+    if !blocking(move || Ok(e2.session_exists(&t2)?)).await? {
+        return Err(ApiError::not_found(
+            "session_not_found",
+            format!("session \"{}\" does not exist", target.key),
+        ));
+    }
+    check_visible(req, caller, target.key.as_str(), target.agent.as_str())?;
+    // Turn text is conversation content: only an operator (no `X-Aware-Session`, and past the
+    // bearer token when one is set) sees it; a session viewer sees roles and times.
+    let with_text = caller.is_none();
+    let now = req.state.now();
+    let d =
+        blocking(move || Ok(engine.console_session(&target, before, limit as u32, 50)?)).await?;
+    let mut body = session_json(&d, with_text, now);
+    // Cursors of agents the viewer may not see are left out.
+    if let Some(vis) = visible(req, caller) {
+        for (list, field) in [("watches", "targetAgentId"), ("watchers", "watcherAgentId")] {
+            if let Some(a) = body[list].as_array_mut() {
+                a.retain(|c| {
+                    c[field]
+                        .as_str()
+                        .is_some_and(|x| vis.iter().any(|v| v == x))
+                });
+            }
+        }
+        if let Some(a) = body["noticesOnIt"].as_array_mut() {
+            a.retain(|n| {
+                n["watcherSessionKey"]
+                    .as_str()
+                    .and_then(|k| aware_core::SessionKey::parse(k).ok())
+                    .and_then(|k| k.qualified_agent().map(|a| a.as_str().to_string()))
+                    .is_some_and(|x| vis.contains(&x))
+            });
+        }
+    }
+    ok(body)
+}
+
+fn node_id(key: &str, agent: &str) -> String {
+    format!("{agent}|{key}")
+}
+
+fn graph_json(g: &Graph, now: i64) -> Value {
+    let nodes: Vec<Value> = g
+        .nodes
+        .iter()
+        .map(|r| {
+            let mut v = row_json(r, now);
+            v["id"] = node_id(&r.session.key, &r.session.agent_id).into();
+            v
+        })
+        .collect();
+    let edges: Vec<Value> = g
+        .edges
+        .iter()
+        .map(|e| {
+            let mut v = json!({
+                "source": node_id(&e.from.0, &e.from.1), "target": node_id(&e.to.0, &e.to.1),
+                "watcherSessionKey": e.from.0, "targetSessionKey": e.to.0, "targetAgentId": e.to.1,
+                "kind": e.kind.as_str(), "pending": e.pending, "implied": e.implied,
+            });
+            if let Some(c) = &e.cursor {
+                v["lastSeen"] = c.state.last_seen.into();
+                v["notified"] = c.state.notified.into();
+                v["material"] = c.state.material.into();
+            }
+            v
+        })
+        .collect();
+    json!({"nodes": nodes, "edges": edges, "truncated": g.truncated, "now": now})
+}
+
+async fn graph(req: &Req, caller: Option<&SessionRef>, mut q: Query) -> ApiResult<Response> {
+    let agents = agent_filter(req, caller, &mut q)?;
+    let focus = q.take("focus")?.map(|k| parse_key(&k)).transpose()?;
+    let focus_agent = q
+        .take("focusAgentId")?
+        .map(|a| parse_agent("focusAgentId", &a))
+        .transpose()?;
+    let depth = q
+        .int("depth", 1..=6, "depth must be an integer between 1 and 6")?
+        .unwrap_or(2) as u32;
+    let limit = q
+        .int(
+            "limit",
+            1..=500,
+            "limit must be an integer between 1 and 500",
+        )?
+        .unwrap_or(300) as u32;
+    q.finish()?;
+    let focus = match focus {
+        Some(k) => {
+            let r = resolve_ref(req, &k, focus_agent.as_ref(), caller)?;
+            let (e, r2) = (req.state.engine()?, r.clone());
+            if !blocking(move || Ok(e.session_exists(&r2)?)).await? {
+                return Err(ApiError::not_found(
+                    "session_not_found",
+                    format!("session \"{}\" does not exist", r.key),
+                ));
+            }
+            check_visible(req, caller, r.key.as_str(), r.agent.as_str())?;
+            Some(r)
+        }
+        None => None,
+    };
+    let engine = req.state.engine()?;
+    let now = req.state.now();
+    let g =
+        blocking(move || Ok(engine.console_graph(focus.as_ref(), depth, limit, &agents)?)).await?;
+    ok(graph_json(&g, now))
+}
+
+async fn overview(req: &Req, caller: Option<&SessionRef>, q: Query) -> ApiResult<Response> {
+    q.finish()?;
+    let engine = req.state.engine()?;
+    let e = engine.clone();
+    let agents = visible(req, caller).unwrap_or_default();
+    let (sessions, pending) = blocking(move || {
+        let sessions = e
+            .console_sessions(&ConsoleFilter {
+                agents,
+                limit: 1,
+                ..Default::default()
+            })?
+            .1;
+        Ok((sessions, e.pending_count()?))
+    })
+    .await?;
+    let m = engine.metrics();
+    let events: Map<String, Value> = EventKind::ALL
+        .iter()
+        .map(|k| (k.as_str().to_string(), m.appended_total(*k).into()))
+        .collect();
+    let g = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    let store = engine.store().metrics();
+    let commit_buckets: Vec<Value> = aware_store::COMMIT_BUCKETS_US
+        .iter()
+        .zip(store.commit_us_buckets.iter())
+        .map(|(le, n)| json!({"leMicros": le, "count": g(n)}))
+        .collect();
+    let mon = crate::server::monitor(&req.state);
+    let mv = |f: &dyn Fn(&aware_upstream::monitor::MonitorMetrics) -> u64| {
+        mon.as_ref().map_or(0, |m| f(&m.metrics))
+    };
+    // Pending is global in the store's gauge; a session viewer gets it only as an operator
+    // would, so it is left out for them.
+    let mut body = json!({
+        "now": req.state.now(),
+        "sessions": sessions,
+        "eventsAppended": events,
+        "notices": {
+            "opened": EngineMetrics::get(&m.notices_opened),
+            "followUps": EngineMetrics::get(&m.notice_followups),
+            "acked": EngineMetrics::get(&m.notices_acked),
+        },
+        "wakes": {"delivered": EngineMetrics::get(&m.wakes_delivered), "coalesced": EngineMetrics::get(&m.wakes_coalesced)},
+        "monitor": {
+            "enabled": mon.is_some(),
+            "ticks": mv(&|m| g(&m.ticks)), "humanTurns": mv(&|m| g(&m.human_turns)),
+            "missing": mv(&|m| g(&m.missing)), "providerTimeouts": mv(&|m| g(&m.provider_timeouts)),
+        },
+        "store": {
+            "commits": store.commits(), "commitFailures": g(&store.commit_failures),
+            "commitMicrosSum": g(&store.commit_us_sum), "commitBuckets": commit_buckets,
+        },
+    });
+    if caller.is_none() {
+        body["pendingNotices"] = pending.into();
+    }
+    ok(body)
+}
+
+/// `GET /v1/console/events`: a hint each time the store changed (at most one per 250 ms). It
+/// carries no session data, so every viewer may have it; the page then re-reads what it shows.
+async fn events(req: &Req, q: Query) -> ApiResult<Response> {
+    q.finish()?;
+    let engine = req.state.engine()?;
+    let rx = engine.subscribe_changes();
+    let first = *rx.borrow();
+    let hello = futures_util::stream::once(async move {
+        Ok::<Event, Infallible>(
+            Event::default()
+                .event("hello")
+                .data(json!({"generation": first}).to_string()),
+        )
+    });
+    let changes = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.changed().await.ok()?;
+        let generation = *rx.borrow_and_update();
+        let ev = Event::default()
+            .event("change")
+            .data(json!({"generation": generation}).to_string());
+        // A burst of commits becomes one hint: the page re-reads everything anyway.
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        Some((Ok::<Event, Infallible>(ev), rx))
+    });
+    use futures_util::StreamExt;
+    Ok(Sse::new(hello.chain(changes))
+        .keep_alive(
+            KeepAlive::new()
+                .interval(Duration::from_secs(15))
+                .text("keep-alive"),
+        )
+        .into_response())
+}
+
+pub(crate) async fn handle(
+    req: &Req,
+    s: &[&str],
+    route: &'static str,
+    caller: Option<&SessionRef>,
+    q: Query,
+) -> ApiResult<Response> {
+    match route {
+        "/v1/console/sessions" => sessions(req, caller, q).await,
+        "/v1/console/sessions/{key}" => session(req, caller, s[3], q).await,
+        "/v1/console/graph" => graph(req, caller, q).await,
+        "/v1/console/overview" => overview(req, caller, q).await,
+        "/v1/console/events" => events(req, q).await,
+        _ => Err(ApiError::not_found("not_found", "no such route")),
+    }
+}
