@@ -146,3 +146,14 @@ pub struct SessionFilter {
 pub struct BatchResult {
     pub deleted: u64,
 }
+
+/// Row counts behind the gauges of `GET /metrics`, read in one snapshot at scrape time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreGauges {
+    /// Rows of `sessions`.
+    pub sessions: u64,
+    /// Distinct watcher sessions that hold at least one cursor (muted or not).
+    pub watchers: u64,
+    /// Pending notices: non-muted cursors with `notified > last_seen` (as `count_pending`).
+    pub pending: u64,
+}
