@@ -220,6 +220,13 @@ impl Engine {
         Ok(self.inner.store.read(|r| r.count_pending())?)
     }
 
+    /// Sessions, distinct watchers and pending notices, counted now in one read snapshot (the
+    /// gauges of `GET /metrics`). Counted at scrape time rather than kept on every write: a
+    /// scrape is rare, and a count cannot drift from the rows.
+    pub fn gauges(&self) -> Result<aware_store::StoreGauges> {
+        Ok(self.inner.store.read(|r| r.gauges())?)
+    }
+
     /// Registers a waiter for the reply to `run_id` (an assistant turn carrying it, or the end of
     /// that run). Register before the first read: a reply committed in between leaves a permit,
     /// so [`ReplyWatch::signalled`] returns at once and nothing is missed.

@@ -6,12 +6,72 @@ use aware_core::EventKind;
 use aware_engine::EngineMetrics;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
+use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
 
-pub(crate) fn count_request(state: &Shared, route: &'static str, status: u16) {
-    if let Ok(mut m) = state.http_counts.lock() {
-        *m.entry((route, status)).or_insert(0) += 1;
+/// Upper bounds (seconds) of `aware_http_request_duration_seconds`. Most routes answer in well
+/// under a millisecond to a few ms (one SQLite op); the long tail is long polls such as
+/// `sessions_send` waiting for a reply, hence the buckets up to a minute. The time is until the
+/// response head is ready: an SSE stream counts only its set-up.
+pub(crate) const DURATION_BUCKETS: [f64; 16] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0,
+];
+
+/// One (route pattern, status) series: the request count and the duration histogram.
+#[derive(Default)]
+struct RouteSeries {
+    count: u64,
+    /// Non-cumulative counts per bucket of [`DURATION_BUCKETS`]; the rest fell above the last.
+    buckets: [u64; DURATION_BUCKETS.len()],
+    sum_secs: f64,
+}
+
+/// HTTP-side metrics kept by the gateway: requests by route and status with their durations,
+/// and the SSE streams open now.
+#[derive(Default)]
+pub(crate) struct HttpMetrics {
+    /// A std mutex held for one update or one render, never across an await.
+    series: Mutex<BTreeMap<(&'static str, u16), RouteSeries>>,
+    /// `GET /v1/wakes` streams open now (a [`StreamSubscriber`] lives as long as each).
+    stream_subscribers: AtomicU64,
+}
+
+/// Counts one open wake stream while it lives; dropped when the client goes away.
+pub(crate) struct StreamSubscriber(Shared);
+
+impl StreamSubscriber {
+    pub(crate) fn open(state: &Shared) -> Self {
+        state
+            .http
+            .stream_subscribers
+            .fetch_add(1, Ordering::Relaxed);
+        StreamSubscriber(state.clone())
+    }
+}
+
+impl Drop for StreamSubscriber {
+    fn drop(&mut self) {
+        self.0
+            .http
+            .stream_subscribers
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Counts one answered request and records how long it took.
+pub(crate) fn count_request(state: &Shared, route: &'static str, status: u16, took: Duration) {
+    let secs = took.as_secs_f64();
+    if let Ok(mut m) = state.http.series.lock() {
+        let s = m.entry((route, status)).or_default();
+        s.count += 1;
+        s.sum_secs += secs;
+        if let Some(i) = DURATION_BUCKETS.iter().position(|b| secs <= *b) {
+            s.buckets[i] += 1;
+        }
     }
 }
 
@@ -19,15 +79,149 @@ fn line(out: &mut String, name: &str, help: &str, kind: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
+/// `aware_build_info` and, on Linux, the conventional `process_*` family.
+fn build_and_process(out: &mut String) {
+    line(
+        out,
+        "aware_build_info",
+        "Always 1; the labels name the build.",
+        "gauge",
+    );
+    let _ = writeln!(
+        out,
+        "aware_build_info{{version=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION")
+    );
+    #[cfg(target_os = "linux")]
+    if let Some(p) = proc_self::read() {
+        for (name, help, kind, value) in [
+            (
+                "process_resident_memory_bytes",
+                "Resident memory size in bytes.",
+                "gauge",
+                p.resident_bytes,
+            ),
+            (
+                "process_virtual_memory_bytes",
+                "Virtual memory size in bytes.",
+                "gauge",
+                p.virtual_bytes,
+            ),
+            (
+                "process_open_fds",
+                "Open file descriptors.",
+                "gauge",
+                p.open_fds,
+            ),
+            (
+                "process_max_fds",
+                "Limit on open file descriptors (soft).",
+                "gauge",
+                p.max_fds,
+            ),
+            ("process_threads", "OS threads.", "gauge", p.threads),
+            (
+                "process_cpu_seconds_total",
+                "User and system CPU time spent, in seconds.",
+                "counter",
+                p.cpu_seconds,
+            ),
+            (
+                "process_start_time_seconds",
+                "Start time of the process since the Unix epoch, in seconds.",
+                "gauge",
+                p.start_time_seconds,
+            ),
+        ] {
+            // A value /proc did not give (an unusual kernel) is left out, not reported as 0.
+            if let Some(v) = value {
+                line(out, name, help, kind);
+                let _ = writeln!(out, "{name} {v}");
+            }
+        }
+    }
+}
+
+/// The process's own figures from /proc (Linux only; elsewhere the `process_*` family is left
+/// out rather than faked).
+#[cfg(target_os = "linux")]
+mod proc_self {
+    /// Clock ticks per second of the times in `/proc/<pid>/stat` (USER_HZ). It is part of the
+    /// kernel's user-space ABI and 100 on every architecture Rust's std supports for Linux except
+    /// Alpha, so it is a constant here rather than a `sysconf` call through unsafe FFI.
+    const USER_HZ: f64 = 100.0;
+
+    pub(super) struct ProcSelf {
+        pub resident_bytes: Option<f64>,
+        pub virtual_bytes: Option<f64>,
+        pub open_fds: Option<f64>,
+        pub max_fds: Option<f64>,
+        pub threads: Option<f64>,
+        pub cpu_seconds: Option<f64>,
+        pub start_time_seconds: Option<f64>,
+    }
+
+    pub(super) fn read() -> Option<ProcSelf> {
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        // `comm` (field 2) is in parentheses and may itself hold spaces or `)`: the fields that
+        // follow start after the last `)`, with field 3 (state) at index 0.
+        let rest = &stat[stat.rfind(')')? + 1..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let field = |n: usize| f.get(n - 3).and_then(|v| v.parse::<f64>().ok());
+        let cpu_seconds = match (field(14), field(15)) {
+            (Some(u), Some(s)) => Some((u + s) / USER_HZ),
+            _ => None,
+        };
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let status_kb = |key: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse::<f64>().ok())
+        };
+        let boot_time = std::fs::read_to_string("/proc/stat").ok().and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("btime "))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        });
+        let max_fds = std::fs::read_to_string("/proc/self/limits")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("Max open files"))
+                    .and_then(|v| v.split_whitespace().next())
+                    .and_then(|v| v.parse::<f64>().ok())
+            });
+        Some(ProcSelf {
+            resident_bytes: status_kb("VmRSS:").map(|kb| kb * 1024.0),
+            virtual_bytes: field(23),
+            open_fds: std::fs::read_dir("/proc/self/fd")
+                .ok()
+                .map(|d| d.count() as f64),
+            max_fds,
+            threads: field(20),
+            cpu_seconds,
+            start_time_seconds: match (boot_time, field(22)) {
+                (Some(b), Some(t)) => Some(b + t / USER_HZ),
+                _ => None,
+            },
+        })
+    }
+}
+
 pub(crate) async fn render(state: &Shared) -> ApiResult<Response> {
     let engine = state.engine().ok();
-    let pending = match engine.clone() {
-        Some(e) => blocking(move || Ok(e.pending_count().unwrap_or(0)))
+    // Counted now, in one read snapshot; 0 until start-up finished or when the read fails (a
+    // scrape never fails because of the store).
+    let counts = match engine.clone() {
+        Some(e) => blocking(move || Ok(e.gauges().unwrap_or_default()))
             .await
-            .unwrap_or(0),
-        None => 0,
+            .unwrap_or_default(),
+        None => aware_store::StoreGauges::default(),
     };
     let mut o = String::new();
+    build_and_process(&mut o);
     let g = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
     let em = engine.as_ref().map(|e| e.metrics());
     let v = |f: &dyn Fn(&EngineMetrics) -> u64| em.map_or(0, f);
@@ -180,7 +374,27 @@ pub(crate) async fn render(state: &Shared) -> ApiResult<Response> {
         "Pending notices now.",
         "gauge",
     );
-    let _ = writeln!(o, "aware_pending_notices {pending}");
+    let _ = writeln!(o, "aware_pending_notices {}", counts.pending);
+    for (name, help, value) in [
+        (
+            "aware_sessions",
+            "Sessions in the store now.",
+            counts.sessions,
+        ),
+        (
+            "aware_watchers",
+            "Distinct watcher sessions holding at least one cursor now.",
+            counts.watchers,
+        ),
+        (
+            "aware_wake_stream_subscribers",
+            "Wake streams (GET /v1/wakes, SSE) open now.",
+            g(&state.http.stream_subscribers),
+        ),
+    ] {
+        line(&mut o, name, help, "gauge");
+        let _ = writeln!(o, "{name} {value}");
+    }
     let exec = &state.provider_exec.metrics;
     line(
         &mut o,
@@ -263,14 +477,37 @@ pub(crate) async fn render(state: &Shared) -> ApiResult<Response> {
         "HTTP requests by route and status.",
         "counter",
     );
-    if let Ok(m) = state.http_counts.lock() {
-        for ((route, status), n) in m.iter() {
+    // Both families come from one map; the histogram's lines are gathered apart so that each
+    // family's samples follow its own `# TYPE` line, as the text format requires.
+    let mut hist = String::new();
+    if let Ok(m) = state.http.series.lock() {
+        for ((route, status), s) in m.iter() {
+            let labels = format!("route=\"{route}\",status=\"{status}\"");
+            let _ = writeln!(o, "aware_http_requests_total{{{labels}}} {}", s.count);
+            let mut cum = 0;
+            for (b, n) in DURATION_BUCKETS.iter().zip(s.buckets) {
+                cum += n;
+                let _ = writeln!(
+                    hist,
+                    "aware_http_request_duration_seconds_bucket{{{labels},le=\"{b}\"}} {cum}"
+                );
+            }
             let _ = writeln!(
-                o,
-                "aware_http_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}"
+                hist,
+                "aware_http_request_duration_seconds_bucket{{{labels},le=\"+Inf\"}} {}\n\
+                 aware_http_request_duration_seconds_sum{{{labels}}} {}\n\
+                 aware_http_request_duration_seconds_count{{{labels}}} {}",
+                s.count, s.sum_secs, s.count
             );
         }
     }
+    line(
+        &mut o,
+        "aware_http_request_duration_seconds",
+        "Time to answer HTTP requests (until the response head), by route and status.",
+        "histogram",
+    );
+    o.push_str(&hist);
     // Outside I/O bounds (issue 9): webhook lanes and reply waiters.
     let wh = &state.webhooks;
     for (name, help, kind, value) in [

@@ -38,8 +38,8 @@ pub struct AppState {
     pub(crate) clock: Arc<dyn Clock>,
     /// The test clock (test mode only).
     pub(crate) test_clock: Option<Arc<ManualClock>>,
-    /// Requests by (route pattern, status); a std mutex held for one increment.
-    pub(crate) http_counts: Mutex<BTreeMap<(&'static str, u16), u64>>,
+    /// Requests by route and status with their durations, and open wake streams.
+    pub(crate) http: metrics::HttpMetrics,
     pub(crate) webhook_delivered: AtomicU64,
     pub(crate) webhook_failures: AtomicU64,
     pub(crate) sse_delivered: AtomicU64,
@@ -185,7 +185,7 @@ pub fn new_state(config: GatewayConfig, port: u16) -> Shared {
         phase: RwLock::new(Phase::Unavailable("opening".into())),
         clock,
         test_clock,
-        http_counts: Mutex::new(BTreeMap::new()),
+        http: Default::default(),
         webhook_delivered: AtomicU64::new(0),
         webhook_failures: AtomicU64::new(0),
         sse_delivered: AtomicU64::new(0),
@@ -236,9 +236,31 @@ async fn start_up(state: Shared, fatal: tokio::sync::oneshot::Sender<String>) {
     crate::wakes::spawn_webhooks(state.clone(), engine.subscribe_wakes());
     let e2 = engine.clone();
     match tokio::task::spawn_blocking(move || e2.start()).await {
-        Ok(Ok((sweep, prune))) => {
-            tracing::info!(event = "started", swept_cursors = sweep.cursors, pruned = ?prune, "start-up done")
-        }
+        Ok(Ok((sweep, Some(p)))) => tracing::info!(
+            event = "started",
+            swept_cursors = sweep.cursors,
+            pruned_by_age = p.deleted_by_age,
+            pruned_by_cap = p.deleted_by_cap,
+            expired_cursors = p.expired_cursors,
+            expired_system_events = p.expired_system_events,
+            prune_batches = p.batches,
+            "start-up done: restart sweep re-froze {} pending cursors; first prune deleted {} events \
+             ({} by age, {} by row cap) and expired {} cursors and {} system events",
+            sweep.cursors,
+            p.deleted_by_age + p.deleted_by_cap,
+            p.deleted_by_age,
+            p.deleted_by_cap,
+            p.expired_cursors,
+            p.expired_system_events
+        ),
+        // `None`: another prune pass held the single-flight lock (it reports its own work).
+        Ok(Ok((sweep, None))) => tracing::info!(
+            event = "started",
+            swept_cursors = sweep.cursors,
+            "start-up done: restart sweep re-froze {} pending cursors; first prune skipped (a pass was \
+             already running)",
+            sweep.cursors
+        ),
         Ok(Err(e)) => tracing::warn!(event = "startup_failed", error = %e, "restart sweep failed"),
         Err(e) => tracing::warn!(event = "startup_failed", error = %e, "start-up task failed"),
     }
@@ -358,6 +380,7 @@ async fn dispatch(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    let started = std::time::Instant::now();
     let raw_path = uri.path().to_string();
     let segments: Vec<&str> = raw_path.trim_start_matches('/').split('/').collect();
     let (mut route, allowed) = routes::route_of(&segments);
@@ -377,6 +400,7 @@ async fn dispatch(
         &state,
         if route.is_empty() { "unmatched" } else { route },
         response.status().as_u16(),
+        started.elapsed(),
     );
     response
 }

@@ -84,7 +84,10 @@ pub(crate) async fn sse(
         .collect();
     let sent = state.clone();
     let f2 = filter.clone();
+    // Lives inside the stream, so the gauge falls when the client disconnects and axum drops it.
+    let subscriber = crate::metrics::StreamSubscriber::open(&state);
     let live = BroadcastStream::new(rx).filter_map(move |item| {
+        let _counted = &subscriber;
         let out = match item {
             Ok(w) if f2.matches(&w) => {
                 sent.sse_delivered.fetch_add(1, Ordering::Relaxed);

@@ -192,3 +192,14 @@ pub struct ConsoleRow {
     pub last_human_at: Option<i64>,
     pub link_last_scanned_at: Option<i64>,
 }
+
+/// Row counts behind the gauges of `GET /metrics`, read in one snapshot at scrape time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreGauges {
+    /// Rows of `sessions`.
+    pub sessions: u64,
+    /// Distinct watcher sessions that hold at least one cursor (muted or not).
+    pub watchers: u64,
+    /// Pending notices: non-muted cursors with `notified > last_seen` (as `count_pending`).
+    pub pending: u64,
+}

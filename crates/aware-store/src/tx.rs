@@ -54,6 +54,9 @@ pub trait ReadTx {
     /// Distinct watcher keys that have at least one pending cursor.
     fn watchers_with_pending(&self) -> Result<Vec<String>>;
     fn count_pending(&self) -> Result<u64>;
+    /// Sessions, distinct watchers and pending notices, for the metrics gauges. Must stay cheap
+    /// (index-only) at 10,000 sessions and 100,000 cursors: it runs on every scrape.
+    fn gauges(&self) -> Result<StoreGauges>;
 
     fn system_events(&self, key: &str, agent: &str) -> Result<Vec<SystemEventRow>>;
     /// The first `limit` FIFO entries (ascending id).

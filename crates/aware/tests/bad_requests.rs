@@ -1068,6 +1068,9 @@ fn fingerprint(s: &Server) -> Value {
                 && !l.starts_with("aware_commit")
                 && !l.starts_with("aware_group_commit_ops")
                 && !l.starts_with("aware_http_requests_total")
+                // Request timings and the process's memory, fds and CPU move with any request.
+                && !l.starts_with("aware_http_request_duration_seconds")
+                && !l.starts_with("process_")
         })
         .collect();
     out.insert("metrics".into(), json!(kept));
