@@ -127,6 +127,32 @@ pub(crate) async fn call(
     }
 }
 
+/// Resolves `sessionKey` + `agentId` of a tool call (the caller when absent) and checks
+/// visibility; existence is left to the caller's blocking read.
+fn target_unchecked(req: &Req, caller: &SessionRef, b: &mut Obj) -> ApiResult<SessionRef> {
+    let key = b
+        .opt_str("sessionKey")?
+        .map(|k| parse_key(&k))
+        .transpose()?;
+    let agent = b
+        .opt_str("agentId")?
+        .map(|a| parse_agent("agentId", &a))
+        .transpose()?;
+    let r = match key {
+        Some(k) => resolve_ref(req, &k, agent.as_ref(), Some(caller))?,
+        None => caller.clone(),
+    };
+    check_visible(req, Some(caller), r.key.as_str(), r.agent.as_str())?;
+    Ok(r)
+}
+
+fn not_found(r: &SessionRef) -> ApiError {
+    ApiError::not_found(
+        "session_not_found",
+        format!("session \"{}\" does not exist", r.key),
+    )
+}
+
 /// Resolves `sessionKey` + `agentId` of a tool call, checks visibility and existence.
 async fn target(
     req: &Req,
@@ -176,7 +202,17 @@ pub fn status_text(s: &Session, state_version: i64, changes: Option<&Value>) -> 
     }
     t.push_str(&format!("State version: {state_version}"));
     if let Some(c) = changes {
-        let block = json!({"stateVersion": state_version, "stateChanges": c});
+        // Borrowed, not `json!` (which deep-copies the page); same keys in the same order.
+        #[derive(serde::Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Block<'a> {
+            state_version: i64,
+            state_changes: &'a Value,
+        }
+        let block = Block {
+            state_version,
+            state_changes: c,
+        };
         let pretty = serde_json::to_string_pretty(&block).unwrap_or_default();
         t.push_str(&format!(
             "\n\nSession state changes:\n```json\n{pretty}\n```"
@@ -201,22 +237,33 @@ async fn session_status(
         1..=200,
         "limit must be an integer between 1 and 200",
     )?;
-    let t = target(req, engine, caller, b, false).await?;
-    b_finish(b)?;
-    if limit.is_some() && since.is_none() {
-        return Err(ApiError::invalid("limit requires changesSince"));
-    }
+    // One blocking hop for the whole read (it was three: target exists, then the session,
+    // its version and the page). Errors keep their order: a missing target first, then the
+    // body's own errors, both before anything else is read.
+    let t = target_unchecked(req, caller, b)?;
+    let valid = b_finish(b).and_then(|()| {
+        if limit.is_some() && since.is_none() {
+            Err(ApiError::invalid("limit requires changesSince"))
+        } else {
+            Ok(())
+        }
+    });
     let e = engine.clone();
-    let (session, version, changes) = blocking(move || {
+    let (session, changes) = blocking(move || {
+        if !e.session_exists(&t)? {
+            return Err(not_found(&t));
+        }
+        valid?;
         let s = e.get_session(&t)?;
-        let v = e.version(&t);
         let c = match since {
             Some(after) => Some(e.list_since(&t, after, limit.unwrap_or(200) as u32)?),
             None => None,
         };
-        Ok((s, v, c))
+        Ok((s, c))
     })
     .await?;
+    // The session row's head, read with the row (`version` read it again before).
+    let version = session.state_version;
     let changes_json = changes.as_ref().map(wire::state_changes);
     let r = &session.row;
     let mut out = json!({"ok": true, "sessionKey": r.key, "agentId": r.agent_id, "sessionId": r.session_id, "kind": r.kind, "status": session.status()});
@@ -230,10 +277,11 @@ async fn session_status(
         out["goal"] = json!({"text": g.text, "status": g.status, "updatedAt": g.updated_at});
     }
     out["stateVersion"] = version.into();
-    if let Some(c) = &changes_json {
-        out["stateChanges"] = c.clone();
+    let text = status_text(&session, version, changes_json.as_ref());
+    if let Some(c) = changes_json {
+        out["stateChanges"] = c;
     }
-    out["statusText"] = status_text(&session, version, changes_json.as_ref()).into();
+    out["statusText"] = text.into();
     Ok(out)
 }
 
