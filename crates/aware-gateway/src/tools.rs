@@ -6,7 +6,7 @@ use crate::routes::{check_visible, parse_agent, parse_key, resolve_ref};
 use crate::server::{blocking, Req};
 use crate::wire;
 use aware_core::SessionRef;
-use aware_engine::{Engine, Session};
+use aware_engine::{Engine, Session, StateChanges};
 use aware_store::SessionFilter;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -118,7 +118,7 @@ pub(crate) async fn call(
     let mut b = Obj::parse(&req.body, true)?;
     let engine = req.state.engine()?;
     match name {
-        "session_status" => ok(session_status(req, &engine, &caller, &mut b).await?),
+        "session_status" => session_status(req, &engine, &caller, &mut b).await,
         "sessions_list" => ok(sessions_list(req, &engine, &caller, &mut b).await?),
         "sessions_history" => ok(sessions_history(req, &engine, &caller, &mut b).await?),
         "sessions_spawn" => ok(sessions_spawn(req, &engine, &caller, &mut b).await?),
@@ -185,7 +185,7 @@ async fn target(
     Ok(r)
 }
 
-pub fn status_text(s: &Session, state_version: i64, changes: Option<&Value>) -> String {
+pub fn status_text(s: &Session, state_version: i64, changes: Option<&StateChanges>) -> String {
     let r = &s.row;
     let mut t = format!(
         "Session {} (agent {}, kind {})\nStatus: {}\n",
@@ -202,16 +202,17 @@ pub fn status_text(s: &Session, state_version: i64, changes: Option<&Value>) -> 
     }
     t.push_str(&format!("State version: {state_version}"));
     if let Some(c) = changes {
-        // Borrowed, not `json!` (which deep-copies the page); same keys in the same order.
+        // The same keys in the same order as the answer's `stateVersion` and `stateChanges`,
+        // serialised from the page itself rather than from a copy of its JSON value.
         #[derive(serde::Serialize)]
         #[serde(rename_all = "camelCase")]
         struct Block<'a> {
             state_version: i64,
-            state_changes: &'a Value,
+            state_changes: wire::StateChangesJson<'a>,
         }
         let block = Block {
             state_version,
-            state_changes: c,
+            state_changes: wire::StateChangesJson(c),
         };
         let pretty = serde_json::to_string_pretty(&block).unwrap_or_default();
         t.push_str(&format!(
@@ -221,12 +222,24 @@ pub fn status_text(s: &Session, state_version: i64, changes: Option<&Value>) -> 
     t
 }
 
+/// The `session_status` answer: the session's fields, then the page and the text, written
+/// straight from the engine's page (no intermediate `Value` for the events).
+#[derive(serde::Serialize)]
+struct StatusAnswer<'a> {
+    #[serde(flatten)]
+    head: Value,
+    #[serde(rename = "stateChanges", skip_serializing_if = "Option::is_none")]
+    state_changes: Option<wire::StateChangesJson<'a>>,
+    #[serde(rename = "statusText")]
+    status_text: String,
+}
+
 async fn session_status(
     req: &Req,
     engine: &Engine,
     caller: &SessionRef,
     b: &mut Obj,
-) -> ApiResult<Value> {
+) -> ApiResult<Response> {
     let since = b.opt_int(
         "changesSince",
         0..=i64::MAX,
@@ -264,7 +277,6 @@ async fn session_status(
     .await?;
     // The session row's head, read with the row (`version` read it again before).
     let version = session.state_version;
-    let changes_json = changes.as_ref().map(wire::state_changes);
     let r = &session.row;
     let mut out = json!({"ok": true, "sessionKey": r.key, "agentId": r.agent_id, "sessionId": r.session_id, "kind": r.kind, "status": session.status()});
     if let Some(l) = &r.label {
@@ -277,12 +289,12 @@ async fn session_status(
         out["goal"] = json!({"text": g.text, "status": g.status, "updatedAt": g.updated_at});
     }
     out["stateVersion"] = version.into();
-    let text = status_text(&session, version, changes_json.as_ref());
-    if let Some(c) = changes_json {
-        out["stateChanges"] = c;
-    }
-    out["statusText"] = text.into();
-    Ok(out)
+    let answer = StatusAnswer {
+        head: out,
+        state_changes: changes.as_ref().map(wire::StateChangesJson),
+        status_text: status_text(&session, version, changes.as_ref()),
+    };
+    Ok((StatusCode::OK, axum::Json(answer)).into_response())
 }
 
 fn b_finish(b: &mut Obj) -> ApiResult<()> {
