@@ -263,11 +263,12 @@ async fn session_status(
     });
     let e = engine.clone();
     let (session, changes) = blocking(move || {
-        if !e.session_exists(&t)? {
-            return Err(not_found(&t));
-        }
+        // The session row is the existence check (one read fewer than `session_exists`).
+        let s = match e.get_session(&t) {
+            Err(aware_engine::EngineError::SessionNotFound(_)) => return Err(not_found(&t)),
+            other => other?,
+        };
         valid?;
-        let s = e.get_session(&t)?;
         let c = match since {
             Some(after) => Some(e.list_since(&t, after, limit.unwrap_or(200) as u32)?),
             None => None,
