@@ -66,25 +66,29 @@ impl Engine {
     /// degrades to the empty page.
     pub fn list_since(&self, s: &SessionRef, after: i64, limit: u32) -> Result<StateChanges> {
         Self::validate_page(after, limit)?;
-        let (key, agent) = (s.key.as_str(), s.agent.as_str());
-        let page = self.inner.store.read(|tx| {
-            let mut rows = tx.events_after(key, agent, after, limit + 1)?;
-            let truncated = rows.len() > limit as usize;
-            rows.truncate(limit as usize);
-            let head = tx.head(key, agent)?;
-            let earliest = match tx.earliest_sequence(key, agent)? {
-                Some(seq) => seq,
-                None => head
-                    .filter(|h| h.last_sequence > 0)
-                    .map_or(0, |h| h.last_sequence + 1),
-            };
-            Ok(StateChanges {
-                events: rows.iter().map(|e| e.compact()).collect(),
-                truncated,
-                earliest_available_sequence: earliest,
-                history_gap: head.is_some_and(|h| after < h.pruned_max_sequence),
-            })
-        });
+        // One statement (events, head and earliest sequence), so one snapshot without
+        // BEGIN/COMMIT; `limit + 1` rows say whether the page is truncated.
+        let page = self
+            .inner
+            .store
+            .state_page(s.key.as_str(), s.agent.as_str(), after, limit + 1)
+            .map(|mut p| {
+                let truncated = p.events.len() > limit as usize;
+                p.events.truncate(limit as usize);
+                let earliest = match p.earliest {
+                    Some(seq) => seq,
+                    None => p
+                        .head
+                        .filter(|h| h.last_sequence > 0)
+                        .map_or(0, |h| h.last_sequence + 1),
+                };
+                StateChanges {
+                    events: p.events,
+                    truncated,
+                    earliest_available_sequence: earliest,
+                    history_gap: p.head.is_some_and(|h| after < h.pruned_max_sequence),
+                }
+            });
         Ok(page.unwrap_or_else(|e| {
             self.read_failed("listSince", &e);
             StateChanges::default()

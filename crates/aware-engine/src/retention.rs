@@ -2,7 +2,7 @@
 //! other writers interleave between batches.
 
 use crate::model::{PruneReport, SweepReport};
-use crate::{request_state_wake, Engine, EngineMetrics, Result};
+use crate::{request_state_wakes, Engine, EngineMetrics, Result};
 use aware_core::retention::MAX_BATCH_ROWS;
 
 /// Rows re-frozen per sweep transaction.
@@ -124,10 +124,7 @@ impl Engine {
                 None => break,
             }
         }
-        let now = self.now();
-        for w in &report.watchers {
-            request_state_wake(&self.inner, w, now);
-        }
+        request_state_wakes(&self.inner, &report.watchers, self.now());
         Ok(report)
     }
 }

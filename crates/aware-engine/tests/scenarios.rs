@@ -1677,6 +1677,35 @@ fn s089_sweep_reissues_wakes() {
     );
 }
 
+/// The sweep builds its wakes from one scan of all pending cursors (issue 13): each watcher
+/// still gets exactly its own pending targets, in notification order.
+#[test]
+fn s089_sweep_wakes_carry_each_watchers_own_targets() {
+    let w = World::family();
+    w.create(X);
+    w.create_child(D, W);
+    w.watch(X, C);
+    w.hdm(C);
+    w.hdm(D);
+    w.engine.close();
+    let engine = Engine::open(w.config.clone(), w.clock.clone()).unwrap();
+    let mut rx = engine.subscribe_wakes();
+    engine.start().unwrap();
+    let mut got: Vec<(String, Vec<(String, String)>)> = state_wakes(&mut rx)
+        .into_iter()
+        .map(|k| (k.session_key, k.targets))
+        .collect();
+    got.sort();
+    let t = |k: &str| (k.to_string(), "main".to_string());
+    assert_eq!(
+        got,
+        vec![
+            (X.to_string(), vec![t(C)]),
+            (W.to_string(), vec![t(C), t(D)]),
+        ]
+    );
+}
+
 #[test]
 fn s090_sweep_skips_missing_watchers() {
     let mut w = World::family();

@@ -6,7 +6,7 @@ use crate::routes::{check_visible, parse_agent, parse_key, resolve_ref};
 use crate::server::{blocking, Req};
 use crate::wire;
 use aware_core::SessionRef;
-use aware_engine::{Engine, Session};
+use aware_engine::{Engine, Session, StateChanges};
 use aware_store::SessionFilter;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -118,13 +118,39 @@ pub(crate) async fn call(
     let mut b = Obj::parse(&req.body, true)?;
     let engine = req.state.engine()?;
     match name {
-        "session_status" => ok(session_status(req, &engine, &caller, &mut b).await?),
+        "session_status" => session_status(req, &engine, &caller, &mut b).await,
         "sessions_list" => ok(sessions_list(req, &engine, &caller, &mut b).await?),
         "sessions_history" => ok(sessions_history(req, &engine, &caller, &mut b).await?),
         "sessions_spawn" => ok(sessions_spawn(req, &engine, &caller, &mut b).await?),
         "sessions_unwatch" => ok(sessions_unwatch(req, &engine, &caller, &mut b).await?),
         _ => ok(sessions_send(req, &engine, &caller, &mut b).await?),
     }
+}
+
+/// Resolves `sessionKey` + `agentId` of a tool call (the caller when absent) and checks
+/// visibility; existence is left to the caller's blocking read.
+fn target_unchecked(req: &Req, caller: &SessionRef, b: &mut Obj) -> ApiResult<SessionRef> {
+    let key = b
+        .opt_str("sessionKey")?
+        .map(|k| parse_key(&k))
+        .transpose()?;
+    let agent = b
+        .opt_str("agentId")?
+        .map(|a| parse_agent("agentId", &a))
+        .transpose()?;
+    let r = match key {
+        Some(k) => resolve_ref(req, &k, agent.as_ref(), Some(caller))?,
+        None => caller.clone(),
+    };
+    check_visible(req, Some(caller), r.key.as_str(), r.agent.as_str())?;
+    Ok(r)
+}
+
+fn not_found(r: &SessionRef) -> ApiError {
+    ApiError::not_found(
+        "session_not_found",
+        format!("session \"{}\" does not exist", r.key),
+    )
 }
 
 /// Resolves `sessionKey` + `agentId` of a tool call, checks visibility and existence.
@@ -159,7 +185,7 @@ async fn target(
     Ok(r)
 }
 
-pub fn status_text(s: &Session, state_version: i64, changes: Option<&Value>) -> String {
+pub fn status_text(s: &Session, state_version: i64, changes: Option<&StateChanges>) -> String {
     let r = &s.row;
     let mut t = format!(
         "Session {} (agent {}, kind {})\nStatus: {}\n",
@@ -176,7 +202,18 @@ pub fn status_text(s: &Session, state_version: i64, changes: Option<&Value>) -> 
     }
     t.push_str(&format!("State version: {state_version}"));
     if let Some(c) = changes {
-        let block = json!({"stateVersion": state_version, "stateChanges": c});
+        // The same keys in the same order as the answer's `stateVersion` and `stateChanges`,
+        // serialised from the page itself rather than from a copy of its JSON value.
+        #[derive(serde::Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Block<'a> {
+            state_version: i64,
+            state_changes: wire::StateChangesJson<'a>,
+        }
+        let block = Block {
+            state_version,
+            state_changes: wire::StateChangesJson(c),
+        };
         let pretty = serde_json::to_string_pretty(&block).unwrap_or_default();
         t.push_str(&format!(
             "\n\nSession state changes:\n```json\n{pretty}\n```"
@@ -185,12 +222,24 @@ pub fn status_text(s: &Session, state_version: i64, changes: Option<&Value>) -> 
     t
 }
 
+/// The `session_status` answer: the session's fields, then the page and the text, written
+/// straight from the engine's page (no intermediate `Value` for the events).
+#[derive(serde::Serialize)]
+struct StatusAnswer<'a> {
+    #[serde(flatten)]
+    head: Value,
+    #[serde(rename = "stateChanges", skip_serializing_if = "Option::is_none")]
+    state_changes: Option<wire::StateChangesJson<'a>>,
+    #[serde(rename = "statusText")]
+    status_text: String,
+}
+
 async fn session_status(
     req: &Req,
     engine: &Engine,
     caller: &SessionRef,
     b: &mut Obj,
-) -> ApiResult<Value> {
+) -> ApiResult<Response> {
     let since = b.opt_int(
         "changesSince",
         0..=i64::MAX,
@@ -201,23 +250,34 @@ async fn session_status(
         1..=200,
         "limit must be an integer between 1 and 200",
     )?;
-    let t = target(req, engine, caller, b, false).await?;
-    b_finish(b)?;
-    if limit.is_some() && since.is_none() {
-        return Err(ApiError::invalid("limit requires changesSince"));
-    }
+    // One blocking hop for the whole read (it was three: target exists, then the session,
+    // its version and the page). Errors keep their order: a missing target first, then the
+    // body's own errors, both before anything else is read.
+    let t = target_unchecked(req, caller, b)?;
+    let valid = b_finish(b).and_then(|()| {
+        if limit.is_some() && since.is_none() {
+            Err(ApiError::invalid("limit requires changesSince"))
+        } else {
+            Ok(())
+        }
+    });
     let e = engine.clone();
-    let (session, version, changes) = blocking(move || {
-        let s = e.get_session(&t)?;
-        let v = e.version(&t);
+    let (session, changes) = blocking(move || {
+        // The session row is the existence check (one read fewer than `session_exists`).
+        let s = match e.get_session(&t) {
+            Err(aware_engine::EngineError::SessionNotFound(_)) => return Err(not_found(&t)),
+            other => other?,
+        };
+        valid?;
         let c = match since {
             Some(after) => Some(e.list_since(&t, after, limit.unwrap_or(200) as u32)?),
             None => None,
         };
-        Ok((s, v, c))
+        Ok((s, c))
     })
     .await?;
-    let changes_json = changes.as_ref().map(wire::state_changes);
+    // The session row's head, read with the row (`version` read it again before).
+    let version = session.state_version;
     let r = &session.row;
     let mut out = json!({"ok": true, "sessionKey": r.key, "agentId": r.agent_id, "sessionId": r.session_id, "kind": r.kind, "status": session.status()});
     if let Some(l) = &r.label {
@@ -230,11 +290,12 @@ async fn session_status(
         out["goal"] = json!({"text": g.text, "status": g.status, "updatedAt": g.updated_at});
     }
     out["stateVersion"] = version.into();
-    if let Some(c) = &changes_json {
-        out["stateChanges"] = c.clone();
-    }
-    out["statusText"] = status_text(&session, version, changes_json.as_ref()).into();
-    Ok(out)
+    let answer = StatusAnswer {
+        head: out,
+        state_changes: changes.as_ref().map(wire::StateChangesJson),
+        status_text: status_text(&session, version, changes.as_ref()),
+    };
+    Ok((StatusCode::OK, axum::Json(answer)).into_response())
 }
 
 fn b_finish(b: &mut Obj) -> ApiResult<()> {

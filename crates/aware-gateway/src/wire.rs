@@ -4,6 +4,7 @@
 use aware_core::{CompactEvent, StoredEvent};
 use aware_engine::{Drain, Notice, Session, StateChanges, Wake};
 use aware_store::{CursorRow, RunRow, SystemEventRow, TurnRow};
+use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{json, Map, Value};
 
 fn put<T: Into<Value>>(m: &mut Map<String, Value>, k: &str, v: Option<T>) {
@@ -71,26 +72,59 @@ pub fn event(e: &StoredEvent) -> Value {
     Value::Object(m)
 }
 
-pub fn compact_event(e: &CompactEvent) -> Value {
-    let mut m = Map::new();
-    m.insert("sequence".into(), e.sequence.into());
-    m.insert("kind".into(), e.kind.as_str().into());
-    m.insert("actorType".into(), e.actor_type.as_str().into());
-    put(&mut m, "actorId", e.actor_id.clone());
-    put(&mut m, "runId", e.run_id.clone());
-    m.insert("occurredAt".into(), e.occurred_at.into());
-    m.insert("summary".into(), e.summary.clone().into());
-    put(&mut m, "payload", e.payload.clone().map(Value::Object));
-    Value::Object(m)
+/// A compact event serialised straight from the engine's type: the hot `session_status` page
+/// is written without building a `Value` per event first (issue 13's profile).
+pub struct CompactEventJson<'a>(pub &'a CompactEvent);
+
+impl Serialize for CompactEventJson<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let e = self.0;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("sequence", &e.sequence)?;
+        m.serialize_entry("kind", e.kind.as_str())?;
+        m.serialize_entry("actorType", e.actor_type.as_str())?;
+        if let Some(a) = &e.actor_id {
+            m.serialize_entry("actorId", a)?;
+        }
+        if let Some(r) = &e.run_id {
+            m.serialize_entry("runId", r)?;
+        }
+        m.serialize_entry("occurredAt", &e.occurred_at)?;
+        m.serialize_entry("summary", &e.summary)?;
+        if let Some(p) = &e.payload {
+            m.serialize_entry("payload", p)?;
+        }
+        m.end()
+    }
 }
 
-pub fn state_changes(c: &StateChanges) -> Value {
-    json!({
-        "events": c.events.iter().map(compact_event).collect::<Vec<_>>(),
-        "truncated": c.truncated,
-        "earliestAvailableSequence": c.earliest_available_sequence,
-        "historyGap": c.history_gap,
-    })
+/// A compact event as a `Value`, for answers built as values (the console). Serialising into a
+/// `Value` cannot fail here: every key is a string and payload numbers are already JSON numbers.
+pub fn compact_event(e: &CompactEvent) -> Value {
+    serde_json::to_value(CompactEventJson(e)).unwrap_or(Value::Null)
+}
+
+/// The `stateChanges` object of 03 §6.2, serialised straight from the page.
+pub struct StateChangesJson<'a>(pub &'a StateChanges);
+
+impl Serialize for StateChangesJson<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let c = self.0;
+        let mut m = s.serialize_map(Some(4))?;
+        m.serialize_entry("events", &Events(&c.events))?;
+        m.serialize_entry("truncated", &c.truncated)?;
+        m.serialize_entry("earliestAvailableSequence", &c.earliest_available_sequence)?;
+        m.serialize_entry("historyGap", &c.history_gap)?;
+        m.end()
+    }
+}
+
+struct Events<'a>(&'a [CompactEvent]);
+
+impl Serialize for Events<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(CompactEventJson))
+    }
 }
 
 pub fn turn(t: &TurnRow) -> Value {

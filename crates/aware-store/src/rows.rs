@@ -203,3 +203,12 @@ pub struct StoreGauges {
     /// Pending notices: non-muted cursors with `notified > last_seen` (as `count_pending`).
     pub pending: u64,
 }
+
+/// One `listSince` page read by [`crate::SqliteStore::state_page`]: up to `limit` compact
+/// events, the stream's head (`updated_at` left 0) and its earliest retained sequence.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StatePage {
+    pub events: Vec<aware_core::CompactEvent>,
+    pub head: Option<HeadRow>,
+    pub earliest: Option<i64>,
+}

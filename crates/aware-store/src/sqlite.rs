@@ -6,7 +6,8 @@ use crate::metrics::StoreMetrics;
 use crate::rows::*;
 use crate::tx::{ReadTx, WriteTx};
 use crate::{Result, StoreError};
-use aware_core::{ActorType, CursorState, EventKind, Origin, StoredEvent};
+use aware_core::event::compact_payload;
+use aware_core::{ActorType, CompactEvent, CursorState, EventKind, Origin, StoredEvent};
 use rusqlite::types::Type;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row, ToSql};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -300,17 +301,95 @@ impl SqliteStore {
         rx.await.map_err(|_| StoreError::WriterGone)?
     }
 
+    /// The first idle reader connection, else (all busy) one picked round-robin to wait for.
+    /// Lowest-first rather than round-robin: a lone caller then always gets the same
+    /// connection, whose page cache is warm (measured on W4: round-robin over the pool made
+    /// every page read re-fetch its pages through `pread`).
+    fn reader(&self) -> Result<std::sync::MutexGuard<'_, Connection>> {
+        let readers = &self.inner.readers;
+        if let Some(guard) = readers.iter().find_map(|r| r.try_lock().ok()) {
+            return Ok(guard);
+        }
+        let start = self.inner.next_reader.fetch_add(1, Ordering::Relaxed);
+        readers[start % readers.len()]
+            .lock()
+            .map_err(|_| StoreError::Corrupt("reader connection poisoned".into()))
+    }
+
+    /// One `listSince` page (01 §10) in a single statement: up to `limit` events after
+    /// `after`, plus the stream's head and earliest retained sequence. One statement is one
+    /// snapshot, so no BEGIN/COMMIT is needed, and rows become compact events directly.
+    pub fn state_page(&self, key: &str, agent: &str, after: i64, limit: u32) -> Result<StatePage> {
+        if self.inner.faults.reads_fail() {
+            return Err(StoreError::InjectedFault("signal-log reads fail"));
+        }
+        let guard = self.reader()?;
+        let conn: &Connection = &guard;
+        // Column 0 tells page rows (0) from the one head row (1); the head row carries
+        // last_sequence, pruned_max_sequence and the earliest sequence in columns 1, 6, 7.
+        let mut stmt = conn.prepare_cached(
+            "SELECT 0, sequence, kind, actor_type, actor_id, run_id, occurred_at, summary, \
+             payload_json FROM (SELECT sequence, kind, actor_type, actor_id, run_id, \
+             occurred_at, summary, payload_json FROM session_state_events \
+             WHERE session_key = ?1 AND agent_id = ?2 AND sequence > ?3 \
+             ORDER BY sequence LIMIT ?4) \
+             UNION ALL \
+             SELECT 1, h.last_sequence, NULL, NULL, NULL, NULL, h.pruned_max_sequence, \
+             (SELECT sequence FROM session_state_events \
+              WHERE session_key = ?1 AND agent_id = ?2 ORDER BY sequence LIMIT 1), NULL \
+             FROM (SELECT 1) LEFT JOIN session_state_heads h \
+             ON h.session_key = ?1 AND h.agent_id = ?2",
+        )?;
+        let mut page = StatePage::default();
+        let mut rows = stmt.query(params![key, agent, after, i64::from(limit)])?;
+        while let Some(row) = rows.next()? {
+            let tag: i64 = row.get(0)?;
+            if tag == 1 {
+                let last: Option<i64> = row.get(1)?;
+                page.head = match last {
+                    Some(last_sequence) => Some(HeadRow {
+                        last_sequence,
+                        pruned_max_sequence: row.get(6)?,
+                        updated_at: 0,
+                    }),
+                    None => None,
+                };
+                page.earliest = row.get(7)?;
+            } else {
+                page.events.push(compact_from_row(row)?);
+            }
+        }
+        // Compound-select output order is not promised; pages are (cheap when sorted).
+        page.events.sort_by_key(|e| e.sequence);
+        Ok(page)
+    }
+
+    /// Every pending, unmuted cursor in one statement, grouped by watcher (in watcher order)
+    /// and, within a watcher, in the order of `pending_by_watcher`. For the restart sweep,
+    /// which wakes every watcher with pending cursors: one scan instead of a lookup each.
+    pub fn pending_cursors_by_watcher(&self) -> Result<Vec<(String, Vec<CursorRow>)>> {
+        let guard = self.reader()?;
+        let conn: &Connection = &guard;
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT {CURSOR_COLS} FROM session_watch_cursors \
+             WHERE muted = 0 AND notified_sequence > last_seen_sequence \
+             ORDER BY watcher_session_key, notified_sequence, target_session_key, target_agent_id"
+        ))?;
+        let mut out: Vec<(String, Vec<CursorRow>)> = Vec::new();
+        let mut rows = stmt.query([])?;
+        while let Some(row) = rows.next()? {
+            let c = cursor_from_row(row)?;
+            match out.last_mut() {
+                Some((w, list)) if *w == c.watcher => list.push(c),
+                _ => out.push((c.watcher.clone(), vec![c])),
+            }
+        }
+        Ok(out)
+    }
+
     /// Runs `f` on a consistent snapshot from the reader pool.
     pub fn read<R>(&self, f: impl FnOnce(&dyn ReadTx) -> Result<R>) -> Result<R> {
-        let n = self.inner.readers.len();
-        let start = self.inner.next_reader.fetch_add(1, Ordering::Relaxed);
-        let guard = (0..n)
-            .find_map(|i| self.inner.readers[(start + i) % n].try_lock().ok())
-            .map_or_else(
-                || self.inner.readers[start % n].lock(),
-                Ok::<_, std::sync::PoisonError<_>>,
-            )
-            .map_err(|_| StoreError::Corrupt("reader connection poisoned".into()))?;
+        let guard = self.reader()?;
         let conn: &Connection = &guard;
         run_cached(conn, "BEGIN DEFERRED")?;
         let tx = SqlTx {
@@ -693,6 +772,38 @@ fn event_from_row(row: &Row<'_>) -> rusqlite::Result<StoredEvent> {
         run_id: row.get(8)?,
         occurred_at: row.get(9)?,
         summary: row.get(10)?,
+        payload,
+    })
+}
+
+/// A page row of [`SqliteStore::state_page`] as the compact view (01 §10): the columns the
+/// view drops are never read, and the payload is filtered to the read-side whitelist.
+fn compact_from_row(row: &Row<'_>) -> rusqlite::Result<CompactEvent> {
+    let kind = row.get_ref(2)?.as_str()?;
+    let actor = row.get_ref(3)?.as_str()?;
+    let payload = match row.get_ref(8)?.as_str_or_null()? {
+        None => None,
+        Some(text) => match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(serde_json::Value::Object(map)) => compact_payload(Some(&map)),
+            _ => {
+                return Err(conversion_error(
+                    8,
+                    format!("payload_json is not an object: {text}"),
+                ))
+            }
+        },
+    };
+    let non_empty = |s: Option<String>| s.filter(|s| !s.is_empty());
+    Ok(CompactEvent {
+        sequence: row.get(1)?,
+        kind: EventKind::parse(kind)
+            .ok_or_else(|| conversion_error(2, format!("unknown kind {kind:?}")))?,
+        actor_type: ActorType::parse(actor)
+            .ok_or_else(|| conversion_error(3, format!("unknown actor type {actor:?}")))?,
+        actor_id: non_empty(row.get(4)?),
+        run_id: non_empty(row.get(5)?),
+        occurred_at: row.get(6)?,
+        summary: row.get(7)?,
         payload,
     })
 }
