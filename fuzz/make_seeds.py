@@ -2,15 +2,16 @@
 """Writes the committed seed corpora under fuzz/corpus/<target>/ (run from anywhere).
 
 Seeds are named by the SHA-1 of their content, as libFuzzer names its own inputs. The
-claude_classifier seeds are lines of the real transcripts in ../shared/fixtures/claude-code
-(MIT-licensed, see their README): every user and queue-operation row of at most 4 KiB, a few
+claude_classifier seeds are lines of the real transcripts vendored in
+crates/aware-upstream/tests/fixtures/claude-code (MIT-licensed, see SOURCES.md there): every user and queue-operation row of at most 4 KiB, a few
 rows of each other type, a few short multi-row windows, and hand-written rows for the rules the
 fixtures do not show (images, IDE context, rejected-tool feedback, queue rows, odd timestamps).
 """
 import glob, hashlib, json, os, sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-FIXTURES = os.path.join(HERE, "..", "..", "shared", "fixtures", "claude-code")
+VENDORED = os.path.join(HERE, "..", "crates", "aware-upstream", "tests", "fixtures")
+FIXTURES = os.path.join(VENDORED, "claude-code")
 
 
 def write(target, items):
@@ -118,10 +119,10 @@ synthetic = [
 ]
 write("claude_classifier", rows + windows + synthetic)
 
-# codex_classifier: lines of the real rollouts in ../shared/fixtures/codex (MIT / Apache-2.0, see
-# their README): every prompt event and user-role item of at most 4 KiB, two rows of each other
+# codex_classifier: lines of the real rollouts vendored in
+# crates/aware-upstream/tests/fixtures/codex (MIT / Apache-2.0, see SOURCES.md there): every prompt event and user-role item of at most 4 KiB, two rows of each other
 # shape, one short window per file, and hand-written rows for the shapes no fixture holds.
-CODEX = os.path.join(HERE, "..", "..", "shared", "fixtures", "codex")
+CODEX = os.path.join(VENDORED, "codex")
 crow, cother, cwin = [], {}, []
 for path in sorted(glob.glob(os.path.join(CODEX, "*.jsonl"))):
     lines = [l for l in open(path, "rb").read().split(b"\n") if l.strip()]

@@ -1,6 +1,7 @@
-//! The Codex classifier and window scan over every real rollout in `shared/fixtures/codex/`.
+//! The Codex classifier and window scan over every real rollout in `tests/fixtures/codex/`
+//! (vendored; sources and licences in its SOURCES.md).
 //! The expected prompts and the per-shape row counts were written by hand from reading each file
-//! (and the inventory in its README), not from this crate's output.
+//! (and the inventory in SOURCES.md), not from this crate's output.
 
 use std::collections::BTreeMap;
 
@@ -10,13 +11,10 @@ use aware_upstream::codex::scan::scan_codex_window;
 use aware_upstream::scan::{ScanInput, WINDOW_BYTES};
 use serde_json::Value;
 
-const FIXTURES: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/fixtures/codex/"
-);
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/codex/");
 
 /// One rollout: its thread id, its human prompts (1-based line, start of the typed text), and
-/// the rows per (type, payload.type, role) shape from the fixture README's inventory.
+/// the rows per (type, payload.type, role) shape from the inventory in SOURCES.md.
 struct Expected {
     file: &'static str,
     thread_id: &'static str,

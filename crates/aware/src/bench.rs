@@ -278,14 +278,15 @@ fn w7(plan: &Plan) -> Result<Outcome> {
 }
 
 /// W7, Codex: the Codex rollout scan (`scan_codex_window`) over ~100 MB built from the real
-/// rollouts in `../shared/fixtures/codex` (synthetic rows when absent), in 1 MiB windows as the
-/// monitor reads them, next to a plain newline count over the same bytes.
+/// rollouts vendored in `crates/aware-upstream/tests/fixtures/codex` (synthetic rows when
+/// absent), in 1 MiB windows as the monitor reads them, next to a plain newline count over the
+/// same bytes.
 fn w7_codex(plan: &Plan) -> Result<(String, f64)> {
     use aware_upstream::codex::scan::scan_codex_window;
     use aware_upstream::scan::{ScanInput, WINDOW_BYTES};
     let target = (100u64 << 20) / plan.scale;
-    let dir =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/codex");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../aware-upstream/tests/fixtures/codex");
     let mut corpus: Vec<u8> = Vec::new();
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .map(|d| d.flatten().map(|e| e.path()).collect())

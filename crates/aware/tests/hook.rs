@@ -63,7 +63,8 @@ fn hook(url: &str, args: &[&str], input: impl Into<Vec<u8>>) -> Run {
     hook_with(url, args, input.into(), true)
 }
 
-/// Like [`hook`]; with `close_stdin` false, stdin stays open for 10 s after the input.
+/// Like [`hook`]; with `close_stdin` false, stdin stays open after the input until the hook
+/// has exited (or been killed at 30 s), so its end of input can never come.
 fn hook_with(url: &str, args: &[&str], input: Vec<u8>, close_stdin: bool) -> Run {
     let start = Instant::now();
     let mut child = Command::new(bin())
@@ -83,9 +84,8 @@ fn hook_with(url: &str, args: &[&str], input: Vec<u8>, close_stdin: bool) -> Run
     // The hook may stop reading early (oversized input): a broken pipe here is expected.
     let writer = std::thread::spawn(move || {
         let _ = stdin.write_all(&input);
-        if !close_stdin {
-            std::thread::sleep(Duration::from_secs(10));
-        }
+        // Handed back to be dropped only after the exit when stdin must stay open.
+        (!close_stdin).then_some(stdin)
     });
     let mut out = child.stdout.take().unwrap();
     let mut err = child.stderr.take().unwrap();
@@ -112,9 +112,7 @@ fn hook_with(url: &str, args: &[&str], input: Vec<u8>, close_stdin: bool) -> Run
         std::thread::sleep(Duration::from_millis(5));
     };
     let elapsed = start.elapsed();
-    if close_stdin {
-        let _ = writer.join();
-    }
+    drop(writer.join());
     Run {
         code: status.code(),
         stdout: out_t.join().unwrap(),
@@ -289,6 +287,11 @@ fn stdin_that_never_closes_is_abandoned_at_the_timeout() {
         false,
     );
     r.assert_failed_quietly();
+    // The deadline ended it (the input never ends, so nothing else can), and on time.
+    assert_eq!(
+        r.stderr,
+        "aware hook: warning: gave up after 600 ms (--timeout-ms)\n"
+    );
     assert!(r.elapsed < Duration::from_millis(1300), "{:?}", r.elapsed);
     assert!(turns(&s, W).is_empty());
 }

@@ -17,6 +17,8 @@ struct Mcp {
     stdin: Option<ChildStdin>,
     lines: Receiver<Value>,
     stderr: Arc<Mutex<String>>,
+    /// Signalled when stderr reached end of file: every line the process wrote is in `stderr`.
+    stderr_closed: Receiver<()>,
     next_id: i64,
     /// Responses that arrived while another one was awaited.
     early: Vec<Value>,
@@ -54,12 +56,14 @@ impl Mcp {
         let stderr = Arc::new(Mutex::new(String::new()));
         let err = child.stderr.take().unwrap();
         let sink = stderr.clone();
+        let (closed, stderr_closed) = channel();
         std::thread::spawn(move || {
             for line in BufReader::new(err).lines().map_while(Result::ok) {
                 let mut s = sink.lock().unwrap();
                 s.push_str(&line);
                 s.push('\n');
             }
+            let _ = closed.send(());
         });
         let stdin = child.stdin.take();
         Mcp {
@@ -67,6 +71,7 @@ impl Mcp {
             stdin,
             lines,
             stderr,
+            stderr_closed,
             next_id: 1,
             early: Vec::new(),
         }
@@ -138,6 +143,29 @@ impl Mcp {
 
     fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
+    }
+
+    /// Closes stdin (the end of the session for an MCP server), waits for the exit and for the
+    /// end of stderr, and returns the exit code and the whole of stderr. Nothing can be written
+    /// after this, so a count of stderr lines is final: no line can come late.
+    fn finish(&mut self) -> (Option<i32>, String) {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                break st;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "aware mcp did not exit after stdin closed; stderr: {}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        self.stderr_closed
+            .recv_timeout(Duration::from_secs(20))
+            .expect("stderr reaches end of file once aware mcp exited");
+        (status.code(), self.stderr())
     }
 }
 
@@ -255,18 +283,16 @@ fn s109_mcp_session_status_matches_http_and_errors() {
     assert_eq!(t.len(), 1, "{r}");
     assert!(t[0].starts_with("gateway_unavailable: "), "{r}");
     assert_eq!(m.result("ping", json!({})), json!({}));
-    // The failed drain after the call is one warning line on stderr (read on another thread).
-    let warnings = || {
-        m.stderr()
-            .lines()
-            .filter(|l| l.contains("drain of agent:main:main failed"))
-            .count()
-    };
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while warnings() == 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert_eq!(warnings(), 1, "{}", m.stderr());
+    // The failed drain after the call is one warning line on stderr. Counted once the process
+    // has exited and its stderr is closed, so a second line written late (after the answer)
+    // fails the test instead of arriving after the count.
+    let (code, stderr) = m.finish();
+    assert_eq!(code, Some(0), "{stderr}");
+    let warnings = stderr
+        .lines()
+        .filter(|l| l.contains("drain of agent:main:main failed"))
+        .count();
+    assert_eq!(warnings, 1, "{stderr}");
 }
 
 #[test]
@@ -314,21 +340,12 @@ fn s110_mcp_appends_notices_to_error_results_too() {
 #[test]
 fn mcp_without_session_is_a_usage_error() {
     let mut m = Mcp::spawn(&["--url", "http://127.0.0.1:9"]);
-    drop(m.stdin.take());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(st) = m.child.try_wait().unwrap() {
-            break st;
-        }
-        assert!(Instant::now() < deadline, "aware mcp did not exit");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert_eq!(status.code(), Some(2));
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !m.stderr().contains("--session") && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(m.stderr().contains("needs --session"), "{}", m.stderr());
+    let (code, stderr) = m.finish();
+    assert_eq!(code, Some(2));
+    assert_eq!(
+        stderr,
+        "error: aware mcp needs --session KEY (or AWARE_SESSION) naming the calling session\n"
+    );
 }
 
 #[test]
@@ -353,23 +370,55 @@ fn mcp_answers_while_a_tool_call_waits() {
     let s = Server::family();
     let mut m = Mcp::start(&s, W);
     m.initialize();
-    // sessions_send waits (real time) for a reply that never comes.
+    // sessions_send waits for a reply that only comes when the test writes it, below.
     let send = m.start_request(
         "tools/call",
         json!({"name": "sessions_send",
-               "arguments": {"sessionKey": C, "message": "anyone?", "timeoutSeconds": 2}}),
+               "arguments": {"sessionKey": C, "message": "anyone?", "timeoutSeconds": 30}}),
     );
-    let t = Instant::now();
+    // The message is stored before the send starts waiting.
+    let run = {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let t = s.get(&format!("/v1/sessions/{}/turns", seg(C))).body;
+            let found = t["turns"].as_array().and_then(|t| {
+                t.iter()
+                    .find(|t| t["text"] == "anyone?")
+                    .and_then(|t| t["runId"].as_str().map(String::from))
+            });
+            if let Some(run) = found {
+                break run;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the sent message was never stored"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    // Answered while the send waits: stdout is one ordered stream, so the send's answer not
+    // having come before these two means they overtook it (no clock involved).
     let r = m.call("session_status", json!({"sessionKey": C}));
     assert!(!is_error(&r), "{r}");
     assert_eq!(m.result("ping", json!({})), json!({}));
     assert!(
-        t.elapsed() < Duration::from_millis(1500),
-        "{:?}",
-        t.elapsed()
+        m.early.iter().all(|e| e["id"] != send),
+        "the send was answered before the calls made while it waited: {:?}",
+        m.early
     );
+    // The reply ends the wait.
+    let t = s.post(
+        &format!("/v1/sessions/{}/turns", seg(C)),
+        json!({"role": "assistant", "text": "here", "runId": run}),
+    );
+    assert_eq!(t.status, 201, "{}", t.body);
     let r = m.wait(send);
-    assert_eq!(r["result"]["structuredContent"]["status"], "timeout", "{r}");
+    let r = &r["result"]["structuredContent"];
+    assert_eq!(
+        (&r["status"], &r["reply"]),
+        (&json!("ok"), &json!("here")),
+        "{r}"
+    );
 }
 
 /// Issue 12: every tool has a title, an output schema and all four hints.

@@ -732,8 +732,13 @@ fn s146_a_wrong_node_token_is_node_unavailable() {
         .map(|i| i["uuid"].as_str().unwrap())
         .collect();
     assert_eq!(uuids, ["u-thanks", "a-hello"]);
-    let logs = node.logs.lock().unwrap().clone();
-    assert!(logs.contains("listening on 127.0.0.1:"), "{logs}");
+    // Written before the node answered anything, but read on another thread: waited for.
+    let logs = || node.logs.lock().unwrap().clone();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !logs().contains("listening on 127.0.0.1:") {
+        assert!(Instant::now() < deadline, "no listening line: {}", logs());
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
