@@ -210,66 +210,18 @@ pub fn run(args: BenchArgs, json: bool) -> Result<()> {
 /// `crates/aware-upstream/tests/fixtures/claude-code` (synthetic rows if absent), in 1 MiB windows exactly
 /// as the monitor reads them, next to a plain newline count over the same bytes.
 fn w7(plan: &Plan) -> Result<Outcome> {
-    use aware_upstream::scan::{scan_window, ScanInput, WINDOW_BYTES};
-    let target = (100u64 << 20) / plan.scale;
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../aware-upstream/tests/fixtures/claude-code");
-    let mut corpus: Vec<u8> = Vec::new();
-    if let Ok(entries) = std::fs::read_dir(&dir) {
-        let mut files: Vec<_> = entries
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
-            .collect();
-        files.sort();
-        for f in files {
-            let mut bytes = std::fs::read(&f)?;
-            if !bytes.ends_with(b"\n") {
-                bytes.push(b'\n');
-            }
-            corpus.extend_from_slice(&bytes);
-        }
-    }
-    let source = if corpus.is_empty() {
-        for i in 0..2000 {
-            corpus.extend_from_slice(
-                format!("{{\"type\":\"user\",\"uuid\":\"u{i}\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"message\":{{\"role\":\"user\",\"content\":\"prompt {i}\"}}}}\n{{\"type\":\"assistant\",\"message\":{{\"role\":\"assistant\",\"content\":[{{\"type\":\"text\",\"text\":\"answer {i}\"}}]}}}}\n").as_bytes(),
-            );
-        }
-        "synthetic rows"
-    } else {
-        "the real fixtures"
-    };
-    let mut buf = Vec::with_capacity(target as usize + corpus.len());
-    while (buf.len() as u64) < target {
-        buf.extend_from_slice(&corpus);
-    }
-    let mb = buf.len() as f64 / (1u64 << 20) as f64;
-    let t = Instant::now();
-    let newlines = buf.iter().filter(|b| **b == b'\n').count();
-    let floor_secs = t.elapsed().as_secs_f64();
-    let input = ScanInput {
-        own_recent_user_texts: &[],
-        queued: &[],
-        fallback_time_ms: 0,
-    };
-    let t = Instant::now();
-    let (mut offset, mut turns, mut windows) = (0usize, 0u64, 0u64);
-    while offset < buf.len() {
-        let end = (offset + WINDOW_BYTES).min(buf.len());
-        let Some((consumed, out)) = scan_window(&buf[offset..end], &input) else {
-            break;
-        };
-        offset += consumed;
-        turns += u64::from(out.human_turns);
-        windows += 1;
-    }
-    let engine_secs = t.elapsed().as_secs_f64();
-    let (rate, floor_rate) = (mb / engine_secs.max(1e-9), mb / floor_secs.max(1e-9));
-    let ratio = engine_secs / floor_secs.max(1e-9);
-    let line = format!(
-        "W7 Claude window scan over {mb:.0} MB of {source} ({windows} windows of <= 1 MiB, {turns} human turns, {newlines} rows): {rate:.0} MB/s | floor newline count {floor_rate:.0} MB/s | ratio {ratio:.1}x",
-    );
+    use aware_upstream::scan::scan_window;
+    let run = scan_run(
+        plan,
+        "claude-code",
+        "the real fixtures",
+        |i| {
+            format!("{{\"type\":\"user\",\"uuid\":\"u{i}\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"message\":{{\"role\":\"user\",\"content\":\"prompt {i}\"}}}}\n{{\"type\":\"assistant\",\"message\":{{\"role\":\"assistant\",\"content\":[{{\"type\":\"text\",\"text\":\"answer {i}\"}}]}}}}\n")
+        },
+        |w, input| scan_window(w, input).map(|(n, out)| (n, out.human_turns)),
+    )?;
+    let (rate, floor_rate, ratio) = (run.rate(), run.floor_rate(), run.ratio());
+    let line = format!("W7 Claude {}", run.describe());
     Ok(Outcome::new("W7", line)
         .figure("scan_mb_per_s", rate, "MB/s", Better::Higher)
         .figure("floor_mb_per_s", floor_rate, "MB/s", Better::Higher)
@@ -277,22 +229,63 @@ fn w7(plan: &Plan) -> Result<Outcome> {
         .target("scan_mb_per_s", 1000.0))
 }
 
-/// W7, Codex: the Codex rollout scan (`scan_codex_window`) over ~100 MB built from the real
-/// rollouts vendored in `crates/aware-upstream/tests/fixtures/codex` (synthetic rows when
-/// absent), in 1 MiB windows as the monitor reads them, next to a plain newline count over the
-/// same bytes.
-fn w7_codex(plan: &Plan) -> Result<(String, f64)> {
-    use aware_upstream::codex::scan::scan_codex_window;
+/// One W7 scan: ~100 MB (scaled) built from the vendored fixtures of one tool, scanned in 1 MiB
+/// windows exactly as the monitor reads them, next to a plain newline count over the same bytes.
+struct ScanRun {
+    mb: f64,
+    source: &'static str,
+    windows: u64,
+    turns: u64,
+    newlines: usize,
+    secs: f64,
+    floor_secs: f64,
+}
+
+impl ScanRun {
+    fn rate(&self) -> f64 {
+        self.mb / self.secs.max(1e-9)
+    }
+    fn floor_rate(&self) -> f64 {
+        self.mb / self.floor_secs.max(1e-9)
+    }
+    fn ratio(&self) -> f64 {
+        self.secs / self.floor_secs.max(1e-9)
+    }
+    fn describe(&self) -> String {
+        format!(
+            "window scan over {:.0} MB of {} ({} windows of <= 1 MiB, {} human turns, {} rows): {:.0} MB/s | floor newline count {:.0} MB/s | ratio {:.1}x",
+            self.mb,
+            self.source,
+            self.windows,
+            self.turns,
+            self.newlines,
+            self.rate(),
+            self.floor_rate(),
+            self.ratio()
+        )
+    }
+}
+
+/// Builds the corpus from `crates/aware-upstream/tests/fixtures/<fixtures>` (synthetic rows from
+/// `synthetic` when the folder is absent) and runs `scan` over it window by window.
+fn scan_run(
+    plan: &Plan,
+    fixtures: &str,
+    real: &'static str,
+    synthetic: impl Fn(usize) -> String,
+    scan: impl Fn(&[u8], &aware_upstream::scan::ScanInput) -> Option<(usize, u32)>,
+) -> Result<ScanRun> {
     use aware_upstream::scan::{ScanInput, WINDOW_BYTES};
     let target = (100u64 << 20) / plan.scale;
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../aware-upstream/tests/fixtures/codex");
-    let mut corpus: Vec<u8> = Vec::new();
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .join("../aware-upstream/tests/fixtures")
+        .join(fixtures);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .map(|d| d.flatten().map(|e| e.path()).collect())
         .unwrap_or_default();
-    files.retain(|p: &PathBuf| p.extension().is_some_and(|x| x == "jsonl"));
+    files.retain(|p| p.extension().is_some_and(|x| x == "jsonl"));
     files.sort();
+    let mut corpus: Vec<u8> = Vec::new();
     for f in files {
         let mut bytes = std::fs::read(&f)?;
         if !bytes.ends_with(b"\n") {
@@ -302,11 +295,11 @@ fn w7_codex(plan: &Plan) -> Result<(String, f64)> {
     }
     let source = if corpus.is_empty() {
         for i in 0..2000 {
-            corpus.extend_from_slice(format!("{{\"type\":\"response_item\",\"payload\":{{\"type\":\"message\",\"role\":\"user\",\"content\":[{{\"type\":\"input_text\",\"text\":\"prompt {i}\"}}]}}}}\n{{\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"type\":\"event_msg\",\"payload\":{{\"type\":\"user_message\",\"message\":\"prompt {i}\"}}}}\n").as_bytes());
+            corpus.extend_from_slice(synthetic(i).as_bytes());
         }
         "synthetic rows"
     } else {
-        "the real rollouts"
+        real
     };
     let mut buf = Vec::with_capacity(target as usize + corpus.len());
     while (buf.len() as u64) < target {
@@ -325,23 +318,40 @@ fn w7_codex(plan: &Plan) -> Result<(String, f64)> {
     let (mut offset, mut turns, mut windows) = (0usize, 0u64, 0u64);
     while offset < buf.len() {
         let end = (offset + WINDOW_BYTES).min(buf.len());
-        let Some((consumed, out)) = scan_codex_window(&buf[offset..end], &input) else {
+        let Some((consumed, human)) = buf.get(offset..end).and_then(|w| scan(w, &input)) else {
             break;
         };
         offset += consumed;
-        turns += u64::from(out.human_turns);
+        turns += u64::from(human);
         windows += 1;
     }
-    let secs = t.elapsed().as_secs_f64();
-    let mb_s = mb / secs.max(1e-9);
-    Ok((
-        format!(
-            "W7 Codex window scan over {mb:.0} MB of {source} ({windows} windows of <= 1 MiB, {turns} human turns, {newlines} rows): {mb_s:.0} MB/s | floor newline count {:.0} MB/s | ratio {:.1}x",
-            mb / floor_secs.max(1e-9),
-            secs / floor_secs.max(1e-9)
-        ),
-        mb_s,
-    ))
+    Ok(ScanRun {
+        mb,
+        source,
+        windows,
+        turns,
+        newlines,
+        secs: t.elapsed().as_secs_f64(),
+        floor_secs,
+    })
+}
+
+/// W7, Codex: the Codex rollout scan (`scan_codex_window`) over ~100 MB built from the real
+/// rollouts vendored in `crates/aware-upstream/tests/fixtures/codex` (synthetic rows when
+/// absent), in 1 MiB windows as the monitor reads them, next to a plain newline count over the
+/// same bytes.
+fn w7_codex(plan: &Plan) -> Result<(String, f64)> {
+    use aware_upstream::codex::scan::scan_codex_window;
+    let run = scan_run(
+        plan,
+        "codex",
+        "the real rollouts",
+        |i| {
+            format!("{{\"type\":\"response_item\",\"payload\":{{\"type\":\"message\",\"role\":\"user\",\"content\":[{{\"type\":\"input_text\",\"text\":\"prompt {i}\"}}]}}}}\n{{\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"type\":\"event_msg\",\"payload\":{{\"type\":\"user_message\",\"message\":\"prompt {i}\"}}}}\n")
+        },
+        |w, input| scan_codex_window(w, input).map(|(n, out)| (n, out.human_turns)),
+    )?;
+    Ok((format!("W7 Codex {}", run.describe()), run.rate()))
 }
 
 /// W1: appends round-robin over `sessions` children, each watched by its parent; one caller.
