@@ -470,6 +470,12 @@ async function renderGraph(params, fromLive) {
   if (focus) qs.set('focus', focus);
   if (focusAgent) qs.set('focusAgentId', focusAgent);
   const g = await api(`/v1/console/graph?${qs}`);
+  // Edges name their ends by node index (docs/api.md §7.3).
+  for (const n of g.nodes) n.id = `${n.agentId}|${n.key}`;
+  for (const e of g.edges) {
+    const w = g.nodes[e.from]; const t = g.nodes[e.to];
+    e.source = w.id; e.target = t.id; e.watcherSessionKey = w.key; e.targetSessionKey = t.key;
+  }
   const edgeRows = g.edges.map((e) => `
     <tr class="${e.pending ? 'pending' : ''}" data-edge="${esc(e.watcherSessionKey)} -> ${esc(e.targetSessionKey)}" data-pending="${e.pending}">
       <td class="mono">${esc(shortKey(e.watcherSessionKey))}</td><td class="mono">${esc(shortKey(e.targetSessionKey))}</td>

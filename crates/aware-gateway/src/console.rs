@@ -355,35 +355,36 @@ async fn session(
     ok(body)
 }
 
-fn node_id(key: &str, agent: &str) -> String {
-    format!("{agent}|{key}")
-}
-
+/// Nodes are §7.1 rows; an edge names its ends by node index so that a 2,500-edge answer does
+/// not repeat two session keys per edge (the encoding was most of the route's time).
 fn graph_json(g: &Graph, now: i64) -> Value {
-    let nodes: Vec<Value> = g
+    let index: std::collections::HashMap<(&str, &str), usize> = g
         .nodes
         .iter()
-        .map(|r| {
-            let mut v = row_json(r, now);
-            v["id"] = node_id(&r.session.key, &r.session.agent_id).into();
-            v
-        })
+        .enumerate()
+        .map(|(i, r)| ((r.session.key.as_str(), r.session.agent_id.as_str()), i))
         .collect();
+    let nodes: Vec<Value> = g.nodes.iter().map(|r| row_json(r, now)).collect();
     let edges: Vec<Value> = g
         .edges
         .iter()
-        .map(|e| {
-            let mut v = json!({
-                "source": node_id(&e.from.0, &e.from.1), "target": node_id(&e.to.0, &e.to.1),
-                "watcherSessionKey": e.from.0, "targetSessionKey": e.to.0, "targetAgentId": e.to.1,
-                "kind": e.kind.as_str(), "pending": e.pending, "implied": e.implied,
-            });
-            if let Some(c) = &e.cursor {
-                v["lastSeen"] = c.state.last_seen.into();
-                v["notified"] = c.state.notified.into();
-                v["material"] = c.state.material.into();
+        .filter_map(|e| {
+            let from = *index.get(&(e.from.0.as_str(), e.from.1.as_str()))?;
+            let to = *index.get(&(e.to.0.as_str(), e.to.1.as_str()))?;
+            let mut m = Map::new();
+            m.insert("from".into(), from.into());
+            m.insert("to".into(), to.into());
+            m.insert("kind".into(), e.kind.as_str().into());
+            m.insert("pending".into(), e.pending.into());
+            if e.implied {
+                m.insert("implied".into(), true.into());
             }
-            v
+            if let Some(c) = &e.cursor {
+                m.insert("lastSeen".into(), c.state.last_seen.into());
+                m.insert("notified".into(), c.state.notified.into());
+                m.insert("material".into(), c.state.material.into());
+            }
+            Some(Value::Object(m))
         })
         .collect();
     json!({"nodes": nodes, "edges": edges, "truncated": g.truncated, "now": now})
