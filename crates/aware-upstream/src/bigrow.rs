@@ -1182,6 +1182,93 @@ mod tests {
         })
     }
 
+    fn codex_verdict(row: &Value) -> (u8, String, Option<i64>) {
+        match crate::codex::classify::classify_codex(row) {
+            RowClass::Human {
+                user_text,
+                occurred_at,
+            } => (1, normalise(&user_text), occurred_at),
+            _ => (0, String::new(), None),
+        }
+    }
+
+    fn arb_codex() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            "\\PC{0,12}".prop_map(Value::from),
+            prop::sample::select(vec![
+                "event_msg",
+                "response_item",
+                "message",
+                "user_message",
+                "item_completed",
+                "UserMessage",
+                "user",
+                "text",
+                "input_text",
+                "input_image",
+                "image",
+                "local_image",
+                "plain",
+                "<environment_context>",
+                "2026-01-01T00:00:01.000Z",
+            ])
+            .prop_map(Value::from),
+        ];
+        leaf.prop_recursive(5, 64, 6, |inner| {
+            let key = prop::sample::select(vec![
+                "type",
+                "payload",
+                "message",
+                "role",
+                "content",
+                "text",
+                "kind",
+                "item",
+                "images",
+                "local_images",
+                "timestamp",
+                "other",
+            ]);
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                prop::collection::vec((key, inner), 0..7).prop_map(|pairs| Value::Object(
+                    pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+                )),
+            ]
+        })
+    }
+
+    #[test]
+    fn codex_slim_rows_keep_a_huge_prompt_and_drop_a_huge_image() {
+        let text = "typed ".repeat(1 << 20);
+        let line = json!({"timestamp": "2026-01-01T00:00:01.000Z", "type": "event_msg",
+            "payload": {"type": "user_message", "message": text, "images": ["data:image/png;base64,AAAA"]}})
+        .to_string();
+        let slim = slim_codex_row(line.as_bytes()).unwrap().row.unwrap();
+        assert!(slim.to_string().len() < 600 * 1024);
+        assert_eq!(codex_verdict(&slim).0, 1);
+        let full: Value = serde_json::from_str(&line).unwrap();
+        assert!(codex_verdict(&full)
+            .1
+            .starts_with(&codex_verdict(&slim).1[..1000]));
+    }
+
+    proptest! {
+        #[test]
+        fn codex_slim_rows_classify_like_full_rows(v in arb_codex()) {
+            let line = v.to_string();
+            let full = serde_json::from_str::<Value>(&line).ok();
+            let slim = slim_codex_row(line.as_bytes()).unwrap().row;
+            prop_assert_eq!(full.is_some(), slim.is_some());
+            if let (Some(full), Some(slim)) = (full, slim) {
+                prop_assert_eq!(codex_verdict(&full), codex_verdict(&slim));
+            }
+        }
+    }
+
     proptest! {
         #[test]
         fn slim_rows_classify_like_full_rows(v in arb_json()) {
