@@ -56,7 +56,20 @@ pub struct SlimRow {
 /// slim row. An I/O error is returned as such: the caller must not consume a row it could not
 /// read.
 pub fn slim_row(reader: impl Read) -> std::io::Result<SlimRow> {
+    slim_with(reader, false)
+}
+
+/// [`slim_row`] for a Codex rollout row: keeps `type`, `timestamp` and, of `payload` (and of a
+/// pre-envelope bare message), what `codex::classify_codex` reads: `type`, `role`, `kind`,
+/// `message` (text), non-empty `images`/`local_images` (as one null), `item.type` and the
+/// parts of `content` / `item.content` (`type`, `text`).
+pub fn slim_codex_row(reader: impl Read) -> std::io::Result<SlimRow> {
+    slim_with(reader, true)
+}
+
+fn slim_with(reader: impl Read, codex: bool) -> std::io::Result<SlimRow> {
     let mut p = Parser {
+        codex,
         src: Hashing {
             inner: reader,
             hash: Sha256::new(),
@@ -264,6 +277,8 @@ struct Parser<R> {
     depth: usize,
     budget: usize,
     io_error: Option<std::io::Error>,
+    /// Keep what the Codex classifier reads instead of the Claude one.
+    codex: bool,
 }
 
 impl<R: Read> Parser<R> {
@@ -326,6 +341,10 @@ impl<R: Read> Parser<R> {
             return Ok(Value::Null);
         }
         let mut row = Map::new();
+        if self.codex {
+            self.codex_object(&mut row, true)?;
+            return Ok(Value::Object(row));
+        }
         self.object(|p, key| {
             let v = match key {
                 "type"
@@ -352,6 +371,105 @@ impl<R: Read> Parser<R> {
             Ok(())
         })?;
         Ok(Value::Object(row))
+    }
+
+    /// A Codex row (`top`) or payload / item object, see [`slim_codex_row`].
+    fn codex_object(&mut self, out: &mut Map<String, Value>, top: bool) -> P<()> {
+        self.object(|p, key| {
+            let v = match key {
+                "type" | "timestamp" | "role" | "kind" => p.scalar()?,
+                "message" => p.text_or_skip()?,
+                "payload" | "item" if top || key == "item" => {
+                    p.ws();
+                    if p.peek() != Some(b'{') {
+                        p.skip()?;
+                        Value::Null
+                    } else {
+                        let mut inner = Map::new();
+                        p.codex_object(&mut inner, false)?;
+                        Value::Object(inner)
+                    }
+                }
+                "images" | "local_images" => {
+                    let mut any = false;
+                    p.ws();
+                    if p.peek() == Some(b'[') {
+                        p.array(|p| {
+                            any = true;
+                            p.skip()
+                        })?;
+                        Value::Array(if any { vec![Value::Null] } else { vec![] })
+                    } else {
+                        p.skip()?;
+                        Value::Null
+                    }
+                }
+                "content" => p.codex_parts()?,
+                _ => {
+                    p.skip()?;
+                    return Ok(());
+                }
+            };
+            out.insert(key.to_string(), v);
+            Ok(())
+        })
+    }
+
+    /// Codex content parts: each part's `type` and `text`. Past the row budget only the first
+    /// image part and the first text part are kept (the facts the verdict needs, short of a
+    /// row with more than 2 MiB of machine text before its typed text).
+    fn codex_parts(&mut self) -> P<Value> {
+        self.ws();
+        if self.peek() != Some(b'[') {
+            self.skip()?;
+            return Ok(Value::Null);
+        }
+        let mut kept: Vec<Value> = Vec::new();
+        let (mut late_image, mut late_text) = (false, false);
+        self.array(|p| {
+            p.ws();
+            if p.peek() != Some(b'{') {
+                return p.skip();
+            }
+            let mut part = Map::new();
+            p.object(|p, key| {
+                match key {
+                    "type" => {
+                        let v = p.scalar()?;
+                        part.insert("type".into(), v);
+                    }
+                    "text" => {
+                        let v = p.text_or_skip()?;
+                        part.insert("text".into(), v);
+                    }
+                    _ => p.skip()?,
+                }
+                Ok(())
+            })?;
+            let cost = BLOCK_COST + part.get("text").and_then(Value::as_str).map_or(0, str::len);
+            if p.budget >= cost {
+                p.budget -= cost;
+                kept.push(Value::Object(part));
+            } else {
+                p.budget = 0;
+                let is_text = part.contains_key("text");
+                if is_text && !late_text {
+                    late_text = true;
+                    kept.push(Value::Object(part));
+                } else if !is_text
+                    && !late_image
+                    && part
+                        .get("type")
+                        .and_then(Value::as_str)
+                        .is_some_and(|t| t.contains("image"))
+                {
+                    late_image = true;
+                    kept.push(Value::Object(part));
+                }
+            }
+            Ok(())
+        })?;
+        Ok(Value::Array(kept))
     }
 
     fn origin(&mut self) -> P<Value> {
@@ -1062,6 +1180,93 @@ mod tests {
                 )),
             ]
         })
+    }
+
+    fn codex_verdict(row: &Value) -> (u8, String, Option<i64>) {
+        match crate::codex::classify::classify_codex(row) {
+            RowClass::Human {
+                user_text,
+                occurred_at,
+            } => (1, normalise(&user_text), occurred_at),
+            _ => (0, String::new(), None),
+        }
+    }
+
+    fn arb_codex() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            "\\PC{0,12}".prop_map(Value::from),
+            prop::sample::select(vec![
+                "event_msg",
+                "response_item",
+                "message",
+                "user_message",
+                "item_completed",
+                "UserMessage",
+                "user",
+                "text",
+                "input_text",
+                "input_image",
+                "image",
+                "local_image",
+                "plain",
+                "<environment_context>",
+                "2026-01-01T00:00:01.000Z",
+            ])
+            .prop_map(Value::from),
+        ];
+        leaf.prop_recursive(5, 64, 6, |inner| {
+            let key = prop::sample::select(vec![
+                "type",
+                "payload",
+                "message",
+                "role",
+                "content",
+                "text",
+                "kind",
+                "item",
+                "images",
+                "local_images",
+                "timestamp",
+                "other",
+            ]);
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                prop::collection::vec((key, inner), 0..7).prop_map(|pairs| Value::Object(
+                    pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+                )),
+            ]
+        })
+    }
+
+    #[test]
+    fn codex_slim_rows_keep_a_huge_prompt_and_drop_a_huge_image() {
+        let text = "typed ".repeat(1 << 20);
+        let line = json!({"timestamp": "2026-01-01T00:00:01.000Z", "type": "event_msg",
+            "payload": {"type": "user_message", "message": text, "images": ["data:image/png;base64,AAAA"]}})
+        .to_string();
+        let slim = slim_codex_row(line.as_bytes()).unwrap().row.unwrap();
+        assert!(slim.to_string().len() < 600 * 1024);
+        assert_eq!(codex_verdict(&slim).0, 1);
+        let full: Value = serde_json::from_str(&line).unwrap();
+        assert!(codex_verdict(&full)
+            .1
+            .starts_with(&codex_verdict(&slim).1[..1000]));
+    }
+
+    proptest! {
+        #[test]
+        fn codex_slim_rows_classify_like_full_rows(v in arb_codex()) {
+            let line = v.to_string();
+            let full = serde_json::from_str::<Value>(&line).ok();
+            let slim = slim_codex_row(line.as_bytes()).unwrap().row;
+            prop_assert_eq!(full.is_some(), slim.is_some());
+            if let (Some(full), Some(slim)) = (full, slim) {
+                prop_assert_eq!(codex_verdict(&full), codex_verdict(&slim));
+            }
+        }
     }
 
     proptest! {

@@ -142,4 +142,60 @@ fn forty_mib_rows_are_classified_in_bounded_memory() {
     println!("40 MiB pasted prompt: heap peak of the check {peak} bytes");
     assert_eq!((turns, next), (1, size));
     assert!(peak < 8 * MIB, "peak {peak}");
+
+    // Codex (issue 15): a 40 MiB pasted screenshot (an inline data URL in a response item),
+    // then a typed prompt event; and a 40 MiB typed prompt event. Run here, after the Claude
+    // rows, so the one heap counter measures one check at a time.
+    let home = root.path().join("codex");
+    let day = home.join("sessions/2026/01/01");
+    std::fs::create_dir_all(&day).unwrap();
+    let path = day.join(format!("rollout-2026-01-01T00-00-00-{THREAD}.jsonl"));
+    let codex_check = |path: &std::path::Path| {
+        let provider = aware_upstream::codex::provider::LocalCodex::new(&home);
+        let mut p = probe(&std::fs::canonicalize(path).unwrap());
+        p.upstream_kind = "codex-cli".into();
+        let base = CURRENT.load(Ordering::Relaxed);
+        PEAK.store(base, Ordering::Relaxed);
+        let out = provider.check(&[p]).unwrap();
+        let peak = PEAK.load(Ordering::Relaxed).saturating_sub(base);
+        match out.as_slice() {
+            [Outcome::Activity {
+                human_turns,
+                next_marker,
+                ..
+            }] => (*human_turns, next_marker["offset"].as_u64().unwrap(), peak),
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    let mut f = std::fs::File::create(&path).unwrap();
+    write_big_row(
+        &mut f,
+        r#"{"timestamp":"2026-01-01T00:00:01.000Z","type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_image","image_url":"data:image/png;base64,"#,
+        "iVBORw0KGgoAAAANSUhEUgAA",
+        40 * MIB,
+        r#""}]}}"#,
+    );
+    let typed = json!({"timestamp":"2026-01-01T00:00:02.000Z","type":"event_msg","payload":{"type":"user_message","message":"typed after","images":[]}});
+    writeln!(f, "{typed}").unwrap();
+    drop(f);
+    let size = std::fs::metadata(&path).unwrap().len();
+    let (turns, next, peak) = codex_check(&path);
+    println!("Codex 40 MiB image response item + prompt: heap peak of the check {peak} bytes");
+    assert_eq!((turns, next), (1, size));
+    assert!(peak < 8 * MIB, "peak {peak}");
+
+    let mut f = std::fs::File::create(&path).unwrap();
+    write_big_row(
+        &mut f,
+        r#"{"timestamp":"2026-01-01T00:00:01.000Z","type":"event_msg","payload":{"type":"user_message","message":"pasted:"#,
+        " some pasted text",
+        40 * MIB,
+        r#"","images":[]}}"#,
+    );
+    drop(f);
+    let size = std::fs::metadata(&path).unwrap().len();
+    let (turns, next, peak) = codex_check(&path);
+    println!("Codex 40 MiB typed prompt: heap peak of the check {peak} bytes");
+    assert_eq!((turns, next), (1, size));
+    assert!(peak < 8 * MIB, "peak {peak}");
 }

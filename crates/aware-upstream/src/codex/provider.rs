@@ -4,14 +4,19 @@
 //! shrink rebase and the never-skip rule.
 
 use super::classify::{classify_codex, session_meta, SessionMeta};
-use super::scan::scan_codex_window;
+use super::scan::{feed_codex_row, scan_codex_window};
+use crate::bigrow::slim_codex_row;
 use crate::classify::{normalise, RowClass};
 use crate::local::{is_uuid, mtime_ms, read_at, rows};
 use crate::provider::{CatalogItem, Outcome, Probe, Provider, ProviderError, ThreadInfo};
-use crate::scan::{ScanInput, WINDOW_BYTES};
+use crate::scan::{ScanInput, ScanOutput, WINDOW_BYTES};
 use aware_engine::{ImportTurn, Role};
 use serde_json::{json, Value};
 use std::fs::{File, Metadata};
+use std::io::{Read, Seek, SeekFrom};
+
+/// Most bytes of oversized rows one check reads before it carries over to the next tick.
+const OVERSIZED_PER_CHECK: u64 = 256 << 20;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -322,17 +327,59 @@ impl LocalCodex {
                 rebased: true,
             });
         }
-        let len = ((size - offset) as usize).min(WINDOW_BYTES);
-        let window = read_at(&mut file, offset, len).ok()?;
-        self.check_bytes_read
-            .fetch_add(window.len() as u64, Ordering::Relaxed);
         let input = ScanInput {
             own_recent_user_texts: &probe.own_recent_user_texts,
             queued: &[],
             fallback_time_ms: mtime_ms(&meta),
         };
-        let (consumed, out) = scan_codex_window(&window, &input)?;
-        let next = offset + consumed as u64;
+        let mut out = ScanOutput::default();
+        let mut at = offset;
+        let mut oversized = 0u64;
+        while at < size {
+            let len = ((size - at) as usize).min(WINDOW_BYTES);
+            let window = read_at(&mut file, at, len).ok()?;
+            self.check_bytes_read
+                .fetch_add(window.len() as u64, Ordering::Relaxed);
+            if let Some((consumed, o)) = scan_codex_window(&window, &input) {
+                out.human_turns = out.human_turns.saturating_add(o.human_turns);
+                out.occurred_at = match (out.occurred_at, o.occurred_at) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    (a, b) => a.or(b),
+                };
+                at += consumed as u64;
+                break;
+            }
+            if window.len() < WINDOW_BYTES {
+                // No newline up to the end of the file: the row is still being written.
+                break;
+            }
+            // A row longer than the window (issue 15; a pasted screenshot is an inline data
+            // URL): find its end and classify it from a slim stream, with bounded memory,
+            // instead of blocking the marker for ever. Never skipped unclassified.
+            let Some(end) = self.find_newline(&mut file, at + WINDOW_BYTES as u64, size)? else {
+                break;
+            };
+            let mut row_len = end - at;
+            if row_len > 0 && read_at(&mut file, end - 1, 1).ok()? == b"\r" {
+                row_len -= 1;
+            }
+            file.seek(SeekFrom::Start(at)).ok()?;
+            let slim = slim_codex_row(std::io::BufReader::new((&file).take(row_len))).ok()?;
+            self.check_bytes_read.fetch_add(row_len, Ordering::Relaxed);
+            if let Some(row) = slim.row {
+                feed_codex_row(&row, &input, &mut out);
+            }
+            oversized += end + 1 - at;
+            at = end + 1;
+            if oversized >= OVERSIZED_PER_CHECK {
+                break;
+            }
+        }
+        if at == offset {
+            return None;
+        }
+        let consumed = at - offset;
+        let next = offset + consumed;
         let counted = out.human_turns > 0;
         Some(Outcome::Activity {
             session_key: probe.session_key.clone(),
@@ -342,6 +389,26 @@ impl LocalCodex {
             dedupe_id: counted.then(|| next.to_string()),
             rebased: false,
         })
+    }
+
+    /// The offset of the next `\n` at or after `from`, read in 64 KiB chunks; `Some(None)`
+    /// when the file has none yet (the row is still being written).
+    fn find_newline(&self, file: &mut File, from: u64, size: u64) -> Option<Option<u64>> {
+        let mut pos = from;
+        while pos < size {
+            let len = ((size - pos) as usize).min(64 * 1024);
+            let chunk = read_at(file, pos, len).ok()?;
+            self.check_bytes_read
+                .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+            if let Some(i) = chunk.iter().position(|b| *b == b'\n') {
+                return Some(Some(pos + i as u64));
+            }
+            if chunk.is_empty() {
+                break;
+            }
+            pos += chunk.len() as u64;
+        }
+        Some(None)
     }
 
     /// Total rollout bytes the checks have read so far.
@@ -683,21 +750,83 @@ mod tests {
         assert!(p.open_thread(ID_B, false).unwrap().history.is_empty());
     }
 
+    fn turns(out: &[Outcome]) -> (u64, u64) {
+        match out {
+            [Outcome::Activity {
+                human_turns,
+                next_marker,
+                ..
+            }] => (*human_turns as u64, next_marker["offset"].as_u64().unwrap()),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    /// Issue 15: a 40 MiB pasted screenshot (an inline data URL) or tool output no longer
+    /// blocks the link; the typed prompt after it counts once.
     #[test]
-    fn a_row_longer_than_the_window_blocks_and_is_never_skipped() {
+    fn a_40_mib_response_item_then_a_typed_prompt_is_one_human_turn() {
         let home = tempfile::tempdir().unwrap();
         let path = write_rollout(home.path(), ID_A, "");
         let size = std::fs::metadata(&path).unwrap().len();
-        let big = format!(
-            "{{\"type\":\"response_item\",\"payload\":{{\"type\":\"function_call_output\",\"output\":\"{}\"}}}}\n",
-            "x".repeat(WINDOW_BYTES + 10)
+        let data = "A".repeat(40 << 20);
+        let image = format!(
+            "{{\"type\":\"response_item\",\"payload\":{{\"type\":\"function_call_output\",\"output\":[{{\"type\":\"input_image\",\"image_url\":\"data:image/png;base64,{data}\"}}]}}}}\n"
         );
+        append(&path, &image);
+        drop(image);
+        let typed = "{\"timestamp\":\"2026-01-01T00:00:02.000Z\",\"type\":\"event_msg\",\"payload\":{\"type\":\"user_message\",\"message\":\"after\",\"images\":[]}}\n";
+        append(&path, typed);
+        let end = std::fs::metadata(&path).unwrap().len();
+        let p = LocalCodex::new(home.path());
+        let file_path = std::fs::canonicalize(&path).unwrap();
+        assert_eq!(
+            turns(&p.check(&[probe(&file_path, size)]).unwrap()),
+            (1, end)
+        );
+    }
+
+    #[test]
+    fn a_40_mib_typed_prompt_is_one_human_turn() {
+        let home = tempfile::tempdir().unwrap();
+        let path = write_rollout(home.path(), ID_A, "");
+        let size = std::fs::metadata(&path).unwrap().len();
+        let text = "pasted log line\\n".repeat((40 << 20) / 17);
+        let big = format!(
+            "{{\"timestamp\":\"2026-01-01T00:00:01.000Z\",\"type\":\"response_item\",\"payload\":{{\"type\":\"message\",\"role\":\"user\",\"content\":[{{\"type\":\"input_text\",\"text\":\"{text}\"}}]}}}}\n{{\"timestamp\":\"2026-01-01T00:00:01.000Z\",\"type\":\"event_msg\",\"payload\":{{\"type\":\"user_message\",\"message\":\"{text}\",\"images\":[]}}}}\n"
+        );
+        drop(text);
         append(&path, &big);
-        append(&path, &prompt("after"));
+        drop(big);
+        let end = std::fs::metadata(&path).unwrap().len();
+        let p = LocalCodex::new(home.path());
+        let file_path = std::fs::canonicalize(&path).unwrap();
+        assert_eq!(
+            turns(&p.check(&[probe(&file_path, size)]).unwrap()),
+            (1, end)
+        );
+    }
+
+    #[test]
+    fn a_partial_huge_row_at_eof_waits() {
+        let home = tempfile::tempdir().unwrap();
+        let path = write_rollout(home.path(), ID_A, "");
+        let size = std::fs::metadata(&path).unwrap().len();
+        let partial = format!(
+            "{{\"type\":\"event_msg\",\"payload\":{{\"type\":\"user_message\",\"message\":\"{}",
+            "x".repeat(WINDOW_BYTES * 3)
+        );
+        append(&path, &partial);
         let p = LocalCodex::new(home.path());
         let file_path = std::fs::canonicalize(&path).unwrap();
         for _tick in 0..2 {
             assert!(p.check(&[probe(&file_path, size)]).unwrap().is_empty());
         }
+        // Once its newline is written, it counts.
+        append(&path, "\"}}\n");
+        let end = std::fs::metadata(&path).unwrap().len();
+        assert_eq!(
+            turns(&p.check(&[probe(&file_path, size)]).unwrap()),
+            (1, end)
+        );
     }
 }

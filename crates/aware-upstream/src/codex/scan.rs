@@ -24,20 +24,24 @@ pub fn scan_codex_window(window: &[u8], input: &ScanInput) -> Option<(usize, Sca
         let Ok(row) = serde_json::from_slice::<Value>(line) else {
             continue;
         };
-        if let RowClass::Human {
-            user_text,
-            occurred_at,
-        } = classify_codex(&row)
-        {
-            let text = normalise(&user_text);
-            let echo = !text.is_empty() && input.own_recent_user_texts.contains(&text);
-            if echo {
-                continue;
-            }
-            out.human_turns = out.human_turns.saturating_add(1);
-            let at = occurred_at.unwrap_or(input.fallback_time_ms);
-            out.occurred_at = Some(out.occurred_at.map_or(at, |p: i64| p.max(at)));
-        }
+        feed_codex_row(&row, input, &mut out);
     }
     Some((last_newline + 1, out))
+}
+
+/// Counts one parsed (or slimmed, issue 15) rollout row into `out`, with the self-echo rule.
+pub fn feed_codex_row(row: &Value, input: &ScanInput, out: &mut ScanOutput) {
+    if let RowClass::Human {
+        user_text,
+        occurred_at,
+    } = classify_codex(row)
+    {
+        let text = normalise(&user_text);
+        if !text.is_empty() && input.own_recent_user_texts.contains(&text) {
+            return;
+        }
+        out.human_turns = out.human_turns.saturating_add(1);
+        let at = occurred_at.unwrap_or(input.fallback_time_ms);
+        out.occurred_at = Some(out.occurred_at.map_or(at, |p: i64| p.max(at)));
+    }
 }
