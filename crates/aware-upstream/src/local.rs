@@ -58,6 +58,42 @@ pub(crate) fn read_at(file: &mut File, offset: u64, len: usize) -> std::io::Resu
     Ok(buf)
 }
 
+/// The extent of a row longer than the 1 MiB window that starts at `at` (issue 15): its newline
+/// is looked for in 64 KiB reads from `at + WINDOW_BYTES`, so memory stays bounded whatever the
+/// row's size. Returns `(end, row_len)` (the newline's offset and the row's length without a
+/// trailing `\r`), `Some(None)` while the row has no newline yet (still being written), `None`
+/// on a read error. Bytes read are added to `read`. Shared by the Claude and Codex checks.
+pub(crate) fn oversized_row_extent(
+    file: &mut File,
+    at: u64,
+    size: u64,
+    read: &std::sync::atomic::AtomicU64,
+) -> Option<Option<(u64, u64)>> {
+    let mut pos = at + WINDOW_BYTES as u64;
+    let mut end = None;
+    while pos < size {
+        let len = ((size - pos) as usize).min(64 * 1024);
+        let chunk = read_at(file, pos, len).ok()?;
+        read.fetch_add(chunk.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        if let Some(i) = chunk.iter().position(|b| *b == b'\n') {
+            end = Some(pos + i as u64);
+            break;
+        }
+        if chunk.is_empty() {
+            break;
+        }
+        pos += chunk.len() as u64;
+    }
+    let Some(end) = end else {
+        return Some(None);
+    };
+    let mut row_len = end - at;
+    if row_len > 0 && read_at(file, end - 1, 1).ok()? == b"\r" {
+        row_len -= 1;
+    }
+    Some(Some((end, row_len)))
+}
+
 /// Why a transcript was not opened.
 #[derive(Debug)]
 pub(crate) enum OpenRefused {
@@ -382,13 +418,11 @@ impl LocalClaude {
             }
             // A row longer than the window (issue 15): find its end and classify it from a
             // stream, with bounded memory, instead of blocking the marker for ever.
-            let Some(end) = self.find_newline(&mut file, at + WINDOW_BYTES as u64, size)? else {
+            let Some((end, row_len)) =
+                oversized_row_extent(&mut file, at, size, &self.check_bytes_read)?
+            else {
                 break;
             };
-            let mut row_len = end - at;
-            if row_len > 0 && read_at(&mut file, end - 1, 1).ok()? == b"\r" {
-                row_len -= 1;
-            }
             file.seek(SeekFrom::Start(at)).ok()?;
             let slim = slim_row(std::io::BufReader::new((&file).take(row_len))).ok()?;
             self.count_read(row_len);
@@ -491,25 +525,6 @@ impl LocalClaude {
     fn count_read(&self, n: u64) {
         self.check_bytes_read
             .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// The position of the first `\n` at or after `from` and before `size`, read in 64 KiB
-    /// pieces; `Some(None)` when there is none yet, `None` on a read error.
-    fn find_newline(&self, file: &mut File, from: u64, size: u64) -> Option<Option<u64>> {
-        let mut pos = from;
-        while pos < size {
-            let len = ((size - pos) as usize).min(64 * 1024);
-            let chunk = read_at(file, pos, len).ok()?;
-            self.count_read(chunk.len() as u64);
-            if let Some(i) = chunk.iter().position(|b| *b == b'\n') {
-                return Some(Some(pos + i as u64));
-            }
-            if chunk.is_empty() {
-                break;
-            }
-            pos += chunk.len() as u64;
-        }
-        Some(None)
     }
 
     /// Total transcript bytes the checks have read so far.

@@ -356,13 +356,11 @@ impl LocalCodex {
             // A row longer than the window (issue 15; a pasted screenshot is an inline data
             // URL): find its end and classify it from a slim stream, with bounded memory,
             // instead of blocking the marker for ever. Never skipped unclassified.
-            let Some(end) = self.find_newline(&mut file, at + WINDOW_BYTES as u64, size)? else {
+            let Some((end, row_len)) =
+                crate::local::oversized_row_extent(&mut file, at, size, &self.check_bytes_read)?
+            else {
                 break;
             };
-            let mut row_len = end - at;
-            if row_len > 0 && read_at(&mut file, end - 1, 1).ok()? == b"\r" {
-                row_len -= 1;
-            }
             file.seek(SeekFrom::Start(at)).ok()?;
             let slim = slim_codex_row(std::io::BufReader::new((&file).take(row_len))).ok()?;
             self.check_bytes_read.fetch_add(row_len, Ordering::Relaxed);
@@ -389,26 +387,6 @@ impl LocalCodex {
             dedupe_id: counted.then(|| next.to_string()),
             rebased: false,
         })
-    }
-
-    /// The offset of the next `\n` at or after `from`, read in 64 KiB chunks; `Some(None)`
-    /// when the file has none yet (the row is still being written).
-    fn find_newline(&self, file: &mut File, from: u64, size: u64) -> Option<Option<u64>> {
-        let mut pos = from;
-        while pos < size {
-            let len = ((size - pos) as usize).min(64 * 1024);
-            let chunk = read_at(file, pos, len).ok()?;
-            self.check_bytes_read
-                .fetch_add(chunk.len() as u64, Ordering::Relaxed);
-            if let Some(i) = chunk.iter().position(|b| *b == b'\n') {
-                return Some(Some(pos + i as u64));
-            }
-            if chunk.is_empty() {
-                break;
-            }
-            pos += chunk.len() as u64;
-        }
-        Some(None)
     }
 
     /// Total rollout bytes the checks have read so far.
