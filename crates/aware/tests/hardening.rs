@@ -787,3 +787,40 @@ fn strict_json_and_inputs() {
         "HEAD answered with a body: {out}"
     );
 }
+
+/// The console's page and routes sit behind the same edge as every route: a rebound `Host` and
+/// a foreign `Origin` are refused before any of them runs, and an agent token may not use the
+/// console's routes (it is an operator's tool).
+#[test]
+fn the_console_obeys_the_host_origin_and_token_rules() {
+    let s = Server::start();
+    let host = "Host: 127.0.0.1:{port}\r\n";
+    let (st, _, _) = raw(&s, &format!("GET /ui/ HTTP/1.1\r\n{host}"), b"");
+    assert_eq!(st, 200, "the page loads on the gateway's own Host");
+    let (st, _, body) = raw(
+        &s,
+        "GET /ui/ HTTP/1.1\r\nHost: rebound.example:{port}\r\n",
+        b"",
+    );
+    assert_eq!(st, 421, "{body}");
+    let (st, _, body) = raw(
+        &s,
+        "GET /v1/console/sessions HTTP/1.1\r\nHost: rebound.example:{port}\r\n",
+        b"",
+    );
+    assert_eq!(st, 421, "{body}");
+    let (st, _, body) = raw(
+        &s,
+        &format!("GET /v1/console/sessions HTTP/1.1\r\n{host}Origin: http://evil.example\r\n"),
+        b"",
+    );
+    assert_eq!(st, 403, "{body}");
+    assert!(body.contains("forbidden_origin"), "{body}");
+
+    let (s, _secrets) = with_agent_tokens();
+    let r = as_ops(&s, "GET", "/v1/console/sessions", None, None);
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert_eq!(r.code(), "forbidden");
+    let r = as_ops(&s, "GET", "/v1/console/overview", Some(O), None);
+    assert_eq!(r.status, 403, "{}", r.body);
+}
