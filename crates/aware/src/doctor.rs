@@ -53,28 +53,37 @@ pub fn run(args: DoctorArgs, outer: &Conn) -> Result<()> {
     if path.exists() {
         r.ok(&format!("client context {} read", path.display()));
     }
-    let c = Client::new(resolved.clone(), false);
+    let c = match Client::new(resolved.clone(), false) {
+        Ok(c) => c,
+        Err(Failure::Usage(m) | Failure::Server(m) | Failure::Unreachable(m)) => {
+            r.fail(
+                &format!("client settings: {m}"),
+                "correct the flag, variable or client.toml",
+            );
+            std::process::exit(1);
+        }
+    };
     // 1. Gateway.
-    let health = ureq::AgentBuilder::new()
-        .timeout(c.timeout)
-        .build()
-        .get(&format!("{}/health", c.url.trim_end_matches('/')))
-        .call();
+    let health = c.http.request("GET", "/health").operator().send(None);
     let reachable = match health {
         Ok(_) => {
-            r.ok(&format!("gateway answers at {}", c.url));
+            r.ok(&format!("gateway answers at {}", c.url()));
             true
         }
-        Err(ureq::Error::Status(code, _)) => {
+        Err(e) if !e.is_unavailable() => {
+            let code = e.status().map_or_else(|| e.to_string(), |s| s.to_string());
             r.fail(
-                &format!("gateway at {} answers /health with {code}", c.url),
+                &format!("gateway at {} answers /health with {code}", c.url()),
                 "it is starting or its store is unavailable; see the `aware serve` log",
             );
             true
         }
-        Err(ureq::Error::Transport(t)) => {
+        Err(e) => {
+            let m = match Failure::from(e) {
+                Failure::Usage(m) | Failure::Server(m) | Failure::Unreachable(m) => m,
+            };
             r.fail(
-                &crate::client::transport_message(&c.url, &t),
+                &m,
                 "start it with `aware serve` (or set --url / AWARE_URL / url in client.toml)",
             );
             false
@@ -83,7 +92,7 @@ pub fn run(args: DoctorArgs, outer: &Conn) -> Result<()> {
     // 2. Token.
     if reachable {
         match c.call("GET", "/v1/sessions?limit=1", None) {
-            Ok(_) => r.ok(if c.token.is_some() {
+            Ok(_) => r.ok(if c.http.token().is_some() {
                 "token accepted"
             } else {
                 "no token needed"

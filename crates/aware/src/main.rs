@@ -320,7 +320,7 @@ fn put(v: &mut Value, k: &str, x: Option<impl Into<Value>>) {
 /// The client, from flags after the command, flags before it, the environment and client.toml.
 fn client(common: Common, outer: &Conn, outer_json: bool) -> client::CliResult<Client> {
     let r = context::resolve(common.conn.or(outer), common.timeout)?;
-    Ok(Client::new(r, common.json || outer_json))
+    Client::new(r, common.json || outer_json)
 }
 
 fn client_command(cmd: Command, outer: &Conn, outer_json: bool) -> client::CliResult<()> {
@@ -332,7 +332,7 @@ fn client_command(cmd: Command, outer: &Conn, outer_json: bool) -> client::CliRe
             common,
         } => {
             let c = client(common, outer, outer_json)?;
-            if c.session.is_none() {
+            if c.session().is_none() {
                 // Operator read: the session object, like GET /v1/sessions/{key}.
                 let Some(key) = key else {
                     return Err(Failure::Usage(
@@ -362,7 +362,7 @@ fn client_command(cmd: Command, outer: &Conn, outer_json: bool) -> client::CliRe
             common,
         } => {
             let c = client(common, outer, outer_json)?;
-            if c.session.is_none() {
+            if c.session().is_none() {
                 // Operator read: every agent's sessions. One kind per request is what the route
                 // filters on, so several kinds are fetched and merged.
                 let mut sessions = Vec::new();
@@ -687,7 +687,7 @@ fn drain(c: &Client, key: &str, peek: bool, follow: bool) -> client::CliResult<(
     if follow {
         eprintln!(
             "aware: following {key} at {} ({} on every wake; Ctrl-C to stop)",
-            c.url,
+            c.url(),
             if peek { "peeking" } else { "draining" }
         );
     }
