@@ -104,6 +104,15 @@ impl Client {
         })
     }
 
+    /// The same client with connections of its own (a clone shares them): a request abandoned
+    /// on a hanging peer must not leave its connection to the next one.
+    pub fn fresh(&self) -> Client {
+        Client {
+            http: ureq::AgentBuilder::new().build(),
+            ..self.clone()
+        }
+    }
+
     /// The bearer token; an empty one counts as none.
     pub fn with_token(mut self, token: Option<String>) -> Client {
         self.token = token.filter(|t| !t.is_empty());

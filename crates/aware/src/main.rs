@@ -16,9 +16,9 @@ macro_rules! say {
     };
 }
 
-mod bench;
-mod bench_http;
-mod bench_stall;
+// The benchmarks live in the aware-bench crate; `bench`, `bench-http` and `bench-stall` are
+// thin entries here.
+use aware_bench::{engine as bench, http as bench_http, stall as bench_stall};
 mod client;
 mod context;
 mod demo;
