@@ -95,19 +95,7 @@ pub(crate) fn floor_append(conn: &Connection, s: &mut FloorStream, own_tx: bool)
         conn.execute_batch("BEGIN IMMEDIATE")?;
     }
     let result = (|| -> Result<()> {
-        conn.prepare_cached(INSERT_EVENT)?.execute(params![
-            None::<String>,
-            s.key,
-            None::<String>,
-            AGENT,
-            EventKind::HumanDirectMessage.as_str(),
-            ActorType::Human.as_str(),
-            ACTOR,
-            None::<String>,
-            now,
-            SUMMARY,
-            None::<String>
-        ])?;
+        insert_event(&mut conn.prepare_cached(INSERT_EVENT)?, &s.key, now)?;
         let seq = conn.last_insert_rowid();
         conn.prepare_cached(UPSERT_HEAD)?
             .execute(params![s.key, AGENT, seq, now])?;
@@ -135,6 +123,24 @@ pub(crate) fn floor_append(conn: &Connection, s: &mut FloorStream, own_tx: bool)
     result
 }
 
+/// One human message of `key` through a prepared [`INSERT_EVENT`].
+fn insert_event(stmt: &mut rusqlite::CachedStatement<'_>, key: &str, now: i64) -> Result<()> {
+    stmt.execute(params![
+        None::<String>,
+        key,
+        None::<String>,
+        AGENT,
+        EventKind::HumanDirectMessage.as_str(),
+        ActorType::Human.as_str(),
+        ACTOR,
+        None::<String>,
+        now,
+        SUMMARY,
+        None::<String>
+    ])?;
+    Ok(())
+}
+
 /// Inserts events (stream `keys[order[r]]` for row r) and their heads in one transaction.
 pub(crate) fn fill_events(conn: &Connection, keys: &[String], order: &[usize]) -> Result<()> {
     let now = now_ms();
@@ -143,19 +149,7 @@ pub(crate) fn fill_events(conn: &Connection, keys: &[String], order: &[usize]) -
     {
         let mut stmt = conn.prepare_cached(INSERT_EVENT)?;
         for &i in order {
-            stmt.execute(params![
-                None::<String>,
-                keys[i],
-                None::<String>,
-                AGENT,
-                EventKind::HumanDirectMessage.as_str(),
-                ActorType::Human.as_str(),
-                ACTOR,
-                None::<String>,
-                now,
-                SUMMARY,
-                None::<String>
-            ])?;
+            insert_event(&mut stmt, &keys[i], now)?;
             heads.insert(i, conn.last_insert_rowid());
         }
         let mut stmt = conn.prepare_cached(UPSERT_HEAD)?;
@@ -287,4 +281,14 @@ pub(crate) fn floor_sweep(conn: &Connection, batch: i64) -> Result<(u64, usize)>
         watchers.extend(rows.into_iter().map(|(_, w)| w));
     }
     Ok((swept, watchers.len()))
+}
+
+/// Rows of `table`, read with a plain read-only connection.
+pub(crate) fn count_rows(db: &Path, table: &str) -> Result<u64> {
+    let conn = rusqlite::Connection::open_with_flags(
+        db,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    let n: i64 = conn.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))?;
+    Ok(n as u64)
 }

@@ -1,28 +1,59 @@
 //! Small utilities shared by the engine, HTTP and stall benchmarks.
 
 use anyhow::{anyhow, Result};
-use std::io::Write;
+use aware_core::{AgentId, SessionKey, SessionRef};
+use aware_engine::{Engine, EngineConfig, SystemClock};
+use aware_store::Durability;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+pub(crate) use aware_client::out;
+
+/// The agent of every bench session.
+pub(crate) const AGENT: &str = "main";
+
+/// An engine on `path` with the wall clock; `max_rows` overrides the retention cap.
+pub(crate) fn open_engine(
+    path: &Path,
+    durability: Durability,
+    max_rows: Option<u64>,
+    notify_on_create: bool,
+) -> Result<Engine> {
+    let mut config = EngineConfig::new(path);
+    config.durability = durability;
+    config.notify_on_create = notify_on_create;
+    if let Some(max_rows) = max_rows {
+        config.retention.max_rows = max_rows;
+    }
+    Ok(Engine::open(config, Arc::new(SystemClock))?)
+}
+
+/// `key` of agent [`AGENT`].
+pub(crate) fn session_ref(key: &str) -> Result<SessionRef> {
+    Ok(SessionRef {
+        key: SessionKey::parse(key)?,
+        agent: AgentId::parse(AGENT)?,
+    })
+}
+
+/// A thread that raises `stop` once `cap` has passed (checking every `poll`), unless it was
+/// raised before: the time cap of a measured phase.
+pub(crate) fn stop_after(stop: &Arc<AtomicBool>, cap: Duration, poll: Duration) -> JoinHandle<()> {
+    let stop = stop.clone();
+    std::thread::spawn(move || {
+        let until = Instant::now() + cap;
+        while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(poll);
+        }
+        stop.store(true, Ordering::Relaxed);
+    })
+}
 
 /// A thread returning its samples.
 pub(crate) type Worker<T> = JoinHandle<Result<Vec<T>>>;
-
-/// Writes `text` and one newline to stdout. A closed pipe (`aware bench | head`) ends the
-/// process quietly with status 0: the reader has what it wanted.
-pub(crate) fn out(text: &str) {
-    let mut o = std::io::stdout().lock();
-    let r = o
-        .write_all(text.trim_end_matches('\n').as_bytes())
-        .and_then(|_| o.write_all(b"\n"))
-        .and_then(|_| o.flush());
-    if let Err(e) = r {
-        if e.kind() == std::io::ErrorKind::BrokenPipe {
-            std::process::exit(0);
-        }
-        eprintln!("error: cannot write to stdout: {e}");
-        std::process::exit(1);
-    }
-}
 
 /// Thread `t`'s share of `n` items over `threads` threads.
 pub(crate) fn share(n: u64, threads: usize, t: usize) -> u64 {

@@ -13,7 +13,7 @@ mod error;
 pub use error::ClientError;
 
 use serde_json::Value;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::time::Duration;
 
 /// Bound of one request when the caller sets none (the CLI's documented default).
@@ -51,6 +51,24 @@ const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS
 /// Percent-encodes one path segment or query value (a session key may hold `/`).
 pub fn seg(s: &str) -> String {
     percent_encoding::utf8_percent_encode(s, SEGMENT).to_string()
+}
+
+/// Writes `text` and exactly one newline to stdout, for every program that prints what the
+/// gateway answered (the CLI, the demo, the bench reports). A closed pipe (`aware list | head`)
+/// ends the process quietly with status 0: the reader has what it wanted.
+pub fn out(text: &str) {
+    let mut o = std::io::stdout().lock();
+    let r = o
+        .write_all(text.trim_end_matches('\n').as_bytes())
+        .and_then(|_| o.write_all(b"\n"))
+        .and_then(|_| o.flush());
+    if let Err(e) = r {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: cannot write to stdout: {e}");
+        std::process::exit(1);
+    }
 }
 
 /// A URL without `http://` or `https://` is a usage error, not a connection failure.

@@ -3,10 +3,10 @@
 //! (or did not answer within the request timeout).
 
 use crate::context::Resolved;
-pub use aware_client::seg;
 use aware_client::ClientError;
+pub use aware_client::{out, seg};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::time::Duration;
 
 /// A client command's connection (the shared [`aware_client::Client`]) and output mode.
@@ -23,6 +23,13 @@ pub enum Failure {
 }
 
 impl Failure {
+    /// The text printed after `error: `.
+    pub fn message(&self) -> &str {
+        match self {
+            Failure::Server(m) | Failure::Unreachable(m) | Failure::Usage(m) => m,
+        }
+    }
+
     pub fn exit(self) -> ! {
         match self {
             Failure::Server(m) => {
@@ -62,23 +69,6 @@ impl From<ClientError> for Failure {
 }
 
 pub type CliResult<T> = Result<T, Failure>;
-
-/// Writes `text` and exactly one newline to stdout. A closed pipe (`aware list | head`) ends the
-/// process quietly with status 0: the reader has what it wanted.
-pub fn out(text: &str) {
-    let mut o = std::io::stdout().lock();
-    let r = o
-        .write_all(text.trim_end_matches('\n').as_bytes())
-        .and_then(|_| o.write_all(b"\n"))
-        .and_then(|_| o.flush());
-    if let Err(e) = r {
-        if e.kind() == std::io::ErrorKind::BrokenPipe {
-            std::process::exit(0);
-        }
-        eprintln!("error: cannot write to stdout: {e}");
-        std::process::exit(1);
-    }
-}
 
 /// The hint for the error codes a new user meets first.
 fn hint(code: &str) -> &'static str {
@@ -191,10 +181,12 @@ impl Client {
                     return Err(e.into());
                 }
                 Err(e) => {
-                    let msg = match Failure::from(e) {
-                        Failure::Server(m) | Failure::Unreachable(m) | Failure::Usage(m) => m,
-                    };
-                    eprintln!("aware: {msg}; retrying in {:.1} s", backoff.as_secs_f64());
+                    let f = Failure::from(e);
+                    eprintln!(
+                        "aware: {}; retrying in {:.1} s",
+                        f.message(),
+                        backoff.as_secs_f64()
+                    );
                     connected_before = false;
                 }
             }

@@ -39,11 +39,13 @@ impl Report {
 
 pub fn run(args: DoctorArgs, outer: &Conn) -> Result<()> {
     let mut r = Report { failed: 0 };
-    let resolved = match context::resolve(args.conn.or(outer), None) {
+    let settings = context::resolve(args.conn.or(outer), None)
+        .and_then(|r| Ok((Client::new(r.clone(), false)?, r)));
+    let (c, resolved) = match settings {
         Ok(x) => x,
-        Err(Failure::Usage(m) | Failure::Server(m) | Failure::Unreachable(m)) => {
+        Err(f) => {
             r.fail(
-                &format!("client settings: {m}"),
+                &format!("client settings: {}", f.message()),
                 "correct the flag, variable or client.toml",
             );
             std::process::exit(1);
@@ -53,16 +55,6 @@ pub fn run(args: DoctorArgs, outer: &Conn) -> Result<()> {
     if path.exists() {
         r.ok(&format!("client context {} read", path.display()));
     }
-    let c = match Client::new(resolved.clone(), false) {
-        Ok(c) => c,
-        Err(Failure::Usage(m) | Failure::Server(m) | Failure::Unreachable(m)) => {
-            r.fail(
-                &format!("client settings: {m}"),
-                "correct the flag, variable or client.toml",
-            );
-            std::process::exit(1);
-        }
-    };
     // 1. Gateway.
     let health = c.http.request("GET", "/health").operator().send(None);
     let reachable = match health {
@@ -79,11 +71,8 @@ pub fn run(args: DoctorArgs, outer: &Conn) -> Result<()> {
             true
         }
         Err(e) => {
-            let m = match Failure::from(e) {
-                Failure::Usage(m) | Failure::Server(m) | Failure::Unreachable(m) => m,
-            };
             r.fail(
-                &m,
+                Failure::from(e).message(),
                 "start it with `aware serve` (or set --url / AWARE_URL / url in client.toml)",
             );
             false

@@ -345,14 +345,11 @@ impl Http {
                 self.client.base(),
                 e.message()
             ),
-            Err(e) => {
-                let (Failure::Server(m) | Failure::Unreachable(m) | Failure::Usage(m)) =
-                    Failure::from(e);
-                eprintln!(
-                    "aware mcp: warning: cannot create session {}: {m}",
-                    self.session
-                );
-            }
+            Err(e) => eprintln!(
+                "aware mcp: warning: cannot create session {}: {}",
+                self.session,
+                Failure::from(e).message()
+            ),
         }
     }
 

@@ -13,7 +13,7 @@ pub(crate) fn w3(plan: &Plan) -> Result<Outcome> {
     let n = plan.events;
     let writers = plan.writers;
     let sessions = plan.sessions.max(writers as u64);
-    let engine = open_engine(&plan.file("w3-engine.db"), durability, None)?;
+    let engine = open_engine(&plan.file("w3-engine.db"), durability, None, true)?;
     let pairs = Arc::new(create_pairs_concurrent(&engine, sessions, writers)?);
     let floor_path = plan.file("w3-floor.db");
     let streams: Vec<FloorStream> = (0..sessions)
@@ -160,16 +160,7 @@ pub(crate) fn callers(
         .collect();
     barrier.wait();
     let t = Instant::now();
-    let stopper = cap.map(|cap| {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let until = Instant::now() + cap;
-            while Instant::now() < until && !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            stop.store(true, Ordering::Relaxed);
-        })
-    });
+    let stopper = cap.map(|cap| stop_after(&stop, cap, Duration::from_millis(5)));
     let lat = join_all(handles);
     let secs = t.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);

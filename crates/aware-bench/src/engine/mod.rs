@@ -26,10 +26,8 @@ pub(crate) use crate::report::*;
 pub(crate) use crate::store_seam::*;
 pub(crate) use crate::util::*;
 pub(crate) use anyhow::{anyhow, bail, Context, Result};
-pub(crate) use aware_core::{ActorType, AgentId, EventKind, SessionKey, SessionRef};
-pub(crate) use aware_engine::{
-    AppendOutcome, AppendRequest, CreateSession, Engine, EngineConfig, SystemClock,
-};
+pub(crate) use aware_core::{ActorType, EventKind, SessionRef};
+pub(crate) use aware_engine::{AppendOutcome, AppendRequest, CreateSession, Engine};
 pub(crate) use aware_store::Durability;
 pub(crate) use rusqlite::{params, Connection};
 pub(crate) use serde_json::{json, Value};
@@ -98,7 +96,6 @@ pub(crate) const READ_CALLS: usize = 2000;
 pub(crate) const W4_HOT_ROWS: u64 = 1000;
 pub(crate) const SUMMARY: &str = "human message via bench";
 pub(crate) const ACTOR: &str = "operator";
-pub(crate) const AGENT: &str = "main";
 
 pub(crate) struct Plan {
     scale: u64,
@@ -219,26 +216,6 @@ pub fn run(args: BenchArgs, json: bool) -> Result<()> {
 // ---------------------------------------------------------------------------------------------
 // Engine helpers
 // ---------------------------------------------------------------------------------------------
-
-pub(crate) fn open_engine(
-    path: &Path,
-    durability: Durability,
-    max_rows: Option<u64>,
-) -> Result<Engine> {
-    let mut config = EngineConfig::new(path);
-    config.durability = durability;
-    if let Some(max_rows) = max_rows {
-        config.retention.max_rows = max_rows;
-    }
-    Ok(Engine::open(config, Arc::new(SystemClock))?)
-}
-
-pub(crate) fn session_ref(key: &str) -> Result<SessionRef> {
-    Ok(SessionRef {
-        key: SessionKey::parse(key)?,
-        agent: AgentId::parse(AGENT)?,
-    })
-}
 
 pub(crate) fn create(engine: &Engine, s: &SessionRef, parent: Option<&SessionRef>) -> Result<()> {
     let mut req = CreateSession::new(s.key.clone());

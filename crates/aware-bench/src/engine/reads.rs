@@ -6,7 +6,7 @@ use super::*;
 pub(crate) fn w1(plan: &Plan) -> Result<Outcome> {
     let durability = plan.durability(Durability::Normal);
     let n = plan.events;
-    let engine = open_engine(&plan.file("w1-engine.db"), durability, None)?;
+    let engine = open_engine(&plan.file("w1-engine.db"), durability, None, true)?;
     let pairs = create_pairs(&engine, plan.sessions)?;
     let conn = floor_conn(&plan.file("w1-floor.db"), durability)?;
     let mut streams: Vec<FloorStream> = (0..plan.sessions)
@@ -102,7 +102,7 @@ pub(crate) fn interleaved(
 pub(crate) fn w2(plan: &Plan) -> Result<Outcome> {
     let durability = plan.durability(Durability::Normal);
     let n = plan.events;
-    let engine = open_engine(&plan.file("w2-engine.db"), durability, None)?;
+    let engine = open_engine(&plan.file("w2-engine.db"), durability, None, true)?;
     let target = session_ref("agent:main:target")?;
     create(&engine, &target, None)?;
     let mut watcher_keys = Vec::new();

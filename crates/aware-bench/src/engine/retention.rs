@@ -29,7 +29,7 @@ pub(crate) fn w4(plan: &Plan) -> Result<Outcome> {
         let conn = floor_conn(&path, durability)?;
         fill_events(&conn, &keys, &order)?;
     }
-    let engine = open_engine(&path, durability, None)?;
+    let engine = open_engine(&path, durability, None, true)?;
     let refs: Vec<SessionRef> = keys.iter().map(|k| session_ref(k)).collect::<Result<_>>()?;
     let calls = (READ_CALLS / plan.scale as usize).max(50);
     let floor = Connection::open(&path)?;
@@ -179,7 +179,7 @@ pub(crate) fn w5(plan: &Plan) -> Result<Outcome> {
     // Engine: rows written raw, then the engine opened with max_rows = cap.
     let path = plan.file("w5-engine.db");
     fill_events(&floor_conn(&path, durability)?, &keys, &order)?;
-    let engine = open_engine(&path, durability, Some(cap))?;
+    let engine = open_engine(&path, durability, Some(cap), true)?;
     // The cap loop asks `event_count()` (a COUNT(*)) once per batch; time one at full size.
     let mut counts = Vec::new();
     for _ in 0..5 {
@@ -260,7 +260,7 @@ pub(crate) fn w6(plan: &Plan) -> Result<Outcome> {
     let path = plan.file("w6-engine.db");
     fill_pending(&floor_conn(&path, durability)?, pending)?;
     // "Reopen": the engine opens the file the previous process left.
-    let engine = open_engine(&path, durability, None)?;
+    let engine = open_engine(&path, durability, None, true)?;
     let m = store_metrics(&engine);
     let (commits0, us0) = (m.commits(), m.commit_us_sum.load(Ordering::Relaxed));
     let watch = CommitWatch::start(&engine);

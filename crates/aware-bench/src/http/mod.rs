@@ -23,6 +23,7 @@ use rss::w3;
 use status::w1;
 use turns::w2;
 
+pub(crate) use crate::raw_sqlite::count_rows;
 pub(crate) use crate::store_seam::*;
 pub(crate) use rss::ProcStatus;
 
@@ -30,8 +31,8 @@ use crate::report::*;
 use crate::util::*;
 pub(crate) use anyhow::{anyhow, bail, Context, Result};
 pub(crate) use aware_client::{seg, Client};
-pub(crate) use aware_core::{AgentId, SessionKey, SessionRef};
-pub(crate) use aware_engine::{CreateSession, Engine, EngineConfig, NewTurn, SystemClock};
+pub(crate) use aware_core::{SessionKey, SessionRef};
+pub(crate) use aware_engine::{CreateSession, Engine, NewTurn};
 pub(crate) use aware_gateway::GatewayConfig;
 pub(crate) use aware_store::Durability;
 pub(crate) use serde_json::{json, Value};
@@ -71,7 +72,6 @@ pub struct HttpBenchArgs {
 }
 
 pub(crate) const ALL: [&str; 3] = ["1", "2", "3"];
-pub(crate) const AGENT: &str = "main";
 /// Workload 1: event rows in the store before `--quick`. This is also the default retention
 /// cap (`max_rows`), so the gateway's start-up prune leaves every row in place.
 pub(crate) const W1_EVENT_ROWS: u64 = 50_000;
@@ -318,34 +318,6 @@ pub(crate) fn send(
 }
 
 // ---------------------------------------------------------------------------------------------
-// Engine and store helpers
-// ---------------------------------------------------------------------------------------------
-
-pub(crate) fn open_engine(path: &Path, durability: Durability) -> Result<Engine> {
-    let mut config = EngineConfig::new(path);
-    config.durability = durability;
-    config.notify_on_create = false;
-    Ok(Engine::open(config, Arc::new(SystemClock))?)
-}
-
-pub(crate) fn session_ref(key: &str) -> Result<SessionRef> {
-    Ok(SessionRef {
-        key: SessionKey::parse(key)?,
-        agent: AgentId::parse(AGENT)?,
-    })
-}
-
-/// Rows of `table`, read with a plain read-only connection.
-pub(crate) fn count_rows(db: &Path, table: &str) -> Result<u64> {
-    let conn = rusqlite::Connection::open_with_flags(
-        db,
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )?;
-    let n: i64 = conn.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))?;
-    Ok(n as u64)
-}
-
-// ---------------------------------------------------------------------------------------------
 // Small utilities
 // ---------------------------------------------------------------------------------------------
 
@@ -354,18 +326,5 @@ pub(crate) fn fmt_kb(kb: u64) -> String {
         format!("{:.2} MiB", kb as f64 / 1024.0)
     } else {
         format!("{:.1} MiB", kb as f64 / 1024.0)
-    }
-}
-
-/// A tiny deterministic generator for picking streams.
-pub(crate) struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        self.0 >> 33
     }
 }

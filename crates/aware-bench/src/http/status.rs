@@ -21,7 +21,7 @@ pub(crate) fn w1(plan: &Plan, calls: u64) -> Result<Vec<Outcome>> {
     let db = GatewayConfig::for_data_dir(&dir).db_path();
     // The store is filled in-process (fast), then served by a gateway on the same file. The
     // engine handle stays open for the floor: a second reader of the same WAL file.
-    let engine = open_engine(&db, durability)?;
+    let engine = open_engine(&db, durability, None, false)?;
     let streams = fill_w1(&engine, children)?;
     let gw = Gateway::start(&dir, durability)?;
     let event_rows = count_rows(&db, "session_state_events")?;

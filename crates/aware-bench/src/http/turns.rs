@@ -261,7 +261,12 @@ pub(crate) fn w2_engine(
     clients: usize,
 ) -> Result<Throughput> {
     let dir = plan.data_dir(&format!("w2-engine-{}", durability.as_str()))?;
-    let engine = open_engine(&GatewayConfig::for_data_dir(&dir).db_path(), durability)?;
+    let engine = open_engine(
+        &GatewayConfig::for_data_dir(&dir).db_path(),
+        durability,
+        None,
+        false,
+    )?;
     engine.start()?;
     let setup: Vec<Worker<(usize, SessionRef)>> = (0..SETUP_THREADS)
         .map(|t| {
@@ -333,16 +338,7 @@ pub(crate) fn timed_join(
     let cpu0 = process_cpu_ns();
     barrier.wait();
     let t = Instant::now();
-    let stopper = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let until = Instant::now() + cap;
-            while Instant::now() < until && !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            stop.store(true, Ordering::Relaxed);
-        })
-    };
+    let stopper = stop_after(stop, cap, Duration::from_millis(20));
     let joined = join_all(handles);
     let secs = t.elapsed().as_secs_f64();
     let cpu1 = process_cpu_ns();
