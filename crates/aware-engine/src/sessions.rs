@@ -6,6 +6,7 @@ use crate::model::*;
 use crate::{Ctx, Engine, EngineError, Result, Wake, WakeReason};
 use aware_core::notice::session_created_context_key;
 use aware_core::{ActorType, AgentId, EventKind, SessionKey, SessionRef, StoredEvent};
+use aware_store::StoreExt;
 use aware_store::{GoalRow, ReadTx, RunRow, SessionFilter, SessionRow, TurnRow, WriteTx};
 
 /// Longest turn or message text (03 §5.1).
@@ -137,25 +138,24 @@ impl Engine {
     pub fn get_session(&self, s: &SessionRef) -> Result<Session> {
         self.inner
             .store
-            .read(|tx| Ok(load_session(tx, s).and_then(|row| self.session_view(tx, row))))?
+            .read_as(|tx| load_session(tx, s).and_then(|row| self.session_view(tx, row)))
     }
 
     pub fn session_exists(&self, s: &SessionRef) -> Result<bool> {
         Ok(self
             .inner
             .store
-            .read(|tx| tx.session_exists(s.key.as_str(), s.agent.as_str()))?)
+            .read_as(|tx| tx.session_exists(s.key.as_str(), s.agent.as_str()))?)
     }
 
     /// Sessions matching `filter`, newest `updated_at` first, with their state versions.
     pub fn list_sessions(&self, filter: &SessionFilter) -> Result<Vec<Session>> {
-        self.inner.store.read(|tx| {
+        self.inner.store.read_as(|tx| {
             let rows = tx.list_sessions(filter)?;
-            Ok(rows
-                .into_iter()
+            rows.into_iter()
                 .map(|row| self.session_view(tx, row))
-                .collect::<Result<Vec<_>>>())
-        })?
+                .collect::<Result<Vec<_>>>()
+        })
     }
 
     /// Creates a session (03 §3.4, §4.1, §4.5). Returns `(created, session)`; an existing
@@ -193,7 +193,7 @@ impl Engine {
         let session = engine
             .inner
             .store
-            .read(|tx| Ok(self.session_view(tx, created.1)))??;
+            .read_as(|tx| self.session_view(tx, created.1))?;
         Ok((created.0, session))
     }
 
@@ -215,10 +215,7 @@ impl Engine {
             }
             Ok((row, previous))
         })?;
-        let session = self
-            .inner
-            .store
-            .read(|tx| Ok(self.session_view(tx, row)))??;
+        let session = self.inner.store.read_as(|tx| self.session_view(tx, row))?;
         Ok((session, previous))
     }
 
@@ -234,6 +231,11 @@ impl Engine {
             }
             tx.delete_cursors_of_target(key, agent)?;
             tx.delete_session(key, agent)?;
+            // Children name their parent by key. A bare parent key means "in the child's own
+            // agent", so only that agent's children lose their parent; an agent-qualified key
+            // names one session whatever the child's agent.
+            let scope = (!s2.key.is_agent_qualified()).then_some(agent);
+            tx.mark_children_orphaned(key, scope)?;
             Ok(())
         })
     }
@@ -274,14 +276,14 @@ impl Engine {
         after: Option<i64>,
         limit: u32,
     ) -> Result<(Vec<TurnRow>, bool)> {
-        self.inner.store.read(|tx| {
-            Ok(load_session(tx, s).and_then(|_| {
+        self.inner.store.read_as(|tx| {
+            load_session(tx, s).and_then(|_| {
                 let mut turns = tx.turns(s.key.as_str(), s.agent.as_str(), after, limit + 1)?;
                 let more = turns.len() > limit as usize;
                 turns.truncate(limit as usize);
                 Ok((turns, more))
-            }))
-        })?
+            })
+        })
     }
 
     /// Turns with index > `after`, at most `limit` and at most about `max_bytes` of text (the
@@ -293,8 +295,8 @@ impl Engine {
         limit: u32,
         max_bytes: usize,
     ) -> Result<(Vec<TurnRow>, bool, bool)> {
-        self.inner.store.read(|tx| {
-            Ok(load_session(tx, s).and_then(|_| {
+        self.inner.store.read_as(|tx| {
+            load_session(tx, s).and_then(|_| {
                 let (mut turns, cut) = tx.turns_within(
                     s.key.as_str(),
                     s.agent.as_str(),
@@ -307,8 +309,8 @@ impl Engine {
                 let truncated = cut && turns.len() < limit as usize;
                 turns.truncate(limit as usize);
                 Ok((turns, more, truncated))
-            }))
-        })?
+            })
+        })
     }
 
     /// One snapshot for `sessions_history`: a page (see `ReadTx::turns_page`) and the number of
@@ -321,13 +323,13 @@ impl Engine {
         limit: u32,
         max_chars: u32,
     ) -> Result<(Vec<TurnRow>, i64)> {
-        self.inner.store.read(|tx| {
-            Ok(load_session(tx, s).and_then(|_| {
+        self.inner.store.read_as(|tx| {
+            load_session(tx, s).and_then(|_| {
                 let (k, a) = (s.key.as_str(), s.agent.as_str());
                 let page = tx.turns_page(k, a, from, include_tools, limit, max_chars)?;
                 Ok((page, tx.turn_count(k, a)?))
-            }))
-        })?
+            })
+        })
     }
 
     /// Sets the goal (03 §4.4).
@@ -425,7 +427,7 @@ impl Engine {
 
     /// Ends every active run whose deadline passed with outcome `timeout`.
     pub(crate) fn expire_runs(&self, now: i64) -> Result<u64> {
-        let due = self.inner.store.read(|tx| tx.due_runs(now))?;
+        let due = self.inner.store.read_as(|tx| tx.due_runs(now))?;
         let mut n = 0;
         for run in due {
             let run_id = run.run_id.clone();
@@ -648,7 +650,7 @@ impl Engine {
         target: &SessionRef,
         run_id: &str,
     ) -> Result<Option<std::result::Result<String, RunOutcome>>> {
-        Ok(self.inner.store.read(|tx| {
+        self.inner.store.read_as(|tx| -> Result<_> {
             if let Some(turn) =
                 tx.reply_for_run(target.key.as_str(), target.agent.as_str(), run_id)?
             {
@@ -660,7 +662,7 @@ impl Engine {
                 .and_then(|o| RunOutcome::parse(&o))
                 .filter(|o| *o != RunOutcome::Ok)
                 .map(Err))
-        })?)
+        })
     }
 }
 
@@ -758,7 +760,8 @@ pub(crate) fn create_in(
                 req.created_via.as_str()
             );
             let ctxk = session_created_context_key(target.key.as_str());
-            tx.fifo_push(
+            crate::fifo::push(
+                tx,
                 main.as_str(),
                 target.agent.as_str(),
                 &text,

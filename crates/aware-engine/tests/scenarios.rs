@@ -4,6 +4,7 @@
 mod common;
 use aware_core::{ActorType, EventKind};
 use aware_engine::*;
+use aware_store::StoreExt;
 use common::*;
 use serde_json::json;
 
