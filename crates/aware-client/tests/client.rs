@@ -176,3 +176,40 @@ fn seg_escapes_what_restructures_a_path_or_query_and_keeps_keys_readable() {
     assert_eq!(seg("é"), "%C3%A9");
     assert_eq!(seg("a.b_c-d~e"), "a.b_c-d~e");
 }
+
+#[test]
+fn a_stream_is_read_line_by_line_and_its_error_answer_is_typed() {
+    let (url, rx) = one_shot(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\nevent: wake\ndata: {}\n\n",
+    );
+    let c = Client::new(&url)
+        .unwrap()
+        .with_caller(Some("agent:main:main".into()), None);
+    let resp = c
+        .request("GET", &format!("/v1/wakes?session={}", seg("a/b")))
+        .stream(Duration::from_secs(5))
+        .unwrap();
+    let lines: Vec<String> = BufReader::new(resp.into_reader())
+        .lines()
+        .map_while(Result::ok)
+        .collect();
+    assert_eq!(lines[0], "event: wake");
+    let head = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(
+        head.starts_with("GET /v1/wakes?session=a%2Fb HTTP/1.1"),
+        "{head}"
+    );
+
+    let (url, _rx) = one_shot(
+        "HTTP/1.1 401 Unauthorized\r\nContent-Length: 54\r\n\r\n\
+         {\"error\":{\"code\":\"unauthorized\",\"message\":\"no token\"}}",
+    );
+    let e = Client::new(&url)
+        .unwrap()
+        .request("GET", "/v1/wakes")
+        .stream(Duration::from_secs(5))
+        .err()
+        .unwrap();
+    assert_eq!(e.code(), "unauthorized");
+    assert_eq!(e.exit_status(), 1);
+}

@@ -57,9 +57,8 @@ pub fn run(args: HookArgs, outer: &Conn) {
         .and_then(crate::client::connect)
     {
         Ok(c) => c,
-        Err(crate::client::Failure::Usage(m) | crate::client::Failure::Server(m))
-        | Err(crate::client::Failure::Unreachable(m)) => {
-            warn(&m);
+        Err(f) => {
+            warn(f.message());
             return;
         }
     };
