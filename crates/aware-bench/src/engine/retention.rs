@@ -144,27 +144,21 @@ pub(crate) fn w4(plan: &Plan) -> Result<Outcome> {
         big[1] as f64 / big[3].max(1) as f64,
     );
     let us = |ns: u64| ns as f64 / 1e3;
-    Ok(Outcome::new("W4", line)
-        .figure("page50_p50", us(small[0]), "us", Better::Lower)
-        .figure("page50_p99", us(small[1]), "us", Better::Lower)
-        .figure("page50_floor_p50", us(small[2]), "us", Better::Lower)
-        .figure(
-            "page50_ratio_p50",
-            small[0] as f64 / small[2].max(1) as f64,
-            "x",
-            Better::Lower,
-        )
-        .figure("page200_p50", us(big[0]), "us", Better::Lower)
-        .figure("page200_p99", us(big[1]), "us", Better::Lower)
-        .figure("page200_floor_p50", us(big[2]), "us", Better::Lower)
-        .figure(
-            "page200_ratio_p50",
-            big[0] as f64 / big[2].max(1) as f64,
-            "x",
-            Better::Lower,
-        )
-        .target("page50_ratio_p50", 1.3)
-        .target("page200_ratio_p50", 1.3))
+    let mut outcome = Outcome::new("W4", line);
+    for (page, m) in [("page50", small), ("page200", big)] {
+        outcome = outcome
+            .figure(&format!("{page}_p50"), us(m[0]), "us", Better::Lower)
+            .figure(&format!("{page}_p99"), us(m[1]), "us", Better::Lower)
+            .figure(&format!("{page}_floor_p50"), us(m[2]), "us", Better::Lower)
+            .figure(
+                &format!("{page}_ratio_p50"),
+                m[0] as f64 / m[2].max(1) as f64,
+                "x",
+                Better::Lower,
+            )
+            .target(&format!("{page}_ratio_p50"), 1.3);
+    }
+    Ok(outcome)
 }
 
 /// W5: one prune pass from 1.2 x `events` rows down to the row cap `events`.

@@ -157,26 +157,18 @@ pub(crate) fn w1(plan: &Plan, calls: u64) -> Result<Vec<Outcome>> {
             h.push(t.elapsed().as_nanos() as u64);
             hh.push(headers.as_nanos() as u64);
         }
-        for &i in chunk {
-            let t = Instant::now();
-            engine_page(&streams[i])?;
-            e.push(t.elapsed().as_nanos() as u64);
-        }
-        for &i in chunk {
-            let t = Instant::now();
-            engine_handler(&streams[i])?;
-            eh.push(t.elapsed().as_nanos() as u64);
-        }
-        for &i in chunk {
-            let t = Instant::now();
-            health(&streams[i])?;
-            hf.push(t.elapsed().as_nanos() as u64);
-        }
-        for &i in chunk {
-            let t = Instant::now();
-            http_bare(&streams[i])?;
-            hb.push(t.elapsed().as_nanos() as u64);
-        }
+        let each = |samples: &mut Vec<u64>, f: &dyn Fn(&Stream) -> Result<()>| -> Result<()> {
+            for &i in chunk {
+                let t = Instant::now();
+                f(&streams[i])?;
+                samples.push(t.elapsed().as_nanos() as u64);
+            }
+            Ok(())
+        };
+        each(&mut e, &engine_page)?;
+        each(&mut eh, &engine_handler)?;
+        each(&mut hf, &health)?;
+        each(&mut hb, &http_bare)?;
     }
     let done = h.len() as u64;
     let (h50, h99) = percentiles(&mut h);
