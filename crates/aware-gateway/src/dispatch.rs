@@ -44,7 +44,6 @@ pub(crate) async fn dispatch(
 /// The order of checks: Host → origin (and a CORS preflight) → token → route and method → body
 /// size and media type → the handler. Host and origin come first so a page in a browser learns
 /// nothing, not even whether a token is needed.
-#[allow(clippy::too_many_arguments)]
 async fn edge_then_route(
     state: &Shared,
     method: Method,
@@ -73,7 +72,6 @@ async fn edge_then_route(
     Ok(response)
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn route_checked(
     state: &Shared,
     method: Method,
