@@ -8,6 +8,7 @@
 mod common;
 use aware_core::{ActorType, EventKind};
 use aware_engine::*;
+use aware_store::StoreExt;
 use common::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -508,7 +509,10 @@ fn a_read_only_data_dir_answers_errors_never_panics() {
 
     // 2. The data dir turns read-only under a running engine: PRAGMA query_only on the writer
     // connection (what a read-only remount gives: every write transaction is refused).
-    w.engine.store().set_writer_query_only(true);
+    w.engine
+        .sqlite()
+        .expect("runs on SQLite")
+        .set_writer_query_only(true);
     let code = |e: EngineError| (e.kind_name(), e.to_string());
     let (c, msg) = code(
         w.engine
@@ -555,7 +559,10 @@ fn a_read_only_data_dir_answers_errors_never_panics() {
     assert_eq!(log_tables(&w), snapshot);
 
     // 3. Writable again: writes succeed, nothing was lost.
-    w.engine.store().set_writer_query_only(false);
+    w.engine
+        .sqlite()
+        .expect("runs on SQLite")
+        .set_writer_query_only(false);
     assert_eq!(w.hdm_seq(C), 3);
     assert_eq!(w.drain(W).notices.len(), 1);
     assert_eq!(w.triple(W, C), (2, 3, 3));
@@ -584,7 +591,7 @@ fn a_full_disk_fails_writes_cleanly_and_loses_nothing() {
             .set_goal(&sref(g), "before", GoalStatus::Active, Actor::system())
             .unwrap();
     }
-    let store = w.engine.store().clone();
+    let store = w.engine.sqlite().expect("runs on SQLite").clone();
     // No room from now on: SQLite keeps max_page_count at the current size.
     store.set_max_page_count(1);
 

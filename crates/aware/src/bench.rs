@@ -17,6 +17,7 @@ use aware_engine::{
     AppendOutcome, AppendRequest, CreateSession, Engine, EngineConfig, SystemClock,
 };
 use aware_store::{Durability, SqliteStore, StoreOptions};
+use aware_store::{Store, StoreExt};
 use rusqlite::{params, Connection};
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
@@ -1091,11 +1092,13 @@ struct CommitWatch {
 struct CommitTimes(Vec<u64>);
 
 impl CommitWatch {
-    fn start(store: SqliteStore) -> Self {
+    fn start(store: std::sync::Arc<dyn aware_store::Store>) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let handle = std::thread::spawn(move || {
-            let sum = |s: &SqliteStore| s.metrics().commit_us_sum.load(Ordering::Relaxed);
+            let sum = |s: &std::sync::Arc<dyn aware_store::Store>| {
+                s.metrics().commit_us_sum.load(Ordering::Relaxed)
+            };
             let mut last = sum(&store);
             let mut seen = Vec::new();
             loop {

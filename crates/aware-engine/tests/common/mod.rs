@@ -4,6 +4,7 @@
 
 use aware_core::{AgentId, SessionKey, SessionRef};
 use aware_engine::*;
+use aware_store::StoreExt;
 use std::sync::Arc;
 
 pub const T0: i64 = 1_767_225_600_000;

@@ -92,7 +92,9 @@ pub(super) async fn sessions_list(
         .opt_str("parentSessionKey")?
         .map(|p| parse_key(&p).map(|k| k.as_str().to_string()))
         .transpose()?;
-    filter.exclude_subagents = b.opt_bool("excludeSubagents")?.unwrap_or(false);
+    if b.opt_bool("excludeSubagents")?.unwrap_or(false) {
+        filter.kind_not = Some("subagent".into());
+    }
     let active = b.opt_int(
         "activeMinutes",
         1..=i64::MAX / 60_000,
