@@ -108,7 +108,7 @@ pub(crate) async fn sse(
         Ok::<Event, Infallible>(
             Event::default()
                 .event("shutdown")
-                .data(r#"{"reason":"the gateway is shutting down"}"#),
+                .data(wire::stream_shutdown().to_string()),
         )
     });
     let stream = first.chain(live).take_until(stopped).chain(last);

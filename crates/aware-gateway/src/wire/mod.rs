@@ -238,3 +238,8 @@ pub fn wake(w: &Wake) -> Value {
     m.insert("at".into(), w.at.into());
     Value::Object(m)
 }
+
+/// The data of the last event of a wake stream when the gateway shuts down.
+pub fn stream_shutdown() -> Value {
+    json!({"reason": "the gateway is shutting down"})
+}
