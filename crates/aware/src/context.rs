@@ -4,7 +4,7 @@
 //! The flags are declared without clap's `env` so that a flag given before the subcommand
 //! (`aware --session K status`) and one given after it both beat the environment.
 
-use crate::client::Failure;
+use crate::failure::Failure;
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -23,6 +23,7 @@ mod context;
 mod demo;
 mod docgen;
 mod doctor;
+mod failure;
 mod hook;
 mod init;
 mod mcp;
