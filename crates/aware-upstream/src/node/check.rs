@@ -631,4 +631,93 @@ pub(crate) mod tests {
         };
         assert_eq!(check_paged(&p, NOW, later, unknown), Paged::Fallback);
     }
+
+    fn codex(uuid: &str, body: CodexItemBody) -> CodexItem {
+        CodexItem {
+            uuid: uuid.into(),
+            body,
+        }
+    }
+
+    fn codex_prompt(uuid: &str, text: &str) -> CodexItem {
+        codex(
+            uuid,
+            CodexItemBody::UserMessage {
+                row: json!({"timestamp": "2026-01-01T00:00:05.000Z", "type": "event_msg",
+                            "payload": {"type": "user_message", "message": text}}),
+            },
+        )
+    }
+
+    #[test]
+    fn codex_items_are_classified_by_the_codex_rules_with_echoes() {
+        let mut p = probe(json!({"uuid": "row:old"}));
+        p.upstream_kind = "codex-cli".into();
+        p.own_recent_user_texts = vec!["sent by aware".into()];
+        let items = vec![
+            codex_prompt("row:1", "typed"),
+            codex_prompt("row:2", "<environment_context>x</environment_context>"),
+            codex_prompt("row:3", "sent by aware"),
+            codex(
+                "row:4",
+                CodexItemBody::AgentMessage {
+                    text: "done".into(),
+                },
+            ),
+            codex("row:5", CodexItemBody::Other),
+        ];
+        let later = std::time::Instant::now() + Duration::from_secs(60);
+        let fetch = |after: Option<&str>| -> Result<ItemsPage<CodexItem>, NodeError> {
+            Ok(match after {
+                Some("row:old") => ItemsPage {
+                    items: items.clone(),
+                    more: false,
+                    found: true,
+                },
+                _ => ItemsPage {
+                    items: vec![],
+                    more: false,
+                    found: true,
+                },
+            })
+        };
+        let Paged::Outcome(o) = check_paged(&p, NOW, later, fetch) else {
+            panic!("outcome expected")
+        };
+        let (turns, marker, at, id) = activity(o);
+        assert_eq!(
+            (turns, marker, at, id.as_deref()),
+            (1, json!({"uuid": "row:5"}), Some(T0 + 5_000), Some("row:5"))
+        );
+
+        // History: the typed prompts and the answer, oldest first (items come newest first).
+        let newest_first: Vec<CodexItem> = items.iter().rev().cloned().collect();
+        let h = CodexItem::history(&newest_first);
+        let got: Vec<(Role, &str)> = h.iter().map(|t| (t.role, t.text.as_str())).collect();
+        assert_eq!(
+            got,
+            [
+                (Role::User, "typed"),
+                (Role::User, "sent by aware"),
+                (Role::Assistant, "done")
+            ]
+        );
+        assert_eq!(baseline(&newest_first), Some(json!({"uuid": "row:5"})));
+
+        // A rewritten rollout (the marker is gone): rebased to the newest item, nothing counted.
+        match CodexItem::unknown_marker(&p, &newest_first, NOW) {
+            Some(Outcome::Activity {
+                human_turns: 0,
+                next_marker,
+                rebased: true,
+                dedupe_id: None,
+                ..
+            }) => assert_eq!(next_marker, json!({"uuid": "row:5"})),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            CodexItem::unknown_marker(&p, &[], NOW),
+            Some(Outcome::Activity { next_marker, .. }) if next_marker == json!({"uuid": null})
+        ));
+    }
 }

@@ -3,7 +3,7 @@
 //! 04 §2.2; Codex rows become [`CodexItem`]s.
 
 use super::protocol::{CodexItem, CodexItemBody, ItemsPage, ThreadEntry, ThreadsPage};
-use crate::bigrow::{slim_codex_row, slim_row, SlimRow};
+use crate::bigrow::{row_id_of_digest, slim_codex_row, slim_row, SlimRow};
 use crate::codex::classify::may_be_prompt;
 use crate::codex::provider::assistant_text as codex_assistant_text;
 use crate::codex::LocalCodex;
@@ -91,7 +91,7 @@ pub fn thread_items_after(
     limit: usize,
 ) -> Result<ItemsPage, ProviderError> {
     let (mut file, size) = open_claude_thread(root, thread_id)?;
-    items_after(&mut file, size, after, limit, line_item, |i| item_uuid(i))
+    items_after(&mut file, size, after, limit, line_item, item_uuid)
 }
 
 /// [`thread_items_after`] for Codex thread `thread_id` under `home/sessions`.
@@ -285,7 +285,7 @@ fn line_to_item(line: &[u8]) -> Option<Value> {
 
 /// Builds the item of one parsed row (04 §2.2); `raw` is the line it was parsed from.
 pub fn row_to_item(row: &Value, raw: &[u8]) -> Option<Value> {
-    row_to_item_with_id(row, || format!("row:{}", sha256_hex32(raw)))
+    row_to_item_with_id(row, || row_id_of_digest(&Sha256::digest(raw)))
 }
 
 /// [`row_to_item`] with the row id of a row without uuid given by `row_id`.
@@ -402,15 +402,6 @@ fn slim_block(block: &Value) -> Value {
     }
 }
 
-/// The first 32 lowercase hex characters of SHA-256 of `bytes`.
-fn sha256_hex32(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .take(16)
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 /// The Codex item of one line: its slim row (the same tokenizer, and so the same `row:` id,
 /// for a short line and for one longer than the window), kept when the classifier may call it
 /// human, or an assistant message's text. Other rows give no item.
@@ -500,6 +491,16 @@ mod tests {
     use super::*;
     use crate::classify::{classify, RowClass};
     use crate::scan::node_item_to_row;
+
+    /// The first 32 lowercase hex characters of SHA-256 of `bytes`, computed here apart from
+    /// the code under test.
+    fn sha256_hex32(bytes: &[u8]) -> String {
+        Sha256::digest(bytes)
+            .iter()
+            .take(16)
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
 
     const THREAD: &str = "0b9f0c2e-1d3a-4c5b-8e7f-112233445566";
 
@@ -723,5 +724,153 @@ mod tests {
         .unwrap();
         let items = thread_items(dir.path(), THREAD, 50).unwrap();
         assert_eq!(items.len(), 1, "the unfinished line gives no item");
+    }
+
+    // --- Codex ----------------------------------------------------------------------------------
+
+    const CODEX_ID: &str = "019a0000-0000-7000-8000-00000000000a";
+
+    fn codex_meta(id: &str) -> String {
+        format!("{{\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"type\":\"session_meta\",\"payload\":{{\"id\":\"{id}\",\"cwd\":\"/w\"}}}}")
+    }
+
+    fn codex_prompt(text: &str) -> [String; 2] {
+        [
+            format!("{{\"timestamp\":\"2026-01-01T00:00:01.000Z\",\"type\":\"response_item\",\"payload\":{{\"type\":\"message\",\"role\":\"user\",\"content\":[{{\"type\":\"input_text\",\"text\":\"{text}\"}}]}}}}"),
+            format!("{{\"timestamp\":\"2026-01-01T00:00:01.000Z\",\"type\":\"event_msg\",\"payload\":{{\"type\":\"user_message\",\"message\":\"{text}\",\"images\":[]}}}}"),
+        ]
+    }
+
+    fn codex_answer(text: &str) -> String {
+        format!("{{\"type\":\"response_item\",\"payload\":{{\"type\":\"message\",\"role\":\"assistant\",\"content\":[{{\"type\":\"output_text\",\"text\":\"{text}\"}}]}}}}")
+    }
+
+    /// A Codex home with one rollout of `lines` (after its metadata row) for `CODEX_ID`.
+    fn codex_home(lines: &[String]) -> (tempfile::TempDir, std::path::PathBuf) {
+        let home = tempfile::tempdir().unwrap();
+        let day = home.path().join("sessions/2026/01/01");
+        std::fs::create_dir_all(&day).unwrap();
+        let path = day.join(format!("rollout-2026-01-01T00-00-00-{CODEX_ID}.jsonl"));
+        let mut text = codex_meta(CODEX_ID);
+        for l in lines {
+            text.push('\n');
+            text.push_str(l);
+        }
+        text.push('\n');
+        std::fs::write(&path, text).unwrap();
+        (home, path)
+    }
+
+    fn row_id(line: &str) -> String {
+        format!("row:{}", sha256_hex32(line.as_bytes()))
+    }
+
+    #[test]
+    fn codex_items_are_prompt_shapes_and_assistant_text_with_row_ids() {
+        let [twin, event] = codex_prompt("fix it");
+        let tool = "{\"type\":\"response_item\",\"payload\":{\"type\":\"function_call_output\",\"output\":\"ok\"}}".to_string();
+        let ctx = "{\"type\":\"event_msg\",\"payload\":{\"type\":\"user_message\",\"message\":\"x\",\"kind\":\"environment_context\"}}".to_string();
+        let answer = codex_answer("done");
+        let (home, _) = codex_home(&[
+            twin.clone(),
+            event.clone(),
+            tool,
+            ctx.clone(),
+            answer.clone(),
+        ]);
+        let items = codex_thread_items(home.path(), CODEX_ID, 50).unwrap();
+        // Newest first: the answer, the context event (a prompt shape the gateway's classifier
+        // refuses), the prompt event. The twin and the tool output give no item.
+        let ids: Vec<&str> = items.iter().map(|i| i.uuid.as_str()).collect();
+        assert_eq!(ids, [row_id(&answer), row_id(&ctx), row_id(&event)]);
+        assert_eq!(
+            items[0].body,
+            CodexItemBody::AgentMessage {
+                text: "done".into()
+            }
+        );
+        let CodexItemBody::UserMessage { row } = &items[2].body else {
+            panic!("{:?}", items[2]);
+        };
+        assert_eq!(
+            crate::codex::classify::classify_codex(row),
+            crate::classify::RowClass::Human {
+                user_text: "fix it".into(),
+                occurred_at: Some(1_767_225_601_000)
+            }
+        );
+        let page =
+            codex_thread_items_after(home.path(), CODEX_ID, Some(&row_id(&event)), 1).unwrap();
+        assert_eq!(page.items, vec![items[1].clone()]);
+        assert!(page.more && page.found);
+        let listed = codex_thread_list(home.path(), 10, None).unwrap();
+        assert_eq!(listed.items[0].catalog_id, "codex");
+        assert_eq!(listed.items[0].thread_id, CODEX_ID);
+        assert_eq!(listed.items[0].title.as_deref(), Some("fix it"));
+    }
+
+    #[test]
+    fn a_codex_row_longer_than_the_window_is_streamed_with_the_same_id() {
+        let text = "pasted ".repeat(3 * 1024 * 1024 / 7);
+        let [_, big] = codex_prompt(&text);
+        let (home, _) = codex_home(&[big.clone(), codex_answer("ok")]);
+        let page = codex_thread_items_after(home.path(), CODEX_ID, None, 10).unwrap();
+        assert_eq!(page.items.len(), 2);
+        assert_eq!(page.items[0].uuid, row_id(&big));
+        let CodexItemBody::UserMessage { row } = &page.items[0].body else {
+            panic!("a prompt item expected");
+        };
+        assert!(row.to_string().len() < 600 * 1024, "slim");
+        assert!(matches!(
+            crate::codex::classify::classify_codex(row),
+            crate::classify::RowClass::Human { .. }
+        ));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn codex_threads_are_found_only_inside_the_root_and_a_missing_root_is_an_error() {
+        let (home, path) = codex_home(&codex_prompt("in root"));
+        let outside = tempfile::tempdir().unwrap();
+        // A symlink leading out of the root, named as a rollout of another thread.
+        let other = "019a0000-0000-7000-8000-00000000000b";
+        let secret = outside.path().join("secret.jsonl");
+        std::fs::write(&secret, format!("{}\n", codex_meta(other))).unwrap();
+        let day = path.parent().unwrap();
+        std::os::unix::fs::symlink(
+            &secret,
+            day.join(format!("rollout-2026-01-01T00-00-01-{other}.jsonl")),
+        )
+        .unwrap();
+        // A FIFO named as a rollout: never opened for reading (it would block).
+        let fifo_id = "019a0000-0000-7000-8000-00000000000c";
+        let fifo = day.join(format!("rollout-2026-01-01T00-00-02-{fifo_id}.jsonl"));
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        for id in [other, fifo_id, "../../etc/passwd", ""] {
+            assert_eq!(
+                codex_thread_items(home.path(), id, 50),
+                Err(ProviderError::ThreadNotFound),
+                "{id}"
+            );
+        }
+        assert_eq!(
+            codex_thread_items(home.path(), CODEX_ID, 50).unwrap().len(),
+            1
+        );
+        // Deleted: not found. The sessions root gone: an error, never a deletion.
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(
+            codex_thread_items_after(home.path(), CODEX_ID, None, 10),
+            Err(ProviderError::ThreadNotFound)
+        );
+        std::fs::rename(home.path().join("sessions"), home.path().join("moved")).unwrap();
+        assert!(matches!(
+            codex_thread_items(home.path(), CODEX_ID, 50),
+            Err(ProviderError::Io(_))
+        ));
     }
 }
