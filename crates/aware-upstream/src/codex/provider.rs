@@ -7,7 +7,7 @@ use super::classify::{classify_codex, session_meta, SessionMeta};
 use super::scan::{feed_codex_row, scan_codex_window};
 use crate::bigrow::slim_codex_row;
 use crate::classify::{normalise, RowClass};
-use crate::local::{is_uuid, mtime_ms, read_at, rows};
+use crate::local::{is_uuid, mtime_ms, open_in_root, read_at, rows, OpenRefused};
 use crate::provider::{CatalogItem, Outcome, Probe, Provider, ProviderError, ThreadInfo};
 use crate::scan::{ScanInput, ScanOutput, WINDOW_BYTES};
 use aware_engine::{ImportTurn, Role};
@@ -339,22 +339,17 @@ impl LocalCodex {
         };
         let root = self.root()?;
         // The adopted rollout resolved under the root; a path that now resolves elsewhere (the
-        // file was replaced by a symlink) is not the rollout we adopted.
-        let canonical = match std::fs::canonicalize(path) {
-            Ok(c) => c,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(missing),
-            Err(_) => return None,
-        };
-        if !canonical.starts_with(&root) {
-            tracing::warn!(event = "codex_rollout_outside_root", session = %probe.session_key,
-                "the adopted rollout now resolves outside the Codex sessions root; counted as missing");
-            return Some(missing);
-        }
-        let (mut file, meta) = match open_regular(&canonical) {
+        // file was replaced by a symlink, also between the check and the open) or is no longer
+        // a regular file is not the rollout we adopted. The same open as Claude transcripts.
+        let (mut file, meta) = match open_in_root(&root, path) {
             Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(missing),
-            Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => return Some(missing),
-            Err(_) => return None,
+            Err(OpenRefused::OutsideRoot) => {
+                tracing::warn!(event = "codex_rollout_outside_root", session = %probe.session_key,
+                    "the adopted rollout now resolves outside the Codex sessions root; counted as missing");
+                return Some(missing);
+            }
+            Err(OpenRefused::NotFound | OpenRefused::NotRegular) => return Some(missing),
+            Err(OpenRefused::Io(_)) => return None,
         };
         let size = meta.len();
         if size == offset {
