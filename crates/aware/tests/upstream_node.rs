@@ -1049,6 +1049,30 @@ fn a_codex_thread_on_a_node_is_adopted_monitored_and_goes_missing() {
     s.set_clock(T0 + 135_000);
     assert_eq!(hdm(&s).len(), 1, "counted once");
 
+    // 250 typed prompts (each with its twin) between two ticks: more than one page of items,
+    // all counted in one event.
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&file)
+        .unwrap();
+    let mut last = String::new();
+    for i in 1..=250 {
+        let twin = format!(
+            r#"{{"timestamp":"2026-01-01T00:02:30.000Z","type":"response_item","payload":{{"type":"message","role":"user","content":[{{"type":"input_text","text":"burst {i}"}}]}}}}"#
+        );
+        last = format!(
+            r#"{{"timestamp":"2026-01-01T00:02:30.000Z","type":"event_msg","payload":{{"type":"user_message","message":"burst {i}","images":[]}}}}"#
+        );
+        writeln!(f, "{twin}\n{last}").unwrap();
+    }
+    drop(f);
+    s.set_clock(T0 + 195_000);
+    let ev = hdm(&s);
+    assert_eq!(ev.len(), 2, "{ev:?}");
+    assert_eq!(ev[1]["payload"], json!({"turns": 250}));
+    let marker = s.get(&format!("/v1/sessions/{}", seg(&key))).body["upstream"]["marker"].clone();
+    assert_eq!(marker, json!({"uuid": row_id(&last)}));
+
     // The rollout is deleted: the node answers `thread_not_found`, three ticks make it missing.
     std::fs::remove_file(&file).unwrap();
     let (status, body) = node.get(
@@ -1070,18 +1094,19 @@ fn a_codex_thread_on_a_node_is_adopted_monitored_and_goes_missing() {
             .collect()
     };
     for n in 0..2 {
-        s.set_clock(T0 + 195_000 + n * 60_000);
+        s.set_clock(T0 + 255_000 + n * 60_000);
         assert!(missing(&s).is_empty());
     }
-    s.set_clock(T0 + 315_000);
+    s.set_clock(T0 + 375_000);
     let m = missing(&s);
     assert_eq!(m.len(), 1, "{m:?}");
     assert_eq!(m[0]["payload"], json!({"channel": "codex"}));
 }
 
 #[test]
-fn a_node_without_codex_never_reports_a_codex_thread_missing() {
-    // `--no-codex`: the Codex routes do not exist (404 `not_found`), which is never a deletion.
+fn a_node_started_with_no_codex_has_no_codex_routes() {
+    // `--no-codex`: the Codex routes do not exist (404 `not_found`), which the client never takes
+    // for a deletion (only `thread_not_found` is).
     let root = tempfile::tempdir().unwrap();
     let node = Node::start(root.path(), Some(NODE_TOKEN));
     let (status, body) = node.get(
