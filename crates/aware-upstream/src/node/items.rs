@@ -248,13 +248,8 @@ fn walk_back(
 fn line_item(file: &mut File, line: Line) -> Result<Option<Value>, ProviderError> {
     match line {
         Line::Bytes(bytes) => Ok(line_to_item(bytes)),
-        Line::Span(start, mut end) => {
-            let io = |e: std::io::Error| ProviderError::Io(e.to_string());
-            if end > start && read_at(file, end - 1, 1).map_err(io)? == b"\r" {
-                end -= 1;
-            }
-            file.seek(SeekFrom::Start(start)).map_err(io)?;
-            let slim = slim_row(std::io::BufReader::new((&*file).take(end - start))).map_err(io)?;
+        Line::Span(start, end) => {
+            let slim = slim_span(file, start, end, slim_row)?;
             Ok(slim
                 .row
                 .and_then(|row| row_to_item_with_id(&row, || slim.row_id.clone())))
@@ -415,15 +410,26 @@ fn codex_line_item(file: &mut File, line: Line) -> Result<Option<CodexItem>, Pro
             }
             slim_codex_row(bytes).map_err(io)?
         }
-        Line::Span(start, mut end) => {
-            if end > start && read_at(file, end - 1, 1).map_err(io)? == b"\r" {
-                end -= 1;
-            }
-            file.seek(SeekFrom::Start(start)).map_err(io)?;
-            slim_codex_row(std::io::BufReader::new((&*file).take(end - start))).map_err(io)?
-        }
+        Line::Span(start, end) => slim_span(file, start, end, slim_codex_row)?,
     };
     Ok(codex_item(slim))
+}
+
+/// The slim row of the line `[start, end)` of `file` (a final `\r` left out), streamed by
+/// `slim` in bounded memory: a line too long to hold (issue 15).
+fn slim_span<'f, R>(
+    file: &'f mut File,
+    start: u64,
+    mut end: u64,
+    slim: impl FnOnce(std::io::BufReader<std::io::Take<&'f File>>) -> std::io::Result<R>,
+) -> Result<R, ProviderError> {
+    let io = |e: std::io::Error| ProviderError::Io(e.to_string());
+    if end > start && read_at(file, end - 1, 1).map_err(io)? == b"\r" {
+        end -= 1;
+    }
+    file.seek(SeekFrom::Start(start)).map_err(io)?;
+    let file: &'f File = file;
+    slim(std::io::BufReader::new(file.take(end - start))).map_err(io)
 }
 
 /// The item of a slim Codex row, if it gives one.
