@@ -1,9 +1,8 @@
 //! The gateway side's pure check of a paired-node thread (04 §10, issue 15 paging), over the
 //! items a [`super::NodeClient`] fetched; and the adoption baseline and history from items.
 
-use super::client::NodeError;
 use super::items::item_uuid;
-use super::protocol::{CodexItem, CodexItemBody, ItemsPage, ITEMS_LIMIT};
+use super::protocol::{CodexItem, CodexItemBody, ItemsPage, NodeError, ITEMS_LIMIT};
 use crate::classify::{classify, normalise, RowClass};
 use crate::codex::classify::classify_codex;
 use crate::provider::{Outcome, Probe};

@@ -3,8 +3,8 @@
 
 use super::check::{baseline, check_paged, probe_applies, NodeItem, Paged};
 use super::protocol::{
-    CodexItem, ItemsAnswer, ItemsPage, NodeCatalog, ThreadsPage, ITEMS_LIMIT, NODE_TIMEOUT,
-    PAGE_LIMIT_DEFAULT, THREAD_NOT_FOUND,
+    CodexItem, ItemsAnswer, ItemsPage, NodeCatalog, NodeError, ThreadsPage, ITEMS_LIMIT,
+    NODE_TIMEOUT, PAGE_LIMIT_DEFAULT, THREAD_NOT_FOUND,
 };
 use crate::provider::{CatalogItem, Outcome, Probe, Provider, ProviderError, ThreadInfo};
 use serde::de::DeserializeOwned;
@@ -14,20 +14,6 @@ use std::time::Duration;
 
 /// Most bytes of a node answer the client reads.
 const MAX_ANSWER_BYTES: u64 = 64 << 20;
-
-/// Why a node request failed.
-#[derive(Debug)]
-pub enum NodeError {
-    /// 404 `thread_not_found`: definitive.
-    ThreadNotFound,
-    /// 400: the node refused the request as malformed (an older node that does not page).
-    Refused(String),
-    /// The node could not be reached at all (connection refused, DNS): the rest of a batch is
-    /// skipped, it would fail the same way.
-    Unreachable(String),
-    /// Anything else: another status (a refused token), a timeout, a malformed answer.
-    Other(String),
-}
 
 impl From<NodeError> for ProviderError {
     fn from(e: NodeError) -> Self {

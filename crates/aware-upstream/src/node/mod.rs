@@ -19,11 +19,12 @@ pub mod protocol;
 pub mod serve;
 
 pub use check::{check_items, history_from_items, probe_applies, Paged};
-pub use client::{NodeClient, NodeError};
+pub use client::NodeClient;
 pub use items::{
     codex_item, codex_thread_items, codex_thread_items_after, codex_thread_list, row_to_item,
     thread_items, thread_items_after, thread_list,
 };
+pub use protocol::NodeError;
 pub use protocol::{
     CodexItem, CodexItemBody, ItemsAnswer, ItemsPage, NodeCatalog, ThreadEntry, ThreadsPage,
     ITEMS_LIMIT, NODE_TIMEOUT, PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX, THREADS_LIMIT_DEFAULT,

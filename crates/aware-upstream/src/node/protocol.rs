@@ -146,6 +146,20 @@ pub enum CodexItemBody {
     Other,
 }
 
+/// Why a node request failed.
+#[derive(Debug)]
+pub enum NodeError {
+    /// 404 `thread_not_found`: definitive.
+    ThreadNotFound,
+    /// 400: the node refused the request as malformed (an older node that does not page).
+    Refused(String),
+    /// The node could not be reached at all (connection refused, DNS): the rest of a batch is
+    /// skipped, it would fail the same way.
+    Unreachable(String),
+    /// Anything else: another status (a refused token), a timeout, a malformed answer.
+    Other(String),
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
