@@ -71,7 +71,7 @@ pub(crate) fn scan_lines(window: &[u8], scanner: &mut Scanner) -> Option<usize> 
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        if !may_classify(line) {
+        if !may_classify(line) || is_tool_results_only(line) {
             continue;
         }
         let Ok(text) = std::str::from_utf8(line) else {
@@ -97,6 +97,57 @@ fn may_classify(line: &[u8]) -> bool {
     memmem::find(line, b"\"user\"").is_some()
         || memmem::find(line, b"\"queue-operation\"").is_some()
         || memmem::find(line, b"\\u").is_some()
+}
+
+/// The fields of a `user` row that decide whether it is only tool results; every other field
+/// is skipped without being built. Any mismatch (a duplicate key, a field of another type, a
+/// `content` that is a string) fails the parse, and the row takes the full path.
+#[derive(serde::Deserialize)]
+struct UserRowProbe<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow)]
+    message: Option<MessageProbe<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct MessageProbe<'a> {
+    #[serde(borrow)]
+    content: Option<Vec<BlockProbe<'a>>>,
+}
+
+#[derive(serde::Deserialize)]
+struct BlockProbe<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<std::borrow::Cow<'a, str>>,
+    is_error: Option<bool>,
+}
+
+/// Whether a line is, for certain, a `user` row whose content blocks hold at least one tool
+/// result, no `text` block and no `is_error: true` result (no rejection feedback): rule 4 gives
+/// it no candidate and a tool result, so it is `NotHuman`. Such rows (tool output) are most of
+/// a transcript's `user` bytes, and this parse skips their contents instead of building them
+/// (profile of W7: building `Value`s was most of the scan). `false` means "parse it".
+fn is_tool_results_only(line: &[u8]) -> bool {
+    let Ok(row) = serde_json::from_slice::<UserRowProbe>(line) else {
+        return false;
+    };
+    if row.kind.as_deref() != Some("user") {
+        return false;
+    }
+    let Some(blocks) = row.message.and_then(|m| m.content) else {
+        return false;
+    };
+    let mut tool_result = false;
+    for block in &blocks {
+        match block.kind.as_deref() {
+            Some("tool_result") if block.is_error == Some(true) => return false,
+            Some("tool_result") => tool_result = true,
+            Some("text") => return false,
+            _ => {}
+        }
+    }
+    tool_result
 }
 
 /// Scans rows already parsed, oldest first: the paired-node check feeds the rows built by
@@ -327,6 +378,21 @@ mod tests {
         assert_eq!(out.human_turns, 2);
     }
 
+    /// The tool-result probe skips plain tool output only: a rejected tool's result (which may
+    /// carry the human's feedback) and a row with a text block are parsed in full.
+    #[test]
+    fn tool_result_probe_skips_plain_tool_output_only() {
+        let plain = br#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":"big output"}]}]}}"#;
+        assert!(is_tool_results_only(plain));
+        let rejected = br#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","is_error":true,"content":"x"}]}}"#;
+        assert!(!is_tool_results_only(rejected));
+        let with_text = br#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","content":"x"},{"type":"text","text":"and this"}]}}"#;
+        assert!(!is_tool_results_only(with_text));
+        let duplicate =
+            br#"{"type":"user","type":"assistant","message":{"content":[{"type":"tool_result"}]}}"#;
+        assert!(!is_tool_results_only(duplicate));
+    }
+
     /// Over every row of the vendored Claude Code fixtures, a line the prefilter skips is one
     /// the classifier calls `NotHuman`: skipping never changes a count.
     #[test]
@@ -340,7 +406,7 @@ mod tests {
                 let Ok(row) = serde_json::from_slice::<Value>(line) else {
                     continue;
                 };
-                if !may_classify(line) {
+                if !may_classify(line) || is_tool_results_only(line) {
                     skipped += 1;
                     assert_eq!(classify(&row), RowClass::NotHuman, "{row}");
                 }
@@ -357,14 +423,27 @@ mod tests {
             role in prop::sample::select(vec!["user", "assistant"]),
             text in "[a-z <>\\[\\]]{0,20}",
             op in prop::sample::select(vec!["enqueue", "remove", "popAll"]),
+            blocks in prop::collection::vec((
+                prop::sample::select(vec!["tool_result", "text", "image", "thinking"]),
+                prop::sample::select(vec!["", ",\"is_error\":true", ",\"is_error\":false", ",\"is_error\":1"]),
+                prop::sample::select(vec!["ok", "no\\nthe user said:\\nstop", "[Request interrupted by user]"]),
+            ), 0..4),
         ) {
+            let blocks: Vec<String> = blocks
+                .iter()
+                .map(|(kind, err, body)| {
+                    format!("{{\"type\":\"{kind}\"{err},\"content\":\"{body}\",\"text\":\"{body}\"}}")
+                })
+                .collect();
+            let blocks = blocks.join(",");
             for line in [
+                format!("{{\"type\":\"{ty}\",\"message\":{{\"role\":\"{role}\",\"content\":[{blocks}]}}}}"),
                 format!("{{\"type\":\"{ty}\",\"message\":{{\"role\":\"{role}\",\"content\":\"{text}\"}}}}"),
                 format!("{{\"type\":\"{ty}\",\"operation\":\"{op}\",\"content\":\"{text}\"}}"),
             ] {
                 let row: Value = serde_json::from_str(&line).unwrap();
-                if !may_classify(line.as_bytes()) {
-                    prop_assert_eq!(classify(&row), RowClass::NotHuman);
+                if !may_classify(line.as_bytes()) || is_tool_results_only(line.as_bytes()) {
+                    prop_assert_eq!(classify(&row), RowClass::NotHuman, "{}", line);
                 }
             }
         }
