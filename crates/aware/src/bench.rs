@@ -1095,11 +1095,13 @@ impl CommitWatch {
     fn start(store: std::sync::Arc<dyn aware_store::Store>) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let sum = |s: &std::sync::Arc<dyn aware_store::Store>| {
+            s.metrics().commit_us_sum.load(Ordering::Relaxed)
+        };
+        // Read before the thread starts: on a loaded machine it may start after the first
+        // commits (callers now commit on their own threads, with no hand-off to wait for).
+        let mut last = sum(&store);
         let handle = std::thread::spawn(move || {
-            let sum = |s: &std::sync::Arc<dyn aware_store::Store>| {
-                s.metrics().commit_us_sum.load(Ordering::Relaxed)
-            };
-            let mut last = sum(&store);
             let mut seen = Vec::new();
             loop {
                 let done = flag.load(Ordering::Relaxed);
