@@ -104,7 +104,9 @@ struct Inner {
 /// leader, and async submitters, whose threads must not block) is led by the writer thread,
 /// which also takes over whatever queued while a caller led. Commit order is the order in
 /// which leaders take batches, and a batch's hooks run before its leader gives up the lead, so
-/// after-commit hooks still run in commit order.
+/// after-commit hooks still run in commit order. 01 §8 speaks of "the writer thread"; what it
+/// promises (one writing connection, ≤ 256 ops per transaction, one COMMIT, callers answered and
+/// effects emitted only after it, no waiting for more ops) holds whichever thread leads.
 struct Writer {
     state: Mutex<WriterState>,
     /// Signalled when ops wait and nobody leads, and on close.
