@@ -5,7 +5,7 @@
 use crate::body::Query;
 use crate::error::{ApiError, ApiResult};
 use crate::routes::{
-    check_visible, decode_segment, parse_agent, parse_key, resolve_ref, visible_agents,
+    check_visible, decode_segment, may_see, parse_agent, parse_key, resolve_ref, viewer,
 };
 use crate::server::{blocking, Req};
 use crate::wire;
@@ -95,11 +95,13 @@ fn ok(v: Value) -> ApiResult<Response> {
     Ok((StatusCode::OK, axum::Json(v)).into_response())
 }
 
-/// The agents a caller may see: `None` for operators and `*` callers.
+// Visibility here is the gateway's one rule (`routes::viewer` and `routes::may_see`, 03 §5.3):
+// the console has no caller check of its own, so it cannot drift from the other routes.
+
+/// The agents the request may see, for narrowing a listing: `None` when it sees every agent
+/// (the operator, or a viewer with `*`).
 fn visible(req: &Req, caller: Option<&SessionRef>) -> Option<Vec<String>> {
-    caller
-        .map(|c| visible_agents(req, c))
-        .filter(|v| !v.is_empty())
+    viewer(req, caller).and_then(|v| req.state.config.visible_set(&v))
 }
 
 /// Narrows the listing to `agent` (checked against visibility) or to the visible agents.
@@ -107,13 +109,12 @@ fn agent_filter(req: &Req, caller: Option<&SessionRef>, q: &mut Query) -> ApiRes
     match q.take("agent")? {
         Some(a) => {
             let a = parse_agent("agent", &a)?;
-            if let Some(c) = caller {
-                if !req.state.config.visible(c.agent.as_str(), a.as_str()) {
-                    return Err(ApiError::forbidden(format!(
-                        "agent \"{}\" may not access agent \"{}\"",
-                        c.agent, a
-                    )));
-                }
+            if !may_see(req, caller, a.as_str()) {
+                return Err(ApiError::forbidden(format!(
+                    "agent \"{}\" may not access agent \"{}\"",
+                    viewer(req, caller).unwrap_or_default(),
+                    a
+                )));
             }
             Ok(vec![a.as_str().to_string()])
         }
@@ -293,6 +294,29 @@ fn session_json(d: &ConsoleSession, with_text: bool, now: i64) -> Value {
     })
 }
 
+/// What the console shows of a link's monitoring beyond §1.9: its physical source, and the
+/// monitor's current missing streak (misses in a row; `upstream_missing` is recorded at the
+/// threshold). Streaks live in the monitor's memory (04 §7), so they read 0 after a restart.
+fn upstream_health(req: &Req, link: &aware_store::LinkRow, up: &mut Value) {
+    if !up.is_object() {
+        return;
+    }
+    up["upstreamKind"] = link.upstream_kind.clone().into();
+    if let Ok(source) = serde_json::from_str::<Value>(&link.upstream_ref_json) {
+        up["source"] = source;
+    }
+    match crate::server::monitor(&req.state) {
+        Some(m) => {
+            let (misses, threshold) =
+                m.missing_streak(&link.session_key, &link.agent_id, link.updated_at);
+            up["monitored"] = true.into();
+            up["misses"] = misses.into();
+            up["missingThreshold"] = threshold.into();
+        }
+        None => up["monitored"] = false.into(),
+    }
+}
+
 async fn session(
     req: &Req,
     caller: Option<&SessionRef>,
@@ -324,33 +348,30 @@ async fn session(
         ));
     }
     check_visible(req, caller, target.key.as_str(), target.agent.as_str())?;
-    // Turn text is conversation content: only an operator (no `X-Aware-Session`, and past the
-    // bearer token when one is set) sees it; a session viewer sees roles and times.
-    let with_text = caller.is_none();
+    // Turn text is conversation content: only an operator (the viewer of no agent: no
+    // `X-Aware-Session`, the operator's token) sees it; any other viewer sees roles and times.
+    let with_text = viewer(req, caller).is_none();
     let now = req.state.now();
     let d =
         blocking(move || Ok(engine.console_session(&target, before, limit as u32, 50)?)).await?;
     let mut body = session_json(&d, with_text, now);
-    // Cursors of agents the viewer may not see are left out.
-    if let Some(vis) = visible(req, caller) {
-        for (list, field) in [("watches", "targetAgentId"), ("watchers", "watcherAgentId")] {
-            if let Some(a) = body[list].as_array_mut() {
-                a.retain(|c| {
-                    c[field]
-                        .as_str()
-                        .is_some_and(|x| vis.iter().any(|v| v == x))
-                });
-            }
+    if let Some(link) = &d.session.link {
+        upstream_health(req, link, &mut body["session"]["upstream"]);
+    }
+    // Cursors and notices of agents the viewer may not see are left out.
+    for (list, field) in [("watches", "targetAgentId"), ("watchers", "watcherAgentId")] {
+        if let Some(a) = body[list].as_array_mut() {
+            a.retain(|c| c[field].as_str().is_some_and(|x| may_see(req, caller, x)));
         }
-        if let Some(a) = body["noticesOnIt"].as_array_mut() {
-            a.retain(|n| {
-                n["watcherSessionKey"]
-                    .as_str()
-                    .and_then(|k| aware_core::SessionKey::parse(k).ok())
-                    .and_then(|k| k.qualified_agent().map(|a| a.as_str().to_string()))
-                    .is_some_and(|x| vis.contains(&x))
-            });
-        }
+    }
+    if let Some(a) = body["noticesOnIt"].as_array_mut() {
+        a.retain(|n| {
+            n["watcherSessionKey"]
+                .as_str()
+                .and_then(|k| aware_core::SessionKey::parse(k).ok())
+                .and_then(|k| k.qualified_agent().map(|a| a.as_str().to_string()))
+                .is_some_and(|x| may_see(req, caller, &x))
+        });
     }
     ok(body)
 }
@@ -478,14 +499,19 @@ async fn overview(req: &Req, caller: Option<&SessionRef>, q: Query) -> ApiResult
             "enabled": mon.is_some(),
             "ticks": mv(&|m| g(&m.ticks)), "humanTurns": mv(&|m| g(&m.human_turns)),
             "missing": mv(&|m| g(&m.missing)), "providerTimeouts": mv(&|m| g(&m.provider_timeouts)),
+            "ticksSkipped": mv(&|m| g(&m.ticks_skipped)),
         },
         "store": {
             "commits": store.commits(), "commitFailures": g(&store.commit_failures),
             "commitMicrosSum": g(&store.commit_us_sum), "commitBuckets": commit_buckets,
         },
     });
-    if caller.is_none() {
+    if viewer(req, caller).is_none() {
         body["pendingNotices"] = pending.into();
+    }
+    if let Some(m) = &mon {
+        // Engine time: under `--test-clock` it moves only with `POST /v1/admin/clock`.
+        body["monitor"]["nextTickAt"] = m.next_due().into();
     }
     ok(body)
 }
