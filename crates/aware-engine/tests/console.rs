@@ -223,6 +223,20 @@ fn console_reads_timing_at_10k_sessions_100k_cursors() {
                 .unwrap();
         })
     );
+    println!(
+        "list_sessions (children of a parent of 10,000, 301 rows): p50 {:?}",
+        p50(|| {
+            e.store()
+                .read(|r| {
+                    r.list_sessions(&aware_store::SessionFilter {
+                        parent_key: Some(W.into()),
+                        limit: 301,
+                        ..Default::default()
+                    })
+                })
+                .unwrap();
+        })
+    );
     let keys: Vec<(String, String)> = (0..300)
         .map(|i| (key(i * 30), "main".to_string()))
         .collect();

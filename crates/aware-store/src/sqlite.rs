@@ -624,6 +624,10 @@ CREATE TABLE IF NOT EXISTS sessions (
 ) STRICT;
 CREATE UNIQUE INDEX IF NOT EXISTS sessions_label ON sessions (agent_id, label) WHERE label IS NOT NULL;
 CREATE INDEX IF NOT EXISTS sessions_parent ON sessions (parent_session_key);
+-- A parent's children newest first (the list's parent filter, the console graph's walk) without
+-- sorting every child of a parent that has thousands.
+CREATE INDEX IF NOT EXISTS sessions_parent_updated
+    ON sessions (parent_session_key, updated_at DESC, session_key, agent_id);
 CREATE INDEX IF NOT EXISTS sessions_updated ON sessions (updated_at DESC, session_key, agent_id);
 
 CREATE TABLE IF NOT EXISTS turns (
