@@ -304,7 +304,9 @@ const samples = [];
 
 function recordSample(o) {
   const events = Object.values(o.eventsAppended).reduce((s, v) => s + v, 0);
-  samples.push({ t: Date.now(), events, opened: o.notices.opened, acked: o.notices.acked });
+  const sample = { t: Date.now(), events, opened: o.notices.opened, acked: o.notices.acked };
+  for (const [kind, n] of Object.entries(o.eventsAppended)) sample[`kind:${kind}`] = n;
+  samples.push(sample);
   while (samples.length > 2000) samples.shift();
 }
 
@@ -312,11 +314,26 @@ function perMinute(field, minutes = 10) {
   const now = Date.now();
   const buckets = Array(minutes).fill(0);
   for (let i = 1; i < samples.length; i++) {
-    const d = samples[i][field] - samples[i - 1][field];
+    const d = (samples[i][field] ?? 0) - (samples[i - 1][field] ?? 0);
     const age = Math.floor((now - samples[i].t) / 60000);
     if (age < minutes && d > 0) buckets[minutes - 1 - age] += d;
   }
   return buckets;
+}
+
+// Events per minute by kind: the busiest three kinds of the window, the rest as "other".
+function eventsByKindSeries(kinds, minutes = 10) {
+  const per = kinds.map((k) => ({ name: k, values: perMinute(`kind:${k}`, minutes) }))
+    .map((s) => ({ ...s, total: s.values.reduce((a, b) => a + b, 0) }))
+    .filter((s) => s.total > 0)
+    .sort((a, b) => b.total - a.total);
+  if (!per.length) return [{ name: 'events', values: Array(minutes).fill(0) }];
+  const top = per.slice(0, 3).map((s, i) => ({ ...s, cls: `k${i}` }));
+  const rest = per.slice(3);
+  if (rest.length) {
+    top.push({ name: 'other', cls: 'k3', values: Array.from({ length: minutes }, (_, i) => rest.reduce((a, s) => a + s.values[i], 0)) });
+  }
+  return top;
 }
 
 function columnChart(title, series, minutes = 10) {
@@ -326,13 +343,17 @@ function columnChart(title, series, minutes = 10) {
   let bars = '';
   series.forEach((s, si) => s.values.forEach((v, i) => {
     const bh = Math.round((70 * v) / max);
-    bars += `<rect class="bar${s.alt ? ' alt' : ''}" x="${(10 + i * groupW + si * barW).toFixed(1)}" y="${base - bh}" width="${(barW - 1).toFixed(1)}" height="${bh}"><title>${esc(s.name)}: ${v}</title></rect>`;
+    bars += `<rect class="bar${s.alt ? ' alt' : ''}${s.cls ? ` ${s.cls}` : ''}" x="${(10 + i * groupW + si * barW).toFixed(1)}" y="${base - bh}" width="${(barW - 1).toFixed(1)}" height="${bh}"><title>${esc(s.name)}: ${v}</title></rect>`;
   }));
-  const legend = series.map((s, i) => `<rect class="bar${s.alt ? ' alt' : ''}" x="${10 + i * 110}" y="98" width="8" height="8"></rect><text x="${22 + i * 110}" y="106">${esc(s.name)}</text>`).join('');
+  // Up to two series fit a legend inside the chart; more get one below it.
+  const legend = series.length > 2 ? '' : series.map((s, i) => `<rect class="bar${s.alt ? ' alt' : ''}" x="${10 + i * 110}" y="98" width="8" height="8"></rect><text x="${22 + i * 110}" y="106">${esc(s.name)}</text>`).join('');
+  const below = series.length > 2
+    ? `<p class="chart-legend">${series.map((s) => `<span><svg width="10" height="10" aria-hidden="true"><rect class="bar${s.cls ? ` ${s.cls}` : ''}" width="10" height="10"></rect></svg> ${esc(s.name)}</span>`).join(' ')}</p>`
+    : '';
   const desc = series.map((s) => `${s.name} per minute, oldest first: ${s.values.join(', ')}`).join('; ');
   return `<figure class="chart"><figcaption><h3>${esc(title)}</h3></figcaption>` +
     `<svg viewBox="0 0 ${w} ${h}" role="img" aria-label="${esc(title)}: ${esc(desc)}">` +
-    `<text x="10" y="10">max ${max}/min</text><line x1="10" x2="${w - 10}" y1="${base}" y2="${base}" stroke="currentColor" opacity=".3"></line>${bars}${legend}</svg></figure>`;
+    `<text x="10" y="10">max ${max}/min</text><line x1="10" x2="${w - 10}" y1="${base}" y2="${base}" stroke="currentColor" opacity=".3"></line>${bars}${legend}</svg>${below}</figure>`;
 }
 
 async function renderOverview() {
@@ -354,7 +375,7 @@ async function renderOverview() {
       ${card(`${commitMean} ms`, 'mean store commit')}
     </div>
     <div class="charts">
-      ${columnChart('Events per minute (last 10 min)', [{ name: 'events', values: perMinute('events') }])}
+      ${columnChart('Events per minute by kind (last 10 min)', eventsByKindSeries(Object.keys(o.eventsAppended)))}
       ${columnChart('Notices per minute (last 10 min)', [{ name: 'opened', values: perMinute('opened'), alt: true }, { name: 'acknowledged', values: perMinute('acked') }])}
       ${barChart('Events recorded by kind', ev)}
       ${barChart('Notices', [['opened', o.notices.opened], ['follow-ups', o.notices.followUps], ['acknowledged', o.notices.acked]], new Set(['opened']))}

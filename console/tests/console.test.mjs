@@ -219,6 +219,11 @@ async function main() {
     await sleep(400);
   });
 
+  await test('the overview charts events per minute by kind from the live counters', async () => {
+    // Still the overview of the last screenshot, which saw human turns arrive while open.
+    await page.locator('svg[aria-label^="Events per minute by kind"][aria-label*="human_direct_message per minute"]').waitFor({ timeout: 3000 });
+  });
+
   await test('keyboard navigation reaches the table and the graph', async () => {
     await page.emulateMedia({ colorScheme: 'light' });
     await page.goto(`${srv.base}/ui/#/sessions`);
