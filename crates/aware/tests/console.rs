@@ -211,6 +211,36 @@ fn console_routes_follow_visibility_and_hide_turn_text_from_sessions() {
     assert!(r.body.get("pendingNotices").is_none());
     let r = as_ops("/v1/console/sessions");
     assert_eq!(r.body["total"], 3, "ops may see main: {}", r.body);
+    // O (ops may see main) watches C: main's viewer may not see ops, so O's cursor and its
+    // pending notice are left out of C's page for main, and shown to the operator.
+    let w = s.watch(O, C);
+    assert!(w.status == 200 || w.status == 201, "{}", w.body);
+    s.hdm(C);
+    let watcher_keys = |r: &Resp| -> Vec<String> {
+        let keys = |list: &str| -> Vec<String> {
+            r.body[list]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["watcherSessionKey"].as_str().unwrap().to_string())
+                .collect()
+        };
+        let mut k = keys("watchers");
+        k.extend(keys("noticesOnIt"));
+        k
+    };
+    let r = as_main(&format!("/v1/console/sessions/{}", seg(C)));
+    assert!(
+        !watcher_keys(&r).contains(&O.to_string()),
+        "main does not see ops' cursor or notice: {}",
+        r.body
+    );
+    let r = s.get(&format!("/v1/console/sessions/{}", seg(C)));
+    assert!(
+        watcher_keys(&r).iter().filter(|k| *k == O).count() == 2,
+        "{}",
+        r.body
+    );
     let r = as_ops(&format!("/v1/console/sessions/{}", seg(C)));
     assert_eq!(r.status, 200);
     assert_eq!(r.body["turnText"], false);
