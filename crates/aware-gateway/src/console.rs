@@ -376,39 +376,67 @@ async fn session(
     ok(body)
 }
 
+/// One edge of §7.3, serialized straight from the engine's edge: a 2,500-edge answer built as
+/// `Value` maps spent more time allocating than reading the store.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct EdgeOut {
+    from: usize,
+    to: usize,
+    kind: &'static str,
+    pending: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    implied: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_seen: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    notified: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    material: Option<i64>,
+}
+
+#[derive(serde::Serialize)]
+struct GraphOut {
+    nodes: Vec<Value>,
+    edges: Vec<EdgeOut>,
+    truncated: bool,
+    now: i64,
+}
+
 /// Nodes are §7.1 rows; an edge names its ends by node index so that a 2,500-edge answer does
 /// not repeat two session keys per edge (the encoding was most of the route's time).
-fn graph_json(g: &Graph, now: i64) -> Value {
+fn graph_out(g: &Graph, now: i64) -> GraphOut {
     let index: std::collections::HashMap<(&str, &str), usize> = g
         .nodes
         .iter()
         .enumerate()
         .map(|(i, r)| ((r.session.key.as_str(), r.session.agent_id.as_str()), i))
         .collect();
-    let nodes: Vec<Value> = g.nodes.iter().map(|r| row_json(r, now)).collect();
-    let edges: Vec<Value> = g
+    let edges = g
         .edges
         .iter()
         .filter_map(|e| {
             let from = *index.get(&(e.from.0.as_str(), e.from.1.as_str()))?;
             let to = *index.get(&(e.to.0.as_str(), e.to.1.as_str()))?;
-            let mut m = Map::new();
-            m.insert("from".into(), from.into());
-            m.insert("to".into(), to.into());
-            m.insert("kind".into(), e.kind.as_str().into());
-            m.insert("pending".into(), e.pending.into());
-            if e.implied {
-                m.insert("implied".into(), true.into());
-            }
-            if let Some(c) = &e.cursor {
-                m.insert("lastSeen".into(), c.state.last_seen.into());
-                m.insert("notified".into(), c.state.notified.into());
-                m.insert("material".into(), c.state.material.into());
-            }
-            Some(Value::Object(m))
+            let c = e.cursor.as_ref().map(|c| &c.state);
+            Some(EdgeOut {
+                from,
+                to,
+                kind: e.kind.as_str(),
+                pending: e.pending,
+                implied: e.implied,
+                last_seen: c.map(|c| c.last_seen),
+                notified: c.map(|c| c.notified),
+                material: c.map(|c| c.material),
+            })
         })
         .collect();
-    json!({"nodes": nodes, "edges": edges, "truncated": g.truncated, "now": now})
+    GraphOut {
+        nodes: g.nodes.iter().map(|r| row_json(r, now)).collect(),
+        edges,
+        truncated: g.truncated,
+        now,
+    }
 }
 
 async fn graph(req: &Req, caller: Option<&SessionRef>, mut q: Query) -> ApiResult<Response> {
@@ -448,7 +476,7 @@ async fn graph(req: &Req, caller: Option<&SessionRef>, mut q: Query) -> ApiResul
     let now = req.state.now();
     let g =
         blocking(move || Ok(engine.console_graph(focus.as_ref(), depth, limit, &agents)?)).await?;
-    ok(graph_json(&g, now))
+    Ok((StatusCode::OK, axum::Json(graph_out(&g, now))).into_response())
 }
 
 async fn overview(req: &Req, caller: Option<&SessionRef>, q: Query) -> ApiResult<Response> {
