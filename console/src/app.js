@@ -269,7 +269,7 @@ window.addEventListener('hashchange', () => render());
 
 // ---- overview ----------------------------------------------------------------------------
 
-function barChart(title, items, alt = new Set()) {
+function barChart(title, items, alt = new Set(), { id = '', extra = '' } = {}) {
   const w = 310; const rowH = 20; const labelW = 158;
   const max = Math.max(1, ...items.map(([, v]) => v));
   const h = items.length * rowH + 4;
@@ -281,8 +281,22 @@ function barChart(title, items, alt = new Set()) {
       `<text x="${labelW + bw + 4}" y="${y + 13}">${v}</text>`;
   }).join('');
   const desc = items.map(([l, v]) => `${l}: ${v}`).join(', ');
-  return `<figure class="chart"><figcaption><h3>${esc(title)}</h3></figcaption>` +
-    `<svg viewBox="0 0 ${w} ${h}" role="img" aria-label="${esc(title)}: ${esc(desc)}">${rows}</svg></figure>`;
+  return `<figure class="chart"${id ? ` id="${id}"` : ''}><figcaption><h3>${esc(title)}</h3></figcaption>` +
+    `<svg viewBox="0 0 ${w} ${h}" role="img" aria-label="${esc(title)}: ${esc(desc)}">${rows}</svg>${extra}</figure>`;
+}
+
+// The monitor's health: its counters, and when it checks next (engine clock).
+function monitorChart(m) {
+  if (!m.enabled) {
+    return '<figure class="chart" id="monitor-health"><figcaption><h3>Upstream monitor</h3></figcaption>' +
+      '<p class="muted">The upstream monitor is off: adopted sessions are not checked.</p></figure>';
+  }
+  const extra = `<p class="muted">Next tick ${esc(fmtTime(m.nextTickAt))} (engine clock).` +
+    `${m.ticksSkipped ? ` <span class="warn">${m.ticksSkipped} tick(s) skipped while the previous one still ran.</span>` : ''}` +
+    ' Each adopted session\'s page shows its last check and its misses in a row.</p>';
+  return barChart('Upstream monitor', [['ticks', m.ticks], ['ticks skipped', m.ticksSkipped], ['human turns found', m.humanTurns],
+    ['missing recorded', m.missing], ['provider timeouts', m.providerTimeouts]],
+  new Set(['ticks skipped', 'provider timeouts']), { id: 'monitor-health', extra });
 }
 
 // Counter samples taken by this page (on load and on every live hint), for per-minute rates.
@@ -290,7 +304,9 @@ const samples = [];
 
 function recordSample(o) {
   const events = Object.values(o.eventsAppended).reduce((s, v) => s + v, 0);
-  samples.push({ t: Date.now(), events, opened: o.notices.opened, acked: o.notices.acked });
+  const sample = { t: Date.now(), events, opened: o.notices.opened, acked: o.notices.acked };
+  for (const [kind, n] of Object.entries(o.eventsAppended)) sample[`kind:${kind}`] = n;
+  samples.push(sample);
   while (samples.length > 2000) samples.shift();
 }
 
@@ -298,11 +314,26 @@ function perMinute(field, minutes = 10) {
   const now = Date.now();
   const buckets = Array(minutes).fill(0);
   for (let i = 1; i < samples.length; i++) {
-    const d = samples[i][field] - samples[i - 1][field];
+    const d = (samples[i][field] ?? 0) - (samples[i - 1][field] ?? 0);
     const age = Math.floor((now - samples[i].t) / 60000);
     if (age < minutes && d > 0) buckets[minutes - 1 - age] += d;
   }
   return buckets;
+}
+
+// Events per minute by kind: the busiest three kinds of the window, the rest as "other".
+function eventsByKindSeries(kinds, minutes = 10) {
+  const per = kinds.map((k) => ({ name: k, values: perMinute(`kind:${k}`, minutes) }))
+    .map((s) => ({ ...s, total: s.values.reduce((a, b) => a + b, 0) }))
+    .filter((s) => s.total > 0)
+    .sort((a, b) => b.total - a.total);
+  if (!per.length) return [{ name: 'events', values: Array(minutes).fill(0) }];
+  const top = per.slice(0, 3).map((s, i) => ({ ...s, cls: `k${i}` }));
+  const rest = per.slice(3);
+  if (rest.length) {
+    top.push({ name: 'other', cls: 'k3', values: Array.from({ length: minutes }, (_, i) => rest.reduce((a, s) => a + s.values[i], 0)) });
+  }
+  return top;
 }
 
 function columnChart(title, series, minutes = 10) {
@@ -312,13 +343,17 @@ function columnChart(title, series, minutes = 10) {
   let bars = '';
   series.forEach((s, si) => s.values.forEach((v, i) => {
     const bh = Math.round((70 * v) / max);
-    bars += `<rect class="bar${s.alt ? ' alt' : ''}" x="${(10 + i * groupW + si * barW).toFixed(1)}" y="${base - bh}" width="${(barW - 1).toFixed(1)}" height="${bh}"><title>${esc(s.name)}: ${v}</title></rect>`;
+    bars += `<rect class="bar${s.alt ? ' alt' : ''}${s.cls ? ` ${s.cls}` : ''}" x="${(10 + i * groupW + si * barW).toFixed(1)}" y="${base - bh}" width="${(barW - 1).toFixed(1)}" height="${bh}"><title>${esc(s.name)}: ${v}</title></rect>`;
   }));
-  const legend = series.map((s, i) => `<rect class="bar${s.alt ? ' alt' : ''}" x="${10 + i * 110}" y="98" width="8" height="8"></rect><text x="${22 + i * 110}" y="106">${esc(s.name)}</text>`).join('');
+  // Up to two series fit a legend inside the chart; more get one below it.
+  const legend = series.length > 2 ? '' : series.map((s, i) => `<rect class="bar${s.alt ? ' alt' : ''}" x="${10 + i * 110}" y="98" width="8" height="8"></rect><text x="${22 + i * 110}" y="106">${esc(s.name)}</text>`).join('');
+  const below = series.length > 2
+    ? `<p class="chart-legend">${series.map((s) => `<span><svg width="10" height="10" aria-hidden="true"><rect class="bar${s.cls ? ` ${s.cls}` : ''}" width="10" height="10"></rect></svg> ${esc(s.name)}</span>`).join(' ')}</p>`
+    : '';
   const desc = series.map((s) => `${s.name} per minute, oldest first: ${s.values.join(', ')}`).join('; ');
   return `<figure class="chart"><figcaption><h3>${esc(title)}</h3></figcaption>` +
     `<svg viewBox="0 0 ${w} ${h}" role="img" aria-label="${esc(title)}: ${esc(desc)}">` +
-    `<text x="10" y="10">max ${max}/min</text><line x1="10" x2="${w - 10}" y1="${base}" y2="${base}" stroke="currentColor" opacity=".3"></line>${bars}${legend}</svg></figure>`;
+    `<text x="10" y="10">max ${max}/min</text><line x1="10" x2="${w - 10}" y1="${base}" y2="${base}" stroke="currentColor" opacity=".3"></line>${bars}${legend}</svg>${below}</figure>`;
 }
 
 async function renderOverview() {
@@ -340,16 +375,15 @@ async function renderOverview() {
       ${card(`${commitMean} ms`, 'mean store commit')}
     </div>
     <div class="charts">
-      ${columnChart('Events per minute (last 10 min)', [{ name: 'events', values: perMinute('events') }])}
+      ${columnChart('Events per minute by kind (last 10 min)', eventsByKindSeries(Object.keys(o.eventsAppended)))}
       ${columnChart('Notices per minute (last 10 min)', [{ name: 'opened', values: perMinute('opened'), alt: true }, { name: 'acknowledged', values: perMinute('acked') }])}
       ${barChart('Events recorded by kind', ev)}
       ${barChart('Notices', [['opened', o.notices.opened], ['follow-ups', o.notices.followUps], ['acknowledged', o.notices.acked]], new Set(['opened']))}
-      ${barChart('Upstream monitor', [['ticks', o.monitor.ticks], ['human turns found', o.monitor.humanTurns], ['missing', o.monitor.missing], ['provider timeouts', o.monitor.providerTimeouts]])}
+      ${monitorChart(o.monitor)}
       ${barChart('Store commits by latency', o.store.commitBuckets.map((b) => [`≤ ${b.leMicros >= 1000 ? b.leMicros / 1000 + ' ms' : b.leMicros + ' µs'}`, b.count]))}
     </div>
     <p class="muted">Figures come from the same counters as <code>/metrics</code> (since the gateway started);
-    per-minute rates from the changes this page saw since it opened.
-    ${o.monitor.enabled ? '' : 'The upstream monitor is off.'}</p>`;
+    per-minute rates from the changes this page saw since it opened.</p>`;
 }
 
 // ---- sessions table ----------------------------------------------------------------------
@@ -573,6 +607,26 @@ async function renderGraph(params, fromLive) {
 
 // ---- session page ------------------------------------------------------------------------
 
+// The link and how the monitor sees it: catalog, source, marker, last check, misses in a row.
+function upstreamHtml(up, now) {
+  const parts = [`${esc(up.catalogId)} · ${esc(up.hostId)} · <span class="mono">${esc(up.threadId)}</span>`];
+  if (!up.linked) parts.push('<span class="badge">unlinked</span>');
+  const src = up.source && (up.source.filePath ?? JSON.stringify(up.source));
+  const rows = [];
+  if (src) rows.push(`<dt>Source</dt><dd class="mono">${esc(src)}</dd>`);
+  if (up.linked) {
+    rows.push(`<dt>Last check</dt><dd>${up.lastScannedAt ? `${fmtTime(up.lastScannedAt)} (${ago(up.lastScannedAt, now)})` : '<span class="muted">not checked yet</span>'}</dd>`);
+    if (up.marker) rows.push(`<dt>Marker</dt><dd><code>${esc(JSON.stringify(up.marker))}</code></dd>`);
+    if (up.monitored) {
+      const warn = up.misses > 0 ? ' class="warn"' : '';
+      rows.push(`<dt>Misses</dt><dd id="upstream-misses"${warn}>${up.misses} in a row <span class="muted">(upstream_missing at ${up.missingThreshold})</span></dd>`);
+    } else {
+      rows.push('<dt>Monitor</dt><dd class="muted">off: this link is not checked</dd>');
+    }
+  }
+  return `${parts.join(' ')}${rows.length ? `<dl class="kv sub">${rows.join('')}</dl>` : ''}`;
+}
+
 async function renderSession(agent, key, params, fromLive) {
   const before = params.get('before');
   const qs = new URLSearchParams({ agentId: agent });
@@ -605,7 +659,7 @@ async function renderSession(agent, key, params, fromLive) {
         ${s.parentSessionKey ? `<dt>Parent</dt><dd><a class="mono" href="${sessionHref(s.agentId, s.parentSessionKey)}">${esc(s.parentSessionKey)}</a></dd>` : ''}
         <dt>Created</dt><dd>${fmtTime(s.createdAt)} (${esc(s.createdVia)})</dd>
         <dt>Goal</dt><dd>${s.goal ? `${esc(s.goal.text)} <span class="muted">(${esc(s.goal.status)})</span>` : '<span class="muted">none</span>'}</dd>
-        <dt>Upstream</dt><dd>${up ? `${esc(up.catalogId)} · ${esc(up.hostId)} · <span class="mono">${esc(up.threadId)}</span>${up.linked ? '' : ' (unlinked)'}${up.lastScannedAt ? ` · last check ${ago(up.lastScannedAt, now)}` : ''}${up.marker ? ` · marker <code>${esc(JSON.stringify(up.marker))}</code>` : ''}` : '<span class="muted">none</span>'}</dd>
+        <dt>Upstream</dt><dd id="upstream">${up ? upstreamHtml(up, now) : '<span class="muted">none</span>'}</dd>
       </dl></section>
       <section aria-labelledby="h-notices"><h3 id="h-notices">Pending notices it holds (${d.notices.length})</h3>
         ${d.notices.map((n) => `<div class="notice"><div>${esc(n.text)}</div><div class="muted">opened ${fmtTime(n.openedAt)}</div></div>`).join('') || '<p class="muted">None.</p>'}

@@ -28,10 +28,10 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const children = [];
 const dirs = [];
 
-async function startServer(extra = []) {
+async function startServer(extra = [], config = 'notify_on_create = false\n[monitor]\nenabled = false\n') {
   const dir = mkdtempSync(join(tmpdir(), 'aware-console-'));
   dirs.push(dir);
-  writeFileSync(join(dir, 'config.toml'), 'notify_on_create = false\n[monitor]\nenabled = false\n');
+  writeFileSync(join(dir, 'config.toml'), config);
   const portFile = join(dir, 'port');
   const env = { ...process.env };
   delete env.AWARE_TOKEN; delete env.AWARE_DATA_DIR; delete env.AWARE_BIND;
@@ -91,8 +91,25 @@ async function waitIn(page, f, arg, timeout = 3000) {
   }
 }
 
+// A Claude Code root with one thread, so the catalog has something to adopt.
+const THREAD = '0b7c2a4e-5d6f-4a8b-9c0d-1e2f3a4b5c6d';
+
+function claudeRoot() {
+  const rootDir = mkdtempSync(join(tmpdir(), 'aware-claude-'));
+  dirs.push(rootDir);
+  mkdirSync(join(rootDir, 'p1'));
+  const file = join(rootDir, 'p1', `${THREAD}.jsonl`);
+  const row = { type: 'user', uuid: '00000000-0000-4000-8000-000000000001', timestamp: '2025-12-31T23:00:00.000Z',
+    cwd: '/work/parser', message: { role: 'user', content: 'fix the tab parser' } };
+  writeFileSync(file, `${JSON.stringify(row)}\n`);
+  return { rootDir, file };
+}
+
 async function main() {
-  const srv = await startServer();
+  const claude = claudeRoot();
+  // The monitor is on (it ticks only when the test moves the clock) so adoption links the thread.
+  const srv = await startServer([], 'notify_on_create = false\n[monitor]\nenabled = true\n' +
+    `[claude]\nroot = ${JSON.stringify(claude.rootDir)}\n`);
   // A manager with two workers (spawned: the manager watches them by its spawn cursor).
   await srv.call('POST', '/v1/sessions', { key: MGR });
   for (const w of [W1, W2]) {
@@ -172,6 +189,25 @@ async function main() {
     assert(await page.locator('details.turn[open]').count() === 0, 'turns start collapsed');
   });
 
+  await test('unwatch (after a confirmation) mutes the pair', async () => {
+    await page.goto(`${srv.base}/ui/#/session/main/${k(MGR)}`);
+    const btn = page.locator(`button[data-unwatch-t="${W2}"]`);
+    await btn.waitFor({ timeout: 5000 });
+    await btn.click();
+    await page.locator('#confirm-dialog').waitFor({ state: 'visible' });
+    const body = await page.locator('#confirm-body').innerText();
+    assert(body.includes(W2) && body.includes(MGR), `the confirmation names the pair: ${body}`);
+    await page.click('#confirm-ok');
+    await btn.waitFor({ state: 'detached', timeout: 3000 });
+    const r = await srv.call('GET', `/v1/sessions/${k(MGR)}/watches`);
+    const c = r.body.watches.find((w) => w.targetSessionKey === W2);
+    assert(c && c.muted === true, `the API shows the pair muted: ${JSON.stringify(r.body)}`);
+    const w1 = r.body.watches.find((w) => w.targetSessionKey === W1);
+    assert(w1 && w1.muted === false, 'the other pair is untouched');
+    await page.goto(`${srv.base}/ui/#/graph`);
+    await page.locator(`#edges-table tr[data-edge="${MGR} -> ${W2}"]`, { hasText: 'muted' }).waitFor({ timeout: 3000 });
+  });
+
   await screenshots(page, srv, 'session', `#/session/main/${k(W1)}`);
   // Some activity while the overview is open, so its per-minute charts have something to show.
   await screenshots(page, srv, 'overview', '#/overview', async () => {
@@ -181,6 +217,11 @@ async function main() {
     }
     await srv.call('POST', `/v1/sessions/${k(MGR)}/drain`, {});
     await sleep(400);
+  });
+
+  await test('the overview charts events per minute by kind from the live counters', async () => {
+    // Still the overview of the last screenshot, which saw human turns arrive while open.
+    await page.locator('svg[aria-label^="Events per minute by kind"][aria-label*="human_direct_message per minute"]').waitFor({ timeout: 3000 });
   });
 
   await test('keyboard navigation reaches the table and the graph', async () => {
@@ -226,6 +267,40 @@ async function main() {
     await p2.locator('.card').first().waitFor({ timeout: 3000 });
     assert(await p2.evaluate(() => document.cookie) === '', 'no cookies');
     await p2.close();
+  });
+
+  await test('adopt (after a confirmation) creates a linked session; its page shows the misses', async () => {
+    await page.goto(`${srv.base}/ui/#/catalog`);
+    const btn = page.locator('button[data-adopt]');
+    await btn.waitFor({ timeout: 5000 });
+    await btn.click();
+    await page.locator('#confirm-dialog').waitFor({ state: 'visible' });
+    assert((await page.locator('#confirm-body').innerText()).includes(THREAD), 'the confirmation names the thread');
+    await page.click('#confirm-ok');
+    const link = page.locator('#view a.mono', { hasText: 'agent:main:claude:' });
+    await link.waitFor({ timeout: 5000 });
+    const cat = await srv.call('GET', '/v1/catalog');
+    const key = cat.body.items[0].adoptedSessionKey;
+    assert(key && key === (await link.innerText()), `the API lists the thread adopted: ${JSON.stringify(cat.body)}`);
+    const s = await srv.call('GET', `/v1/sessions/${k(key)}`);
+    assert(s.status === 200 && s.body.upstream.linked === true, `linked: ${JSON.stringify(s.body)}`);
+    // Watched and gone: the monitor's first tick (T0 + 15 s) counts one miss.
+    await srv.call('POST', `/v1/sessions/${k(MGR)}/watches`, { target: key });
+    rmSync(claude.file);
+    await page.goto(`${srv.base}/ui/#/session/main/${k(key)}`);
+    await page.locator('#upstream-misses').waitFor({ timeout: 5000 });
+    assert((await page.locator('#upstream-misses').innerText()).startsWith('0 in a row'), 'no miss yet');
+    assert((await page.locator('#upstream').innerText()).includes(`${THREAD}.jsonl`), 'the source file is shown');
+    const c = await srv.call('POST', '/v1/admin/clock', { now: T0 + 15000 });
+    assert(c.status === 200, `clock: ${c.status}`);
+    // A miss writes nothing to the store (the streak lives in the monitor), so no live hint
+    // comes: the next read shows it.
+    await page.reload();
+    await page.locator('#upstream-misses', { hasText: '1 in a row' }).waitFor({ timeout: 3000 });
+    await page.goto(`${srv.base}/ui/#/overview`);
+    await page.locator('#monitor-health svg[aria-label*="ticks: 1,"]').waitFor({ timeout: 3000 });
+    const next = await page.locator('#monitor-health p').innerText();
+    assert(next.includes('2026-01-01 00:01:15Z'), `the next tick is shown: ${next}`);
   });
 
   await test('no script errors', async () => {

@@ -7,7 +7,7 @@ use crate::{Engine, Result};
 use aware_core::{SessionRef, StoredEvent};
 use aware_store::StoreExt;
 use aware_store::{ConsoleFilter, ConsoleRow, CursorRow, RunRow, SystemEventRow, TurnRow};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeSet, HashSet, VecDeque};
 
 /// One session as the console's session page shows it.
 #[derive(Debug, Clone)]
@@ -182,21 +182,24 @@ impl Engine {
                             if d >= depth {
                                 continue;
                             }
-                            let mut next: Vec<(String, String)> = Vec::new();
+                            // (neighbour, must be checked to exist). Cursor ends and children
+                            // exist (deleting a session deletes its cursors); only a parent
+                            // link may name a session that is gone, so only it costs a lookup.
+                            let mut next: Vec<((String, String), bool)> = Vec::new();
                             for c in tx.cursors_by_target(&key, &agent)? {
                                 if let Some(a) = agent_of(&c.watcher) {
-                                    next.push((c.watcher, a));
+                                    next.push(((c.watcher, a), false));
                                 }
                             }
                             if agent_of(&key).is_some() {
                                 for c in tx.cursors_by_watcher(&key)? {
-                                    next.push((c.target_key, c.target_agent));
+                                    next.push(((c.target_key, c.target_agent), false));
                                 }
                             }
                             if let Some(row) = tx.session(&key, &agent)? {
                                 if let Some(p) = row.parent_key {
                                     let pa = agent_of(&p).unwrap_or_else(|| agent.clone());
-                                    next.push((p, pa));
+                                    next.push(((p, pa), true));
                                 }
                             }
                             let children = tx.list_sessions(&aware_store::SessionFilter {
@@ -204,8 +207,8 @@ impl Engine {
                                 limit: limit + 1,
                                 ..Default::default()
                             })?;
-                            next.extend(children.into_iter().map(|c| (c.key, c.agent_id)));
-                            for n in next {
+                            next.extend(children.into_iter().map(|c| ((c.key, c.agent_id), false)));
+                            for (n, check) in next {
                                 if !visible(&n.1) || nodes.contains(&n) {
                                     continue;
                                 }
@@ -213,7 +216,7 @@ impl Engine {
                                     truncated = true;
                                     break;
                                 }
-                                if tx.session_exists(&n.0, &n.1)? {
+                                if !check || tx.session_exists(&n.0, &n.1)? {
                                     nodes.insert(n.clone());
                                     queue.push_back((n, d + 1));
                                 }
@@ -252,50 +255,58 @@ impl Engine {
                         .0
                     }
                 };
-                let mut edges: BTreeMap<(Pair, Pair), GraphEdge> = BTreeMap::new();
-                for (key, _agent) in &keys {
-                    let Some(wa) = agent_of(key) else { continue };
-                    let from = (key.clone(), wa);
-                    if !nodes.contains(&from) {
-                        continue;
-                    }
-                    for c in tx.cursors_by_watcher(key)? {
-                        let to = (c.target_key.clone(), c.target_agent.clone());
-                        if !nodes.contains(&to) {
-                            continue;
-                        }
-                        let kind = if c.state.muted {
-                            EdgeKind::Muted
-                        } else if c.state.origin == aware_core::Origin::Watch {
-                            EdgeKind::Watch
-                        } else {
-                            EdgeKind::Spawn
-                        };
-                        edges.insert(
-                            (from.clone(), to.clone()),
-                            GraphEdge {
-                                from: from.clone(),
-                                to,
-                                kind,
-                                pending: c.state.is_pending(),
-                                implied: false,
-                                cursor: Some(c),
-                            },
-                        );
-                    }
-                }
-                // A child's parent watches it before any cursor row exists (02 §5).
-                for r in &rows {
-                    let Some(p) = &r.session.parent_key else {
+                // One query for the cursors of every node: reading them watcher by watcher was
+                // most of the route's time at 300 nodes. Watchers are agent-qualified keys.
+                let watchers: Vec<String> = keys
+                    .iter()
+                    .filter(|(k, a)| agent_of(k).as_deref() == Some(a.as_str()))
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                let member: HashSet<(&str, &str)> =
+                    keys.iter().map(|(k, a)| (k.as_str(), a.as_str())).collect();
+                let mut edges: Vec<GraphEdge> = Vec::new();
+                // Rows come unique per (watcher, target), so no edge repeats here.
+                for c in tx.console_cursors_held_by(&watchers)? {
+                    let Some(wa) = agent_of(&c.watcher) else {
                         continue;
                     };
-                    let pa = agent_of(p).unwrap_or_else(|| r.session.agent_id.clone());
-                    let from = (p.clone(), pa);
-                    let to = (r.session.key.clone(), r.session.agent_id.clone());
-                    if nodes.contains(&from) && agent_of(p).is_some() {
-                        edges
-                            .entry((from.clone(), to.clone()))
-                            .or_insert(GraphEdge {
+                    if !member.contains(&(c.watcher.as_str(), wa.as_str()))
+                        || !member.contains(&(c.target_key.as_str(), c.target_agent.as_str()))
+                    {
+                        continue;
+                    }
+                    let kind = if c.state.muted {
+                        EdgeKind::Muted
+                    } else if c.state.origin == aware_core::Origin::Watch {
+                        EdgeKind::Watch
+                    } else {
+                        EdgeKind::Spawn
+                    };
+                    edges.push(GraphEdge {
+                        from: (c.watcher.clone(), wa),
+                        to: (c.target_key.clone(), c.target_agent.clone()),
+                        kind,
+                        pending: c.state.is_pending(),
+                        implied: false,
+                        cursor: Some(c),
+                    });
+                }
+                // A child's parent watches it before any cursor row exists (02 §5).
+                let mut implied = Vec::new();
+                {
+                    let stored: HashSet<(&Pair, &Pair)> =
+                        edges.iter().map(|e| (&e.from, &e.to)).collect();
+                    for r in &rows {
+                        let Some(p) = &r.session.parent_key else {
+                            continue;
+                        };
+                        let Some(pa) = agent_of(p) else { continue };
+                        let from = (p.clone(), pa);
+                        let to = (r.session.key.clone(), r.session.agent_id.clone());
+                        if member.contains(&(from.0.as_str(), from.1.as_str()))
+                            && !stored.contains(&(&from, &to))
+                        {
+                            implied.push(GraphEdge {
                                 from,
                                 to,
                                 kind: EdgeKind::Spawn,
@@ -303,11 +314,14 @@ impl Engine {
                                 implied: true,
                                 cursor: None,
                             });
+                        }
                     }
                 }
+                edges.extend(implied);
+                edges.sort_by(|a, b| (&a.from, &a.to).cmp(&(&b.from, &b.to)));
                 Ok(Graph {
                     nodes: rows,
-                    edges: edges.into_values().collect(),
+                    edges,
                     truncated,
                 })
             })()

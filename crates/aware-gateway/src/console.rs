@@ -2,7 +2,8 @@
 //! read routes designed for it under `/v1/console/` (docs/api.md §7). The console's actions
 //! (unwatch, drain, adopt) use the ordinary routes.
 
-use crate::access::{check_visible, visible_agents};
+use crate::access::check_visible;
+use crate::access::{may_see, viewer};
 use crate::body::Query;
 use crate::error::{ApiError, ApiResult};
 use crate::request::{decode_segment, parse_agent, parse_key, resolve_ref, Req};
@@ -94,11 +95,13 @@ fn ok(v: Value) -> ApiResult<Response> {
     Ok((StatusCode::OK, axum::Json(v)).into_response())
 }
 
-/// The agents a caller may see: `None` for operators and `*` callers.
+// Visibility here is the gateway's one rule (`access::viewer` and `access::may_see`, 03 §5.3):
+// the console has no caller check of its own, so it cannot drift from the other routes.
+
+/// The agents the request may see, for narrowing a listing: `None` when it sees every agent
+/// (the operator, or a viewer with `*`).
 fn visible(req: &Req, caller: Option<&SessionRef>) -> Option<Vec<String>> {
-    caller
-        .map(|c| visible_agents(req, c))
-        .filter(|v| !v.is_empty())
+    viewer(req, caller).and_then(|v| req.state.config.visible_set(&v))
 }
 
 /// Narrows the listing to `agent` (checked against visibility) or to the visible agents.
@@ -106,13 +109,12 @@ fn agent_filter(req: &Req, caller: Option<&SessionRef>, q: &mut Query) -> ApiRes
     match q.take("agent")? {
         Some(a) => {
             let a = parse_agent("agent", &a)?;
-            if let Some(c) = caller {
-                if !req.state.config.visible(c.agent.as_str(), a.as_str()) {
-                    return Err(ApiError::forbidden(format!(
-                        "agent \"{}\" may not access agent \"{}\"",
-                        c.agent, a
-                    )));
-                }
+            if !may_see(req, caller, a.as_str()) {
+                return Err(ApiError::forbidden(format!(
+                    "agent \"{}\" may not access agent \"{}\"",
+                    viewer(req, caller).unwrap_or_default(),
+                    a
+                )));
             }
             Ok(vec![a.as_str().to_string()])
         }
@@ -292,6 +294,29 @@ fn session_json(d: &ConsoleSession, with_text: bool, now: i64) -> Value {
     })
 }
 
+/// What the console shows of a link's monitoring beyond §1.9: its physical source, and the
+/// monitor's current missing streak (misses in a row; `upstream_missing` is recorded at the
+/// threshold). Streaks live in the monitor's memory (04 §7), so they read 0 after a restart.
+fn upstream_health(req: &Req, link: &aware_store::LinkRow, up: &mut Value) {
+    if !up.is_object() {
+        return;
+    }
+    up["upstreamKind"] = link.upstream_kind.clone().into();
+    if let Ok(source) = serde_json::from_str::<Value>(&link.upstream_ref_json) {
+        up["source"] = source;
+    }
+    match crate::state::monitor(&req.state) {
+        Some(m) => {
+            let (misses, threshold) =
+                m.missing_streak(&link.session_key, &link.agent_id, link.updated_at);
+            up["monitored"] = true.into();
+            up["misses"] = misses.into();
+            up["missingThreshold"] = threshold.into();
+        }
+        None => up["monitored"] = false.into(),
+    }
+}
+
 async fn session(
     req: &Req,
     caller: Option<&SessionRef>,
@@ -323,70 +348,95 @@ async fn session(
         ));
     }
     check_visible(req, caller, target.key.as_str(), target.agent.as_str())?;
-    // Turn text is conversation content: only an operator (no `X-Aware-Session`, and past the
-    // bearer token when one is set) sees it; a session viewer sees roles and times.
-    let with_text = caller.is_none();
+    // Turn text is conversation content: only an operator (the viewer of no agent: no
+    // `X-Aware-Session`, the operator's token) sees it; any other viewer sees roles and times.
+    let with_text = viewer(req, caller).is_none();
     let now = req.state.now();
     let d =
         blocking(move || Ok(engine.console_session(&target, before, limit as u32, 50)?)).await?;
     let mut body = session_json(&d, with_text, now);
-    // Cursors of agents the viewer may not see are left out.
-    if let Some(vis) = visible(req, caller) {
-        for (list, field) in [("watches", "targetAgentId"), ("watchers", "watcherAgentId")] {
-            if let Some(a) = body[list].as_array_mut() {
-                a.retain(|c| {
-                    c[field]
-                        .as_str()
-                        .is_some_and(|x| vis.iter().any(|v| v == x))
-                });
-            }
+    if let Some(link) = &d.session.link {
+        upstream_health(req, link, &mut body["session"]["upstream"]);
+    }
+    // Cursors and notices of agents the viewer may not see are left out.
+    for (list, field) in [("watches", "targetAgentId"), ("watchers", "watcherAgentId")] {
+        if let Some(a) = body[list].as_array_mut() {
+            a.retain(|c| c[field].as_str().is_some_and(|x| may_see(req, caller, x)));
         }
-        if let Some(a) = body["noticesOnIt"].as_array_mut() {
-            a.retain(|n| {
-                n["watcherSessionKey"]
-                    .as_str()
-                    .and_then(|k| aware_core::SessionKey::parse(k).ok())
-                    .and_then(|k| k.qualified_agent().map(|a| a.as_str().to_string()))
-                    .is_some_and(|x| vis.contains(&x))
-            });
-        }
+    }
+    if let Some(a) = body["noticesOnIt"].as_array_mut() {
+        a.retain(|n| {
+            n["watcherSessionKey"]
+                .as_str()
+                .and_then(|k| aware_core::SessionKey::parse(k).ok())
+                .and_then(|k| k.qualified_agent().map(|a| a.as_str().to_string()))
+                .is_some_and(|x| may_see(req, caller, &x))
+        });
     }
     ok(body)
 }
 
+/// One edge of §7.3, serialized straight from the engine's edge: a 2,500-edge answer built as
+/// `Value` maps spent more time allocating than reading the store.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct EdgeOut {
+    from: usize,
+    to: usize,
+    kind: &'static str,
+    pending: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    implied: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_seen: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    notified: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    material: Option<i64>,
+}
+
+#[derive(serde::Serialize)]
+struct GraphOut {
+    nodes: Vec<Value>,
+    edges: Vec<EdgeOut>,
+    truncated: bool,
+    now: i64,
+}
+
 /// Nodes are §7.1 rows; an edge names its ends by node index so that a 2,500-edge answer does
 /// not repeat two session keys per edge (the encoding was most of the route's time).
-fn graph_json(g: &Graph, now: i64) -> Value {
+fn graph_out(g: &Graph, now: i64) -> GraphOut {
     let index: std::collections::HashMap<(&str, &str), usize> = g
         .nodes
         .iter()
         .enumerate()
         .map(|(i, r)| ((r.session.key.as_str(), r.session.agent_id.as_str()), i))
         .collect();
-    let nodes: Vec<Value> = g.nodes.iter().map(|r| row_json(r, now)).collect();
-    let edges: Vec<Value> = g
+    let edges = g
         .edges
         .iter()
         .filter_map(|e| {
             let from = *index.get(&(e.from.0.as_str(), e.from.1.as_str()))?;
             let to = *index.get(&(e.to.0.as_str(), e.to.1.as_str()))?;
-            let mut m = Map::new();
-            m.insert("from".into(), from.into());
-            m.insert("to".into(), to.into());
-            m.insert("kind".into(), e.kind.as_str().into());
-            m.insert("pending".into(), e.pending.into());
-            if e.implied {
-                m.insert("implied".into(), true.into());
-            }
-            if let Some(c) = &e.cursor {
-                m.insert("lastSeen".into(), c.state.last_seen.into());
-                m.insert("notified".into(), c.state.notified.into());
-                m.insert("material".into(), c.state.material.into());
-            }
-            Some(Value::Object(m))
+            let c = e.cursor.as_ref().map(|c| &c.state);
+            Some(EdgeOut {
+                from,
+                to,
+                kind: e.kind.as_str(),
+                pending: e.pending,
+                implied: e.implied,
+                last_seen: c.map(|c| c.last_seen),
+                notified: c.map(|c| c.notified),
+                material: c.map(|c| c.material),
+            })
         })
         .collect();
-    json!({"nodes": nodes, "edges": edges, "truncated": g.truncated, "now": now})
+    GraphOut {
+        nodes: g.nodes.iter().map(|r| row_json(r, now)).collect(),
+        edges,
+        truncated: g.truncated,
+        now,
+    }
 }
 
 async fn graph(req: &Req, caller: Option<&SessionRef>, mut q: Query) -> ApiResult<Response> {
@@ -426,7 +476,7 @@ async fn graph(req: &Req, caller: Option<&SessionRef>, mut q: Query) -> ApiResul
     let now = req.state.now();
     let g =
         blocking(move || Ok(engine.console_graph(focus.as_ref(), depth, limit, &agents)?)).await?;
-    ok(graph_json(&g, now))
+    Ok((StatusCode::OK, axum::Json(graph_out(&g, now))).into_response())
 }
 
 async fn overview(req: &Req, caller: Option<&SessionRef>, q: Query) -> ApiResult<Response> {
@@ -477,14 +527,19 @@ async fn overview(req: &Req, caller: Option<&SessionRef>, q: Query) -> ApiResult
             "enabled": mon.is_some(),
             "ticks": mv(&|m| g(&m.ticks)), "humanTurns": mv(&|m| g(&m.human_turns)),
             "missing": mv(&|m| g(&m.missing)), "providerTimeouts": mv(&|m| g(&m.provider_timeouts)),
+            "ticksSkipped": mv(&|m| g(&m.ticks_skipped)),
         },
         "store": {
             "commits": store.commits(), "commitFailures": g(&store.commit_failures),
             "commitMicrosSum": g(&store.commit_us_sum), "commitBuckets": commit_buckets,
         },
     });
-    if caller.is_none() {
+    if viewer(req, caller).is_none() {
         body["pendingNotices"] = pending.into();
+    }
+    if let Some(m) = &mon {
+        // Engine time: under `--test-clock` it moves only with `POST /v1/admin/clock`.
+        body["monitor"]["nextTickAt"] = m.next_due().into();
     }
     ok(body)
 }

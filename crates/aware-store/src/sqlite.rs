@@ -735,6 +735,10 @@ CREATE TABLE IF NOT EXISTS sessions (
 ) STRICT;
 CREATE UNIQUE INDEX IF NOT EXISTS sessions_label ON sessions (agent_id, label) WHERE label IS NOT NULL;
 CREATE INDEX IF NOT EXISTS sessions_parent ON sessions (parent_session_key);
+-- A parent's children newest first (the list's parent filter, the console graph's walk) without
+-- sorting every child of a parent that has thousands.
+CREATE INDEX IF NOT EXISTS sessions_parent_updated
+    ON sessions (parent_session_key, updated_at DESC, session_key, agent_id);
 CREATE INDEX IF NOT EXISTS sessions_updated ON sessions (updated_at DESC, session_key, agent_id);
 
 CREATE TABLE IF NOT EXISTS turns (
@@ -1280,6 +1284,30 @@ impl ReadTx for SqlTx<'_> {
         })?;
         let rows = rows.collect::<rusqlite::Result<Vec<_>>>()?;
         Ok((rows, total.max(0) as u64))
+    }
+
+    fn console_cursors_held_by(&self, watchers: &[String]) -> Result<Vec<CursorRow>> {
+        if watchers.is_empty() {
+            return Ok(Vec::new());
+        }
+        let marks: Vec<String> = (1..=watchers.len()).map(|i| format!("?{i}")).collect();
+        let args: Vec<&dyn ToSql> = watchers.iter().map(|w| w as &dyn ToSql).collect();
+        // Plain SQL (an IN list on the primary key's leading column) that another backend can
+        // run with its own placeholders. Filtering the targets here as well (a row-value IN
+        // over the node set) was slower: SQLite then probes the whole primary key once per
+        // (watcher, target) pair, 90,000 probes at 300 nodes.
+        let sql = format!(
+            "SELECT {CURSOR_COLS} FROM session_watch_cursors \
+             WHERE watcher_session_key IN ({}) \
+             ORDER BY watcher_session_key, target_session_key, target_agent_id",
+            marks.join(", ")
+        );
+        self.live()?;
+        // Not the statement cache: the text differs with the number of watchers, and a few
+        // hundred variants would evict the hot statements.
+        let mut stmt = self.conn.prepare(&sql)?;
+        let rows = stmt.query_map(args.as_slice(), cursor_from_row)?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
     }
 
     fn head(&self, key: &str, agent: &str) -> Result<Option<HeadRow>> {

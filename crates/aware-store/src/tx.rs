@@ -12,6 +12,10 @@ pub trait ReadTx {
     fn list_sessions(&self, filter: &SessionFilter) -> Result<Vec<SessionRow>>;
     /// One page of the console's session table and the number of rows matching the filter.
     fn console_sessions(&self, filter: &ConsoleFilter) -> Result<(Vec<ConsoleRow>, u64)>;
+    /// Every cursor held by any of `watchers`, ordered by watcher key, target key, target
+    /// agent: the watch graph's edges for a whole node set in one query (the caller keeps
+    /// those whose target is a node too). Callers pass at most a few hundred keys.
+    fn console_cursors_held_by(&self, watchers: &[String]) -> Result<Vec<CursorRow>>;
 
     fn head(&self, key: &str, agent: &str) -> Result<Option<HeadRow>>;
     /// Heads of many streams; a missing head is `None`, in input order.

@@ -309,3 +309,34 @@ fn events_before_pages_backwards_and_runs_of_lists_newest_first() {
     let ids: Vec<&str> = runs.iter().map(|r| r.run_id.as_str()).collect();
     assert_eq!(ids, ["r2", "r3"]);
 }
+
+#[test]
+fn cursors_held_by_a_set_of_watchers_come_in_one_ordered_read() {
+    let (_d, store) = open();
+    store
+        .write(|tx| {
+            tx.put_cursor(&cursor(W1, OPS, "ops", false))?;
+            tx.put_cursor(&cursor(MGR, W2, "main", true))?;
+            tx.put_cursor(&cursor(MGR, W1, "main", false))?;
+            tx.put_cursor(&cursor(W2, W1, "main", false))?;
+            Ok(())
+        })
+        .unwrap();
+    let held = |w: &[&str]| {
+        let w: Vec<String> = w.iter().map(|s| s.to_string()).collect();
+        store
+            .read(|r| r.console_cursors_held_by(&w))
+            .unwrap()
+            .into_iter()
+            .map(|c| (c.watcher, c.target_key))
+            .collect::<Vec<_>>()
+    };
+    let pair = |w: &str, t: &str| (w.to_string(), t.to_string());
+    assert_eq!(
+        held(&[W1, MGR]),
+        [pair(MGR, W1), pair(MGR, W2), pair(W1, OPS)],
+        "every cursor of the named watchers, by watcher then target; none of W2's"
+    );
+    assert!(held(&[]).is_empty(), "no watchers, no cursors");
+    assert!(held(&["agent:main:nobody"]).is_empty());
+}

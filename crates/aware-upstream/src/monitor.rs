@@ -115,6 +115,27 @@ impl Monitor {
         self.next_due.lock().map(|d| *d).unwrap_or(i64::MAX)
     }
 
+    /// The misses in a row counted so far for a session's current link (the link's
+    /// `updated_at` tells a re-continued link from the old one), and the threshold at which
+    /// `upstream_missing` is recorded. Read-only, for the console.
+    pub fn missing_streak(
+        &self,
+        session_key: &str,
+        agent: &str,
+        link_updated_at: i64,
+    ) -> (u32, u32) {
+        let count = self
+            .counters()
+            .iter()
+            .filter(|((k, a, _), s)| {
+                k == session_key && a == agent && s.link_updated_at == link_updated_at
+            })
+            .map(|(_, s)| s.count)
+            .max()
+            .unwrap_or(0);
+        (count, self.config.missing_threshold.max(1))
+    }
+
     /// Runs a tick when one fell due at `now` (once, however many were missed). A tick due
     /// while the previous one still runs is skipped, not queued.
     pub async fn run_due(&self, now: i64) {
