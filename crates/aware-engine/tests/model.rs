@@ -9,8 +9,7 @@
 //! pending notice's text does not change until the watcher consumes it.
 
 use aware_core::{
-    ActorType, AgentId, CursorState, EventKind, KindClass, Origin, RetentionPolicy, SessionKey,
-    SessionRef,
+    ActorType, AgentId, CursorState, EventKind, KindClass, Origin, SessionKey, SessionRef,
 };
 use aware_engine::{
     AckNotice, Actor, AppendOutcome, AppendRequest, CreateSession, Engine, EngineConfig,
@@ -23,32 +22,8 @@ use proptest::test_runner::{Config, TestRunner};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-const DAY: i64 = 86_400_000;
-const START: i64 = 1_767_225_600_000;
-
-const W: usize = 0;
-const X: usize = 1;
-const C: usize = 2;
-const D: usize = 3;
-const G: usize = 4;
-const N: usize = 5;
-const KEYS: [&str; N] = [
-    "agent:main:main",
-    "agent:main:coord",
-    "agent:main:subagent:c",
-    "agent:main:subagent:d",
-    "global",
-];
-
-fn policy() -> RetentionPolicy {
-    RetentionPolicy {
-        max_age_days: 1,
-        max_rows: 12,
-        cursor_expiry_days: 1,
-        prune_interval_secs: 3600,
-        batch_rows: 5,
-    }
-}
+use aware_testkit::model::*;
+use aware_testkit::spec::{DAY, T0 as START};
 
 fn key(i: usize) -> SessionKey {
     SessionKey::parse(KEYS[i]).unwrap()
@@ -56,15 +31,6 @@ fn key(i: usize) -> SessionKey {
 
 fn sref(i: usize) -> SessionRef {
     SessionRef::with_default(key(i), &AgentId::parse("main").unwrap())
-}
-
-fn qualified(i: usize) -> bool {
-    i != G
-}
-
-/// The parent recorded on a session row (kept after the parent is deleted).
-fn parent_of(i: usize) -> Option<usize> {
-    matches!(i, C | D).then_some(W)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -191,304 +157,6 @@ fn op_strategy() -> impl Strategy<Value = Op> {
 // Reference model
 // ---------------------------------------------------------------------------------------------
 
-#[derive(Debug, Clone)]
-struct MSession {
-    orphaned: bool,
-    goal: Option<(u8, bool)>,
-    run: Option<String>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct MCursor {
-    ls: i64,
-    n: i64,
-    m: i64,
-    muted: bool,
-    origin: Origin,
-    opened: Option<i64>,
-    updated: i64,
-}
-
-impl MCursor {
-    fn settled(at: i64, muted: bool, origin: Origin, now: i64) -> Self {
-        MCursor {
-            ls: at,
-            n: at,
-            m: at,
-            muted,
-            origin,
-            opened: None,
-            updated: now,
-        }
-    }
-    fn pending(&self) -> bool {
-        !self.muted && self.n > self.ls
-    }
-}
-
-#[derive(Debug, Clone, Copy)]
-struct MHead {
-    last: i64,
-    pruned: i64,
-}
-
-#[derive(Debug, Clone)]
-struct MEvent {
-    stream: usize,
-    dedupe: Option<String>,
-    at: i64,
-}
-
-#[derive(Debug, Clone)]
-struct Model {
-    now: i64,
-    sessions: [Option<MSession>; N],
-    heads: [Option<MHead>; N],
-    events: BTreeMap<i64, MEvent>,
-    /// `(watcher, target)`; every target agent is `main`.
-    cursors: BTreeMap<(usize, usize), MCursor>,
-    max_seq: i64,
-    runs: u64,
-}
-
-#[derive(Debug, Default, PartialEq, Eq)]
-struct MPrune {
-    age: u64,
-    cap: u64,
-    cursors: u64,
-}
-
-impl Model {
-    fn new(now: i64) -> Self {
-        Model {
-            now,
-            sessions: Default::default(),
-            heads: [None; N],
-            events: BTreeMap::new(),
-            cursors: BTreeMap::new(),
-            max_seq: 0,
-            runs: 0,
-        }
-    }
-
-    fn exists(&self, i: usize) -> bool {
-        self.sessions[i].is_some()
-    }
-
-    fn head(&self, i: usize) -> i64 {
-        self.heads[i].map_or(0, |h| h.last)
-    }
-
-    fn pruned(&self, i: usize) -> i64 {
-        self.heads[i].map_or(0, |h| h.pruned)
-    }
-
-    fn orphaned(&self, i: usize) -> bool {
-        self.sessions[i].as_ref().is_some_and(|s| s.orphaned)
-    }
-
-    /// 03 §4.2: a human user turn records when the session has a parent, else when at least one
-    /// non-muted cursor targets it.
-    fn human_turn_records(&self, t: usize) -> bool {
-        parent_of(t).is_some() || self.cursors.iter().any(|(&(_, tt), c)| tt == t && !c.muted)
-    }
-
-    fn retained(&self, i: usize) -> Vec<i64> {
-        self.events
-            .iter()
-            .filter(|(_, e)| e.stream == i)
-            .map(|(s, _)| *s)
-            .collect()
-    }
-
-    fn event_by_dedupe(&self, dedupe: &str) -> Option<i64> {
-        self.events
-            .iter()
-            .find(|(_, e)| e.dedupe.as_deref() == Some(dedupe))
-            .map(|(s, _)| *s)
-    }
-
-    /// 01 §4 steps 5–7 and 02 §2–§6 for an event the engine recorded with sequence `seq`.
-    #[allow(clippy::too_many_arguments)]
-    fn record(
-        &mut self,
-        stream: usize,
-        seq: i64,
-        dedupe: Option<String>,
-        class: KindClass,
-        actor_id: Option<&str>,
-        passed: &[usize],
-        ctx: &str,
-    ) {
-        assert!(
-            seq > self.max_seq,
-            "{ctx}: sequence {seq} reused or not increasing (max issued so far {})",
-            self.max_seq
-        );
-        self.max_seq = seq;
-        self.events.insert(
-            seq,
-            MEvent {
-                stream,
-                dedupe,
-                at: self.now,
-            },
-        );
-        let head = self.heads[stream].get_or_insert(MHead { last: 0, pruned: 0 });
-        assert!(seq > head.last, "{ctx}: head would be lowered");
-        head.last = seq;
-
-        if class == KindClass::LogOnly {
-            return;
-        }
-        // 02 §2: candidates = P, then registered (material only); duplicates removed; drops.
-        let mut candidates: Vec<usize> = passed.to_vec();
-        if class == KindClass::Material {
-            candidates.extend(
-                self.cursors
-                    .iter()
-                    .filter(|(&(_, t), c)| t == stream && !c.muted)
-                    .map(|(&(w, _), _)| w),
-            );
-        }
-        // The orphaned target's parent leaves the producer-passed list before duplicates are
-        // removed, so an explicit registration by a re-created parent is honoured (the
-        // documented reading of 02 §2 step 3, see ARCHITECTURE.md).
-        let orphan_parent = if self.orphaned(stream) {
-            parent_of(stream)
-        } else {
-            None
-        };
-        let n_passed = passed.len();
-        let mut index = 0;
-        candidates.retain(|w| {
-            index += 1;
-            !(index <= n_passed && orphan_parent == Some(*w))
-        });
-        let mut seen = BTreeSet::new();
-        candidates.retain(|w| seen.insert(*w));
-        candidates.retain(|&w| qualified(w) && self.exists(w) && w != stream);
-        let now = self.now;
-        for w in candidates {
-            let existing = self.cursors.get(&(w, stream)).copied();
-            match class {
-                KindClass::Seeds => {
-                    if existing.is_some_and(|c| c.muted) {
-                        continue;
-                    }
-                    self.cursors.insert(
-                        (w, stream),
-                        MCursor::settled(seq, false, Origin::Spawn, now),
-                    );
-                }
-                KindClass::Material => {
-                    if existing.is_some_and(|c| c.muted) || actor_id == Some(KEYS[w]) {
-                        continue;
-                    }
-                    let mut c = existing.unwrap_or(MCursor::settled(0, false, Origin::Parent, now));
-                    if c.n == c.ls {
-                        c.n = seq;
-                        c.opened = Some(now);
-                    }
-                    c.m = seq;
-                    c.updated = now;
-                    self.cursors.insert((w, stream), c);
-                }
-                KindClass::LogOnly => unreachable!(),
-            }
-        }
-    }
-
-    /// Pending notices of `w` in 02 §8.1 order: notified, then target key, then agent.
-    fn pending_of(&self, w: usize) -> Vec<(usize, MCursor)> {
-        let mut v: Vec<(usize, MCursor)> = self
-            .cursors
-            .iter()
-            .filter(|(&(ww, _), c)| ww == w && c.pending())
-            .map(|(&(_, t), c)| (t, *c))
-            .collect();
-        v.sort_by(|a, b| (a.1.n, KEYS[a.0]).cmp(&(b.1.n, KEYS[b.0])));
-        v
-    }
-
-    /// 02 §9 step 3; returns whether a follow-up opened.
-    fn ack(&mut self, w: usize, t: usize) -> bool {
-        let now = self.now;
-        let c = self.cursors.get_mut(&(w, t)).unwrap();
-        let (n, m) = (c.n, c.m);
-        c.ls = n;
-        c.n = m.max(n);
-        c.updated = now;
-        let follow = m > n;
-        c.opened = follow.then_some(now);
-        follow
-    }
-
-    fn delete(&mut self, s: usize) {
-        self.sessions[s] = None;
-        self.cursors.retain(|&(w, t), _| w != s && t != s);
-        self.events.retain(|_, e| e.stream != s);
-        self.heads[s] = None;
-        for child in 0..N {
-            if parent_of(child) == Some(s) {
-                if let Some(cs) = self.sessions[child].as_mut() {
-                    cs.orphaned = true;
-                }
-            }
-        }
-    }
-
-    /// 01 §9 phases 1–3.
-    fn prune(&mut self) -> MPrune {
-        let p = policy();
-        let mut report = MPrune::default();
-        let cutoff = self.now - i64::from(p.max_age_days) * DAY;
-        let by_age: Vec<i64> = self
-            .events
-            .iter()
-            .filter(|(_, e)| e.at < cutoff)
-            .map(|(s, _)| *s)
-            .collect();
-        for s in by_age {
-            self.prune_one(s);
-            report.age += 1;
-        }
-        while self.events.len() as u64 > p.max_rows {
-            let lowest = *self.events.keys().next().unwrap();
-            self.prune_one(lowest);
-            report.cap += 1;
-        }
-        let ccut = self.now - i64::from(p.cursor_expiry_days) * DAY;
-        let before = self.cursors.len();
-        self.cursors.retain(|_, c| c.muted || c.updated >= ccut);
-        report.cursors = (before - self.cursors.len()) as u64;
-        report
-    }
-
-    fn prune_one(&mut self, seq: i64) {
-        let e = self.events.remove(&seq).unwrap();
-        if let Some(h) = self.heads[e.stream].as_mut() {
-            h.pruned = h.pruned.max(seq);
-        }
-    }
-
-    /// 02 §12 steps 1–2; returns the number of re-frozen rows.
-    fn sweep(&mut self) -> u64 {
-        let now = self.now;
-        let exists: Vec<bool> = (0..N).map(|i| self.exists(i)).collect();
-        let mut n = 0;
-        for (&(w, _), c) in self.cursors.iter_mut() {
-            if c.pending() && exists[w] {
-                c.n = c.m;
-                c.updated = now;
-                c.opened = Some(c.opened.unwrap_or(now));
-                n += 1;
-            }
-        }
-        n
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Harness
 // ---------------------------------------------------------------------------------------------
@@ -595,12 +263,6 @@ fn model_cursor(row: &CursorRow) -> MCursor {
         opened: s.notice_opened_at,
         updated: s.updated_at,
     }
-}
-
-fn index_of(k: &str) -> usize {
-    KEYS.iter()
-        .position(|x| *x == k)
-        .unwrap_or_else(|| panic!("unknown key {k}"))
 }
 
 fn assert_cursor_eq(ctx: &str, pair: (usize, usize), got: &CursorRow, want: &MCursor) {

@@ -16,8 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-const T0: i64 = 1_767_225_600_000;
-const X: &str = "agent:main:coord";
+use aware_testkit::spec::{T0, X};
 /// A local adopted session.
 const A: &str = "agent:main:claude:aaaa";
 /// A second local adopted session.

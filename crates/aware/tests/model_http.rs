@@ -26,37 +26,9 @@ use proptest::test_runner::{Config, TestRunner};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
-const DAY: i64 = 86_400_000;
-const MAX_ROWS: usize = 12;
-const CONFIG: &str = "notify_on_create = false\n[retention]\nmax_age_days = 1\nmax_rows = 12\ncursor_expiry_days = 1\nprune_interval_secs = 31536000\nbatch_rows = 5\n[monitor]\nenabled = false\n";
-
-const W: usize = 0;
-const X: usize = 1;
-const C: usize = 2;
-const D: usize = 3;
-const G: usize = 4;
-const N: usize = 5;
-const KEYS: [&str; N] = [
-    "agent:main:main",
-    "agent:main:coord",
-    "agent:main:subagent:c",
-    "agent:main:subagent:d",
-    "global",
-];
-
-fn qualified(i: usize) -> bool {
-    i != G
-}
-
-fn parent_of(i: usize) -> Option<usize> {
-    matches!(i, C | D).then_some(W)
-}
-
-fn index_of(k: &str) -> usize {
-    KEYS.iter()
-        .position(|x| *x == k)
-        .unwrap_or_else(|| panic!("unknown key {k}"))
-}
+use aware_core::Origin;
+use aware_testkit::model::{KindClass as Class, SERVER_CONFIG as CONFIG, *};
+use aware_testkit::spec::DAY;
 
 fn path(s: usize, rest: &str) -> String {
     format!("/v1/sessions/{}{rest}", seg(KEYS[s]))
@@ -162,287 +134,6 @@ fn op_strategy() -> impl Strategy<Value = Op> {
 
 // ---------------------------------------------------------------------------------------------
 // Reference model
-// ---------------------------------------------------------------------------------------------
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Class {
-    Material,
-    Seeds,
-    LogOnly,
-}
-
-#[derive(Debug, Clone)]
-struct MSession {
-    orphaned: bool,
-    goal: Option<(u8, bool)>,
-    run: Option<String>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct MCursor {
-    ls: i64,
-    n: i64,
-    m: i64,
-    muted: bool,
-    updated: i64,
-}
-
-impl MCursor {
-    fn settled(at: i64, muted: bool, now: i64) -> Self {
-        MCursor {
-            ls: at,
-            n: at,
-            m: at,
-            muted,
-            updated: now,
-        }
-    }
-    fn pending(&self) -> bool {
-        !self.muted && self.n > self.ls
-    }
-}
-
-#[derive(Debug, Clone, Copy)]
-struct MHead {
-    last: i64,
-    pruned: i64,
-}
-
-#[derive(Debug, Clone)]
-struct MEvent {
-    stream: usize,
-    dedupe: Option<String>,
-    at: i64,
-}
-
-#[derive(Debug, Clone)]
-struct Model {
-    now: i64,
-    sessions: [Option<MSession>; N],
-    heads: [Option<MHead>; N],
-    events: BTreeMap<i64, MEvent>,
-    cursors: BTreeMap<(usize, usize), MCursor>,
-    max_seq: i64,
-    runs: u64,
-}
-
-#[derive(Debug, Default, PartialEq, Eq)]
-struct MPrune {
-    age: u64,
-    cap: u64,
-    cursors: u64,
-}
-
-impl Model {
-    fn new(now: i64) -> Self {
-        Model {
-            now,
-            sessions: Default::default(),
-            heads: [None; N],
-            events: BTreeMap::new(),
-            cursors: BTreeMap::new(),
-            max_seq: 0,
-            runs: 0,
-        }
-    }
-    fn exists(&self, i: usize) -> bool {
-        self.sessions[i].is_some()
-    }
-    fn head(&self, i: usize) -> i64 {
-        self.heads[i].map_or(0, |h| h.last)
-    }
-    fn pruned(&self, i: usize) -> i64 {
-        self.heads[i].map_or(0, |h| h.pruned)
-    }
-    fn orphaned(&self, i: usize) -> bool {
-        self.sessions[i].as_ref().is_some_and(|s| s.orphaned)
-    }
-    fn human_turn_records(&self, t: usize) -> bool {
-        parent_of(t).is_some() || self.cursors.iter().any(|(&(_, tt), c)| tt == t && !c.muted)
-    }
-    fn retained(&self, i: usize) -> Vec<i64> {
-        self.events
-            .iter()
-            .filter(|(_, e)| e.stream == i)
-            .map(|(s, _)| *s)
-            .collect()
-    }
-    fn event_by_dedupe(&self, dedupe: &str) -> Option<i64> {
-        self.events
-            .iter()
-            .find(|(_, e)| e.dedupe.as_deref() == Some(dedupe))
-            .map(|(s, _)| *s)
-    }
-
-    /// 01 §4 steps 5–7 and 02 §2–§6 for an event recorded with sequence `seq`.
-    #[allow(clippy::too_many_arguments)]
-    fn record(
-        &mut self,
-        stream: usize,
-        seq: i64,
-        dedupe: Option<String>,
-        class: Class,
-        actor_id: Option<&str>,
-        passed: &[usize],
-        ctx: &str,
-    ) {
-        assert!(
-            seq > self.max_seq,
-            "{ctx}: sequence {seq} reused or not increasing (max issued so far {})",
-            self.max_seq
-        );
-        self.max_seq = seq;
-        self.events.insert(
-            seq,
-            MEvent {
-                stream,
-                dedupe,
-                at: self.now,
-            },
-        );
-        let head = self.heads[stream].get_or_insert(MHead { last: 0, pruned: 0 });
-        assert!(seq > head.last, "{ctx}: head would be lowered");
-        head.last = seq;
-        if class == Class::LogOnly {
-            return;
-        }
-        let mut candidates: Vec<usize> = passed.to_vec();
-        if class == Class::Material {
-            candidates.extend(
-                self.cursors
-                    .iter()
-                    .filter(|(&(_, t), c)| t == stream && !c.muted)
-                    .map(|(&(w, _), _)| w),
-            );
-        }
-        // An orphaned target's parent leaves the producer-passed list (ARCHITECTURE.md).
-        let orphan_parent = if self.orphaned(stream) {
-            parent_of(stream)
-        } else {
-            None
-        };
-        let n_passed = passed.len();
-        let mut index = 0;
-        candidates.retain(|w| {
-            index += 1;
-            !(index <= n_passed && orphan_parent == Some(*w))
-        });
-        let mut seen = BTreeSet::new();
-        candidates.retain(|w| seen.insert(*w));
-        candidates.retain(|&w| qualified(w) && self.exists(w) && w != stream);
-        let now = self.now;
-        for w in candidates {
-            let existing = self.cursors.get(&(w, stream)).copied();
-            if existing.is_some_and(|c| c.muted) {
-                continue;
-            }
-            match class {
-                Class::Seeds => {
-                    self.cursors
-                        .insert((w, stream), MCursor::settled(seq, false, now));
-                }
-                Class::Material => {
-                    if actor_id == Some(KEYS[w]) {
-                        continue;
-                    }
-                    let mut c = existing.unwrap_or(MCursor::settled(0, false, now));
-                    if c.n == c.ls {
-                        c.n = seq;
-                    }
-                    c.m = seq;
-                    c.updated = now;
-                    self.cursors.insert((w, stream), c);
-                }
-                Class::LogOnly => unreachable!(),
-            }
-        }
-    }
-
-    /// Pending notices of `w` in 02 §8.1 order: notified, then target key.
-    fn pending_of(&self, w: usize) -> Vec<(usize, MCursor)> {
-        let mut v: Vec<(usize, MCursor)> = self
-            .cursors
-            .iter()
-            .filter(|(&(ww, _), c)| ww == w && c.pending())
-            .map(|(&(_, t), c)| (t, *c))
-            .collect();
-        v.sort_by(|a, b| (a.1.n, KEYS[a.0]).cmp(&(b.1.n, KEYS[b.0])));
-        v
-    }
-
-    /// 02 §9 step 3; returns whether a follow-up opened.
-    fn ack(&mut self, w: usize, t: usize) -> bool {
-        let now = self.now;
-        let c = self.cursors.get_mut(&(w, t)).unwrap();
-        let (n, m) = (c.n, c.m);
-        c.ls = n;
-        c.n = m.max(n);
-        c.updated = now;
-        m > n
-    }
-
-    fn delete(&mut self, s: usize) {
-        self.sessions[s] = None;
-        self.cursors.retain(|&(w, t), _| w != s && t != s);
-        self.events.retain(|_, e| e.stream != s);
-        self.heads[s] = None;
-        for child in 0..N {
-            if parent_of(child) == Some(s) {
-                if let Some(cs) = self.sessions[child].as_mut() {
-                    cs.orphaned = true;
-                }
-            }
-        }
-    }
-
-    /// 01 §9 phases 1–3.
-    fn prune(&mut self) -> MPrune {
-        let mut report = MPrune::default();
-        let cutoff = self.now - DAY;
-        let by_age: Vec<i64> = self
-            .events
-            .iter()
-            .filter(|(_, e)| e.at < cutoff)
-            .map(|(s, _)| *s)
-            .collect();
-        for s in by_age {
-            self.prune_one(s);
-            report.age += 1;
-        }
-        while self.events.len() > MAX_ROWS {
-            let lowest = *self.events.keys().next().unwrap();
-            self.prune_one(lowest);
-            report.cap += 1;
-        }
-        let ccut = self.now - DAY;
-        let before = self.cursors.len();
-        self.cursors.retain(|_, c| c.muted || c.updated >= ccut);
-        report.cursors = (before - self.cursors.len()) as u64;
-        report
-    }
-
-    fn prune_one(&mut self, seq: i64) {
-        let e = self.events.remove(&seq).unwrap();
-        if let Some(h) = self.heads[e.stream].as_mut() {
-            h.pruned = h.pruned.max(seq);
-        }
-    }
-
-    /// 02 §12 steps 1–2: pending notices are re-frozen at the material watermark.
-    fn sweep(&mut self) {
-        let now = self.now;
-        let exists: Vec<bool> = (0..N).map(|i| self.exists(i)).collect();
-        for (&(w, _), c) in self.cursors.iter_mut() {
-            if c.pending() && exists[w] {
-                c.n = c.m;
-                c.updated = now;
-            }
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Applying one operation to both sides
 // ---------------------------------------------------------------------------------------------
 
 fn expect_status(ctx: &str, r: &Resp, want: &[u16]) {
@@ -731,12 +422,12 @@ fn apply(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
                 .entry((w, t))
                 .and_modify(|c| {
                     if c.muted {
-                        *c = MCursor::settled(head, false, now);
+                        *c = MCursor::settled(head, false, Origin::Watch, now);
                     } else {
                         c.updated = now;
                     }
                 })
-                .or_insert(MCursor::settled(head, false, now));
+                .or_insert(MCursor::settled(head, false, Origin::Watch, now));
             let got = &r.body["cursor"];
             assert_eq!(
                 (
@@ -770,7 +461,8 @@ fn apply(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
                 && (existing.is_some() || parent_of(t) == Some(w));
             assert_eq!(r.body["unwatched"], want, "{ctx}: unwatched? {}", r.body);
             if want {
-                let c = MCursor::settled(m.head(t), true, m.now);
+                let origin = existing.map_or(Origin::Spawn, |c| c.origin);
+                let c = MCursor::settled(m.head(t), true, origin, m.now);
                 m.cursors.insert((w, t), c);
             }
         }

@@ -161,16 +161,7 @@ fn start_unhealthy(dir: tempfile::TempDir) -> Server {
         assert!(Instant::now() < deadline, "server did not start listening");
         std::thread::sleep(Duration::from_millis(20));
     };
-    Server {
-        dir,
-        child: Some(child),
-        port,
-        base: format!("http://127.0.0.1:{port}"),
-        token: None,
-        extra_args: vec![],
-        logs: Arc::new(Mutex::new(String::new())),
-        now: T0,
-    }
+    Server::from_process(dir, child, port)
 }
 
 /// The lines of `GET /metrics`.

@@ -250,16 +250,7 @@ fn start_without_test_clock() -> Server {
         .spawn()
         .expect("start aware serve");
     let port = wait_port_file(&port_file, &mut child);
-    let s = Server {
-        dir,
-        child: Some(child),
-        port,
-        base: format!("http://127.0.0.1:{port}"),
-        token: None,
-        extra_args: Vec::new(),
-        logs: Arc::new(Mutex::new(String::new())),
-        now: T0,
-    };
+    let s = Server::from_process(dir, child, port);
     s.wait_healthy();
     s
 }

@@ -6,7 +6,6 @@ mod common;
 
 use common::*;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -14,17 +13,7 @@ use std::path::{Path, PathBuf};
 const ID: &str = "019b7f94-51b4-7593-922e-ba12b5b73b52";
 const OLD: &str = "019a93b9-f380-7600-98ff-940e6b99603c";
 
-fn key_of(thread: &str) -> String {
-    let hex: String = Sha256::digest(thread.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    format!("agent:main:claude:{hex}")
-}
-
-fn line(v: &Value) -> String {
-    format!("{v}\n")
-}
+use aware_testkit::transcript::{key_of, line};
 
 fn meta(id: &str) -> Value {
     json!({"timestamp":"2026-01-02T16:39:45.332Z","type":"session_meta","payload":{

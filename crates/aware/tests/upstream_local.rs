@@ -9,90 +9,16 @@ mod common;
 
 use common::*;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
-/// Thread T of the upstream conventions.
-const T: &str = "0b7c2a4e-5d6f-4a8b-9c0d-1e2f3a4b5c6d";
+use aware_testkit::transcript::{THREAD_T as T, *};
 /// `agent:main:claude:` + sha256 hex of T.
 const A: &str =
     "agent:main:claude:5eeb30d272634929ba01f98fd47fd4f114387b26516060195702b36c5ef42975";
 const MIB: usize = 1_048_576;
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-/// The adopted key of a local thread (04 §3 step 4).
-fn key_of(thread: &str) -> String {
-    format!("agent:main:claude:{}", sha256_hex(thread.as_bytes()))
-}
-
-/// `sourceKey16` of a local link (04 §5), computed independently of the engine.
-fn source16(file: &Path, thread: &str) -> String {
-    let abs = std::fs::canonicalize(file).unwrap();
-    let ref_json = json!({"filePath": abs.to_string_lossy()}).to_string();
-    let input = format!("gateway:local\0{thread}\0{ref_json}");
-    sha256_hex(input.as_bytes())[..16].to_string()
-}
-
-fn new_uuid() -> String {
-    static N: AtomicU64 = AtomicU64::new(1);
-    format!(
-        "00000000-0000-4000-8000-{:012}",
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-/// One transcript line (with its `\n`).
-fn line(v: &Value) -> String {
-    format!("{v}\n")
-}
-
-fn user_row(text: &str, ts: &str) -> Value {
-    json!({"type":"user","uuid":new_uuid(),"timestamp":ts,"message":{"role":"user","content":text}})
-}
-
-fn assistant_row(text: &str) -> Value {
-    json!({"type":"assistant","uuid":new_uuid(),"timestamp":"2026-01-01T00:00:11.000Z",
-        "message":{"role":"assistant","content":[{"type":"text","text":text}]}})
-}
-
-/// The 3 rows of the conventions: user `hi`, assistant `hello`, user `thanks`.
-fn initial_transcript() -> String {
-    let mut s = line(&user_row("hi", "2025-12-31T23:00:00.000Z"));
-    s.push_str(&line(&assistant_row("hello")));
-    s.push_str(&line(&user_row("thanks", "2025-12-31T23:00:02.000Z")));
-    s
-}
-
-/// An assistant row of exactly `total` bytes, newline included.
-fn assistant_row_of(total: usize) -> String {
-    let empty = line(&assistant_row(""));
-    assert!(total > empty.len());
-    let row = line(&assistant_row(&"x".repeat(total - empty.len())));
-    assert_eq!(row.len(), total);
-    row
-}
-
-/// A human row `text` padded (an extra field) to exactly `total` bytes, newline included.
-fn user_row_of(text: &str, ts: &str, total: usize) -> String {
-    let mut v = user_row(text, ts);
-    v["pad"] = json!("");
-    let base = line(&v).len();
-    assert!(total > base);
-    v["pad"] = json!("p".repeat(total - base));
-    let row = line(&v);
-    assert_eq!(row.len(), total);
-    row
-}
 
 fn config(root: &Path) -> String {
     format!(
@@ -292,7 +218,7 @@ impl Up {
 
     /// The expected dedupe key of a `human_direct_message` whose new offset is `offset`.
     fn hdm_key(&self, offset: u64) -> String {
-        format!("upstream:{A}:{}:{offset}", source16(&self.file, T))
+        format!("upstream:{A}:{}:{offset}", local_source16(&self.file, T))
     }
 
     /// Asserts the `upstream-missing:<A>:<sourceKey16>:<digits>` shape of a stored key.
@@ -730,7 +656,7 @@ fn s128_a_failed_settle_is_retried_idempotently() {
 #[test]
 fn s130_three_misses_make_one_upstream_missing() {
     let mut u = Up::adopted_and_watched();
-    let src16 = source16(&u.file, T);
+    let src16 = local_source16(&u.file, T);
     u.delete_file();
     u.tick(1);
     u.tick(2);
@@ -1043,7 +969,7 @@ fn s143_no_growth_and_a_directory_counts_as_missing() {
     assert_eq!(u.hdms().len(), 1);
 
     // A path that is a directory counts as missing.
-    let src16 = source16(&u.file, T);
+    let src16 = local_source16(&u.file, T);
     u.delete_file();
     std::fs::create_dir(&u.file).unwrap();
     u.tick(3);

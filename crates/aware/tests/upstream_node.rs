@@ -10,59 +10,21 @@ mod common;
 
 use common::*;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Thread T of the upstream conventions.
-const T: &str = "0b7c2a4e-5d6f-4a8b-9c0d-1e2f3a4b5c6d";
+use aware_testkit::transcript::{
+    assistant_row_with as assistant_row, initial_transcript_fixed as initial_transcript, line,
+    node_source16, sha256_hex, user_row_with as user_row, THREAD_T as T,
+};
 /// `agent:main:claude:` + sha256 hex of `"node:laptop" + "\0" + T` (S144).
 const NA: &str =
     "agent:main:claude:140eae5ade16053d451ec68047fabaea6b71aaaac0232d673187efff3a4752ad";
 const HOST: &str = "node:laptop";
 const NODE_TOKEN: &str = "nt";
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-/// `sourceKey16` of the node link of thread `thread` (04 §5), computed independently.
-fn source16(thread: &str) -> String {
-    let ref_json = format!("{{\"nodeId\":\"laptop\",\"threadId\":\"{thread}\"}}");
-    sha256_hex(format!("{HOST}\0{thread}\0{ref_json}").as_bytes())[..16].to_string()
-}
-
-fn line(v: &Value) -> String {
-    format!("{v}\n")
-}
-
-fn user_row(uuid: &str, text: &str, ts: &str) -> Value {
-    json!({"type":"user","uuid":uuid,"timestamp":ts,"message":{"role":"user","content":text}})
-}
-
-fn assistant_row(uuid: &str, text: &str) -> Value {
-    json!({"type":"assistant","uuid":uuid,"timestamp":"2026-01-01T00:00:11.000Z",
-        "message":{"role":"assistant","content":[{"type":"text","text":text}]}})
-}
-
-/// The 3 rows of the conventions (user `hi`, assistant `hello`, user `thanks`), the newest with
-/// uuid `u-thanks`.
-fn initial_transcript() -> String {
-    let mut s = line(&user_row("u-hi", "hi", "2025-12-31T23:00:00.000Z"));
-    s.push_str(&line(&assistant_row("a-hello", "hello")));
-    s.push_str(&line(&user_row(
-        "u-thanks",
-        "thanks",
-        "2025-12-31T23:00:02.000Z",
-    )));
-    s
-}
 
 /// A running `aware node serve` on a loopback port.
 struct Node {
@@ -500,7 +462,7 @@ fn s145_paired_node_window_and_a_burst_past_50_items() {
     let seq = ev[1]["sequence"].as_i64().unwrap();
     assert_eq!(
         u.stored(seq).0.as_deref(),
-        Some(format!("upstream:{NA}:{}:item-3", source16(T)).as_str())
+        Some(format!("upstream:{NA}:{}:item-3", node_source16("laptop", T)).as_str())
     );
     assert_eq!(u.s.notice_texts(X), vec![nt(NA, 1)]);
 
