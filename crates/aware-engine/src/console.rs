@@ -1,10 +1,11 @@
 //! Reads for the web console: the session table, one session's page and the watch graph, each
 //! on one snapshot; and the change generation that tells the console something changed.
 
+use crate::lookup::load_session;
 use crate::model::{Notice, Session};
-use crate::sessions::load_session;
 use crate::{Engine, Result};
 use aware_core::{SessionRef, StoredEvent};
+use aware_store::StoreExt;
 use aware_store::{ConsoleFilter, ConsoleRow, CursorRow, RunRow, SystemEventRow, TurnRow};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -89,7 +90,7 @@ fn agent_of(key: &str) -> Option<String> {
 impl Engine {
     /// A page of the session table and the number of matching sessions.
     pub fn console_sessions(&self, filter: &ConsoleFilter) -> Result<(Vec<ConsoleRow>, u64)> {
-        Ok(self.inner.store.read(|r| r.console_sessions(filter))?)
+        Ok(self.inner.store.read_as(|r| r.console_sessions(filter))?)
     }
 
     /// A session's page: `before` pages the timeline backwards (exclusive sequence).
@@ -102,8 +103,8 @@ impl Engine {
     ) -> Result<ConsoleSession> {
         let session = self.get_session(s)?;
         let (key, agent) = (s.key.as_str(), s.agent.as_str());
-        self.inner.store.read(|tx| {
-            Ok((|| {
+        self.inner.store.read_as(|tx| {
+            (|| -> Result<_> {
                 load_session(tx, s)?;
                 let mut events =
                     tx.events_before(key, agent, before.unwrap_or(i64::MAX), event_limit + 1)?;
@@ -148,8 +149,8 @@ impl Engine {
                     turns,
                     turn_count,
                 })
-            })())
-        })?
+            })()
+        })
     }
 
     /// The watch graph: without `focus`, the `limit` most recently updated sessions of
@@ -163,8 +164,8 @@ impl Engine {
         agents: &[String],
     ) -> Result<Graph> {
         let visible = |agent: &str| agents.is_empty() || agents.iter().any(|a| a == agent);
-        self.inner.store.read(|tx| {
-            Ok((|| {
+        self.inner.store.read_as(|tx| {
+            (|| -> Result<_> {
                 let mut truncated = false;
                 let mut nodes: BTreeSet<(String, String)> = BTreeSet::new();
                 let mut known_rows: Option<Vec<ConsoleRow>> = None;
@@ -309,8 +310,8 @@ impl Engine {
                     edges: edges.into_values().collect(),
                     truncated,
                 })
-            })())
-        })?
+            })()
+        })
     }
 
     /// Sessions in the store (for the console's overview).
@@ -318,7 +319,7 @@ impl Engine {
         Ok(self
             .inner
             .store
-            .read(|r| r.console_sessions(&ConsoleFilter::default()))?
+            .read_as(|r| r.console_sessions(&ConsoleFilter::default()))?
             .1)
     }
 

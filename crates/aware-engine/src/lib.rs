@@ -13,19 +13,23 @@ mod append;
 mod clock;
 mod console;
 mod error;
+mod fifo;
 mod links;
+mod lookup;
 mod metrics;
 mod model;
 mod reads;
 mod retention;
 mod sessions;
+mod spawn;
+mod turns;
 mod wakes;
 mod watch;
 
 pub use append::{Admission, AppendOutcome, AppendRequest, NotRecorded};
 pub use clock::{Clock, ClockBackwards, ManualClock, SystemClock};
 pub use console::{ConsoleSession, EdgeKind, Graph, GraphEdge, GraphNode};
-pub use error::{EngineError, Result};
+pub use error::{EngineError, ErrorKind, Result};
 pub use links::{
     adopted_key, canonical_json, source_key16, AdoptRequest, AdoptResult, ImportTurn, LinkDelete,
     LinkInput, Settlement,
@@ -35,7 +39,7 @@ pub use model::*;
 pub use wakes::{Wake, WakeReason};
 
 use aware_core::{AgentId, EventKind, RetentionPolicy};
-use aware_store::{Durability, SqliteStore, StoreError, StoreOptions, WriteTx};
+use aware_store::{Durability, SqliteStore, Store, StoreExt, StoreOptions, WriteTx};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -69,7 +73,7 @@ impl EngineConfig {
 }
 
 pub(crate) struct Inner {
-    pub(crate) store: SqliteStore,
+    pub(crate) store: Arc<dyn Store>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) config: EngineConfig,
     pub(crate) metrics: EngineMetrics,
@@ -126,6 +130,20 @@ impl Engine {
             .map_err(|e| EngineError::invalid(e.to_string()))?;
         let store =
             SqliteStore::open(StoreOptions::new(&config.db_path).durability(config.durability))?;
+        Self::open_with_store(Arc::new(store), config, clock)
+    }
+
+    /// Builds the engine on an already opened store (any backend). `config.db_path` and
+    /// `config.durability` are not used: the store was opened with its own settings.
+    pub fn open_with_store(
+        store: Arc<dyn Store>,
+        config: EngineConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self> {
+        config
+            .retention
+            .validate()
+            .map_err(|e| EngineError::invalid(e.to_string()))?;
         let window_ms = (config.coalesce_secs as i64).saturating_mul(1000);
         Ok(Engine {
             inner: Arc::new(Inner {
@@ -158,8 +176,12 @@ impl Engine {
     pub fn metrics(&self) -> &EngineMetrics {
         &self.inner.metrics
     }
-    pub fn store(&self) -> &SqliteStore {
+    pub fn store(&self) -> &Arc<dyn Store> {
         &self.inner.store
+    }
+    /// The SQLite store, when the engine runs on one (for SQLite-only test seams).
+    pub fn sqlite(&self) -> Option<&SqliteStore> {
+        self.inner.store.as_any().downcast_ref::<SqliteStore>()
     }
     /// Subscribes to delivered wakes.
     pub fn subscribe_wakes(&self) -> tokio::sync::broadcast::Receiver<Wake> {
@@ -170,7 +192,7 @@ impl Engine {
     /// just connected (02 §10 catch-up). These do not take part in coalescing.
     pub fn catch_up_wakes(&self) -> Result<Vec<Wake>> {
         let now = self.now();
-        let watchers = self.inner.store.read(|r| r.watchers_with_pending())?;
+        let watchers = self.inner.store.read_as(|r| r.watchers_with_pending())?;
         let mut out = Vec::new();
         for w in watchers.into_iter().filter(|w| wake_eligible(w)) {
             // Rows of watchers that no longer exist are left to expire (02 §12), never woken.
@@ -180,14 +202,14 @@ impl Engine {
                 .map(|(k, a)| {
                     self.inner
                         .store
-                        .read(|r| r.session_exists(k.as_str(), a.as_str()))
+                        .read_as(|r| r.session_exists(k.as_str(), a.as_str()))
                 })
                 .transpose()?
                 .unwrap_or(false);
             if !exists {
                 continue;
             }
-            let pending = self.inner.store.read(|r| r.pending_by_watcher(&w))?;
+            let pending = self.inner.store.read_as(|r| r.pending_by_watcher(&w))?;
             if pending.is_empty() {
                 continue;
             }
@@ -217,14 +239,14 @@ impl Engine {
 
     /// Number of pending notices in the store (the `aware_pending_notices` gauge).
     pub fn pending_count(&self) -> Result<u64> {
-        Ok(self.inner.store.read(|r| r.count_pending())?)
+        Ok(self.inner.store.read_as(|r| r.count_pending())?)
     }
 
     /// Sessions, distinct watchers and pending notices, counted now in one read snapshot (the
     /// gauges of `GET /metrics`). Counted at scrape time rather than kept on every write: a
     /// scrape is rare, and a count cannot drift from the rows.
     pub fn gauges(&self) -> Result<aware_store::StoreGauges> {
-        Ok(self.inner.store.read(|r| r.gauges())?)
+        Ok(self.inner.store.read_as(|r| r.gauges())?)
     }
 
     /// Registers a waiter for the reply to `run_id` (an assistant turn carrying it, or the end of
@@ -253,24 +275,19 @@ impl Engine {
         op: impl FnOnce(&mut dyn WriteTx, &mut Ctx) -> Result<R> + Send + 'static,
     ) -> Result<R> {
         let inner = self.inner.clone();
-        let result = self.inner.store.write(move |tx| {
+        self.inner.store.write_as(move |tx| {
             let mut ctx = Ctx {
                 now: inner.clock.now_ms(),
                 effects: Effects::default(),
                 inner: inner.clone(),
             };
-            match op(tx, &mut ctx) {
-                Ok(r) => {
-                    let effects = std::mem::take(&mut ctx.effects);
-                    let hook_inner = inner.clone();
-                    let now = ctx.now;
-                    tx.after_commit(Box::new(move || apply_effects(&hook_inner, effects, now)));
-                    Ok(r)
-                }
-                Err(e) => Err(StoreError::Rejected(Box::new(e))),
-            }
-        });
-        result.map_err(unwrap_rejected)
+            let r = op(tx, &mut ctx)?;
+            let effects = std::mem::take(&mut ctx.effects);
+            let hook_inner = inner.clone();
+            let now = ctx.now;
+            tx.after_commit(Box::new(move || apply_effects(&hook_inner, effects, now)));
+            Ok(r)
+        })
     }
 
     /// Fires every engine-clock timer that is due: run timeouts, coalesced wakes, the prune
@@ -306,7 +323,7 @@ impl Engine {
         let runs = self
             .inner
             .store
-            .read(|r| r.next_run_deadline())
+            .read_as(|r| r.next_run_deadline())
             .ok()
             .flatten();
         [prune, runs, self.inner.wakes.next_due()]
@@ -340,16 +357,6 @@ impl Drop for ReplyWatch {
                 m.remove(&self.run_id);
             }
         }
-    }
-}
-
-fn unwrap_rejected(e: StoreError) -> EngineError {
-    match e {
-        StoreError::Rejected(inner) => match inner.downcast::<EngineError>() {
-            Ok(engine) => *engine,
-            Err(other) => EngineError::invalid(other.to_string()),
-        },
-        other => EngineError::Store(other),
     }
 }
 
@@ -463,7 +470,7 @@ pub(crate) fn request_state_wakes(inner: &Arc<Inner>, watchers: &[String], now: 
 pub(crate) fn deliver_state_wake(inner: &Arc<Inner>, watcher: &str, now: i64, scheduled: bool) {
     let pending = inner
         .store
-        .read(|r| r.pending_by_watcher(watcher))
+        .read_as(|r| r.pending_by_watcher(watcher))
         .unwrap_or_default();
     if pending.is_empty() && scheduled {
         return;

@@ -2,10 +2,11 @@
 //! engine operations the upstream monitor needs (04 §6, §7).
 
 use crate::append::{record, AppendRequest};
+use crate::lookup::{load_session, new_uuid};
 use crate::model::*;
-use crate::sessions::{load_session, new_uuid};
 use crate::{Engine, Result};
 use aware_core::{ActorType, EventKind, SessionKey, SessionRef};
+use aware_store::StoreExt;
 use aware_store::{LinkRow, ReadTx, SessionRow, TurnRow, UpstreamSource, WriteTx};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -173,7 +174,7 @@ impl Engine {
         Ok(self
             .inner
             .store
-            .read(|tx| tx.link(s.key.as_str(), s.agent.as_str()))?)
+            .read_as(|tx| tx.link(s.key.as_str(), s.agent.as_str()))?)
     }
 
     /// `upsert` of 04 §4.
@@ -224,7 +225,7 @@ impl Engine {
 
     /// `listWatched` of 04 §4, with the ambiguity guard. Errors give an empty map.
     pub fn links_watched(&self) -> BTreeMap<String, Vec<LinkRow>> {
-        let rows = match self.inner.store.read(|tx| tx.watched_links()) {
+        let rows = match self.inner.store.read_as(|tx| tx.watched_links()) {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(event = "read_failed", read = "listWatched", error = %e, "cannot list watched links");
@@ -257,11 +258,10 @@ impl Engine {
     pub fn own_recent_user_texts(&self, s: &SessionRef) -> Result<Vec<String>> {
         // One indexed query for the 10 rows, not the whole transcript: the monitor asks twice
         // per probe on every tick.
-        let turns = self.inner.store.read(|tx| {
-            Ok(load_session(tx, s).and_then(|_| {
-                Ok(tx.recent_own_user_turns(s.key.as_str(), s.agent.as_str(), 10)?)
-            }))
-        })??;
+        let turns = self.inner.store.read_as(|tx| {
+            load_session(tx, s)
+                .and_then(|_| Ok(tx.recent_own_user_turns(s.key.as_str(), s.agent.as_str(), 10)?))
+        })?;
         Ok(turns
             .iter()
             .map(|t| {
@@ -359,7 +359,7 @@ impl Engine {
         let s = req.session.clone();
         self.write(move |tx, ctx| {
             let row = load_session(tx, &s)?;
-            let parent = crate::sessions::parent_ref(&row).map(|p| p.key.as_str().to_string());
+            let parent = crate::lookup::parent_ref(&row).map(|p| p.key.as_str().to_string());
             req.session_id = Some(row.session_id.clone());
             req.only_if_watched = parent.is_none();
             req.watchers = parent.into_iter().collect();

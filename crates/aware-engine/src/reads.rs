@@ -3,6 +3,7 @@
 use crate::model::StateChanges;
 use crate::{Engine, EngineError, EngineMetrics, Result};
 use aware_core::SessionRef;
+use aware_store::StoreExt;
 
 /// The largest `limit` of a `listSince` page.
 pub const MAX_PAGE: u32 = 200;
@@ -18,7 +19,7 @@ impl Engine {
         match self
             .inner
             .store
-            .read(|tx| tx.head(s.key.as_str(), s.agent.as_str()))
+            .read_as(|tx| tx.head(s.key.as_str(), s.agent.as_str()))
         {
             Ok(h) => h.map_or(0, |h| h.last_sequence),
             Err(e) => {
@@ -34,7 +35,7 @@ impl Engine {
             .iter()
             .map(|r| (r.key.as_str().to_string(), r.agent.as_str().to_string()))
             .collect();
-        match self.inner.store.read(|tx| tx.heads(&pairs)) {
+        match self.inner.store.read_as(|tx| tx.heads(&pairs)) {
             Ok(heads) => refs
                 .iter()
                 .cloned()

@@ -89,7 +89,7 @@ impl Engine {
             return Some(report);
         }
         // 5. Passive checkpoint so the WAL does not grow without bound.
-        if let Err(e) = inner.store.checkpoint() {
+        if let Err(e) = inner.store.maintain() {
             tracing::warn!(event = "checkpoint_failed", error = %e, "passive WAL checkpoint failed");
         }
         tracing::info!(

@@ -1,10 +1,11 @@
 //! Registration, unwatch, drain/peek/ack and the system-event FIFO (02 §7–§9).
 
+use crate::lookup::{load_session, parent_ref};
 use crate::model::*;
-use crate::sessions::{load_session, parent_ref};
 use crate::{Ctx, Engine, EngineError, Result};
 use aware_core::notice::{decode_context_key, render_prompt, SystemEventLine};
 use aware_core::{cursor, SessionRef};
+use aware_store::StoreExt;
 use aware_store::{CursorRow, ReadTx, WriteTx};
 
 /// Registration inside an op (02 §7). Visibility is checked by the caller's surface.
@@ -142,22 +143,22 @@ impl Engine {
 
     /// Cursors where the session is the watcher.
     pub fn watches(&self, s: &SessionRef) -> Result<Vec<CursorRow>> {
-        self.inner.store.read(|tx| {
-            Ok(load_session(tx, s).and_then(|_| {
+        self.inner.store.read_as(|tx| {
+            load_session(tx, s).and_then(|_| {
                 if !s.key.is_agent_qualified() {
                     return Ok(Vec::new());
                 }
                 Ok(tx.cursors_by_watcher(s.key.as_str())?)
-            }))
-        })?
+            })
+        })
     }
 
     /// Cursors where the session is the target.
     pub fn watchers(&self, s: &SessionRef) -> Result<Vec<CursorRow>> {
-        self.inner.store.read(|tx| {
-            Ok(load_session(tx, s)
-                .and_then(|_| Ok(tx.cursors_by_target(s.key.as_str(), s.agent.as_str())?)))
-        })?
+        self.inner.store.read_as(|tx| {
+            load_session(tx, s)
+                .and_then(|_| Ok(tx.cursors_by_target(s.key.as_str(), s.agent.as_str())?))
+        })
     }
 
     /// Drain (02 §9): returns the FIFO and pending notices and acks them in the same op.
@@ -192,13 +193,13 @@ impl Engine {
 
     /// Peek at the items a `drain_up_to` with the same limit would return now.
     pub fn peek_up_to(&self, s: &SessionRef, limit: Option<u32>) -> Result<Drain> {
-        self.inner.store.read(|tx| {
-            Ok(pending_snapshot(tx, s, limit).map(|(fifo, pending, more)| {
+        self.inner.store.read_as(|tx| {
+            pending_snapshot(tx, s, limit).map(|(fifo, pending, more)| {
                 let notices: Vec<Notice> = pending.iter().map(Notice::from_cursor).collect();
                 let n = notices.len() as u64;
                 build_drain(s, fifo, notices, n, more)
-            }))
-        })?
+            })
+        })
     }
 
     /// Explicit ack (02 §9) for hosts that peeked and injected the prompt themselves.
@@ -264,13 +265,14 @@ impl Engine {
         let s2 = s.clone();
         self.write(move |tx, ctx| {
             load_session(tx, &s2)?;
-            Ok(tx.fifo_push(
+            crate::fifo::push(
+                tx,
                 s2.key.as_str(),
                 s2.agent.as_str(),
                 &line.text,
                 line.context_key.as_deref(),
                 ctx.now,
-            )?)
+            )
         })
     }
 }

@@ -5,6 +5,7 @@
 mod common;
 use aware_core::{ActorType, CursorState, EventKind, Origin};
 use aware_engine::*;
+use aware_store::StoreExt;
 use aware_store::{ConsoleFilter, CursorRow, NewEvent, SessionRow};
 use common::*;
 use std::time::Instant;

@@ -8,6 +8,7 @@
 mod common;
 use aware_core::{ActorType, EventKind};
 use aware_engine::*;
+use aware_store::StoreExt;
 use common::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -289,7 +290,7 @@ fn a_commit_failing_mid_batch_fails_every_op_of_that_batch_and_nothing_else() {
             std::thread::spawn(move || {
                 b.wait();
                 arrived.fetch_add(1, Ordering::SeqCst);
-                let code = |e: EngineError| format!("{}: {e}", e.code());
+                let code = |e: EngineError| format!("{}: {e}", e.kind_name());
                 match i {
                     // A drain, a registration and a goal change share the failing batch.
                     0 => Op::Other("drain", e.drain(&sref(W)).map(|_| ()).map_err(code)),
@@ -373,7 +374,7 @@ fn a_commit_failing_mid_batch_fails_every_op_of_that_batch_and_nothing_else() {
                         let r = e
                             .post_turn(&sref(C), NewTurn::user(text.clone()).channel("telegram"))
                             .map(|t| t.event.map(|ev| ev.sequence))
-                            .map_err(|e| e.code().to_string());
+                            .map_err(|e| e.kind_name().to_string());
                         (text, r)
                     })
                     .collect::<Vec<_>>()
@@ -455,7 +456,7 @@ fn read_only_reopen_child() {
     config.notify_on_create = false;
     match Engine::open(config, Arc::new(SystemClock)) {
         Ok(_) => println!("RO-CHILD opened"),
-        Err(e) => println!("RO-CHILD code={} error={e}", e.code()),
+        Err(e) => println!("RO-CHILD code={} error={e}", e.kind_name()),
     }
 }
 
@@ -508,8 +509,11 @@ fn a_read_only_data_dir_answers_errors_never_panics() {
 
     // 2. The data dir turns read-only under a running engine: PRAGMA query_only on the writer
     // connection (what a read-only remount gives: every write transaction is refused).
-    w.engine.store().set_writer_query_only(true);
-    let code = |e: EngineError| (e.code(), e.to_string());
+    w.engine
+        .sqlite()
+        .expect("runs on SQLite")
+        .set_writer_query_only(true);
+    let code = |e: EngineError| (e.kind_name(), e.to_string());
     let (c, msg) = code(
         w.engine
             .post_turn(&sref(C), NewTurn::user("x").channel("telegram"))
@@ -555,7 +559,10 @@ fn a_read_only_data_dir_answers_errors_never_panics() {
     assert_eq!(log_tables(&w), snapshot);
 
     // 3. Writable again: writes succeed, nothing was lost.
-    w.engine.store().set_writer_query_only(false);
+    w.engine
+        .sqlite()
+        .expect("runs on SQLite")
+        .set_writer_query_only(false);
     assert_eq!(w.hdm_seq(C), 3);
     assert_eq!(w.drain(W).notices.len(), 1);
     assert_eq!(w.triple(W, C), (2, 3, 3));
@@ -566,7 +573,7 @@ fn a_read_only_data_dir_answers_errors_never_panics() {
     let err = Engine::open(bad, w.clock.clone())
         .err()
         .expect("open fails");
-    assert_eq!(err.code(), "store_unavailable", "{err}");
+    assert_eq!(err.kind_name(), "store_unavailable", "{err}");
 }
 
 // ---- A full disk ----
@@ -584,7 +591,7 @@ fn a_full_disk_fails_writes_cleanly_and_loses_nothing() {
             .set_goal(&sref(g), "before", GoalStatus::Active, Actor::system())
             .unwrap();
     }
-    let store = w.engine.store().clone();
+    let store = w.engine.sqlite().expect("runs on SQLite").clone();
     // No room from now on: SQLite keeps max_page_count at the current size.
     store.set_max_page_count(1);
 
@@ -601,7 +608,7 @@ fn a_full_disk_fails_writes_cleanly_and_loses_nothing() {
         {
             Ok(t) => answered.push((text, t.event.map(|e| e.sequence))),
             Err(e) => {
-                refused.push((text, e.code(), e.to_string()));
+                refused.push((text, e.kind_name(), e.to_string()));
                 if refused.len() >= 3 {
                     break;
                 }
@@ -642,11 +649,12 @@ fn a_full_disk_fails_writes_cleanly_and_loses_nothing() {
                     (
                         true,
                         text,
-                        r.map(|t| t.event.map(|e| e.sequence)).map_err(|e| e.code()),
+                        r.map(|t| t.event.map(|e| e.sequence))
+                            .map_err(|e| e.kind_name()),
                     )
                 } else {
                     let r = e.set_goal(&sref(&g), "during", GoalStatus::Active, Actor::system());
-                    (false, g, r.map(|_| None).map_err(|e| e.code()))
+                    (false, g, r.map(|_| None).map_err(|e| e.kind_name()))
                 }
             })
         })

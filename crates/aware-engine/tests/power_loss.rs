@@ -219,7 +219,7 @@ fn normal_answered_sequences_are_lost_and_reissued_after_power_loss() {
     let e = open(&dir.path().join("state.db"), Durability::Normal);
     create_pair(&e);
     // A passive checkpoint syncs the WAL and the database: the setup is durable.
-    e.store().checkpoint().unwrap();
+    e.store().maintain().unwrap();
     let setup_head = e.version(&sref(CHILD));
     let mut answered = Vec::new();
     for i in 0..10 {
@@ -740,7 +740,7 @@ fn normal_partial_unsynced_pages_recover_a_prefix() {
     let dir = tempfile::tempdir().unwrap();
     let e = open(&dir.path().join("state.db"), Durability::Normal);
     create_pair(&e);
-    e.store().checkpoint().unwrap();
+    e.store().maintain().unwrap();
     let setup_head = e.version(&sref(CHILD));
     let answered: Vec<i64> = (0..10).map(|i| append(&e, i)).collect();
     let from = dir.path().canonicalize().unwrap();

@@ -4,6 +4,7 @@
 //! deadline) instead of queueing another op behind a stuck writer.
 
 use aware_engine::Engine;
+use aware_store::StoreExt;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -24,10 +24,6 @@ pub enum StoreError {
     Corrupt(String),
     #[error("operation panicked: {0}")]
     Panicked(String),
-    /// An op refused by the layer above; carried through the writer so its savepoint is rolled
-    /// back, then handed back unchanged.
-    #[error("{0}")]
-    Rejected(Box<dyn std::error::Error + Send + Sync>),
 }
 
 impl StoreError {

@@ -13,6 +13,7 @@ mod faults;
 mod metrics;
 mod rows;
 mod sqlite;
+mod store;
 mod tx;
 
 pub use error::StoreError;
@@ -20,6 +21,7 @@ pub use faults::FaultPlan;
 pub use metrics::{StoreMetrics, COMMIT_BUCKETS_US, GROUP_BUCKETS};
 pub use rows::*;
 pub use sqlite::{Durability, SqliteStore, StoreOptions, SCHEMA_VERSION};
+pub use store::{Completion, Store, StoreExt, StoreInfo, WriteOp};
 pub use tx::{ReadTx, WriteTx};
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

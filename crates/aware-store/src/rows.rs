@@ -136,7 +136,8 @@ pub struct SessionFilter {
     pub parent_key: Option<String>,
     pub label: Option<String>,
     pub updated_since: Option<i64>,
-    pub exclude_subagents: bool,
+    /// Leave out sessions of this kind (the engine passes `subagent` for `excludeSubagents`).
+    pub kind_not: Option<String>,
     pub limit: u32,
     pub offset: u64,
 }

@@ -4,13 +4,13 @@
 use crate::faults::FaultPlan;
 use crate::metrics::StoreMetrics;
 use crate::rows::*;
+use crate::store::{Completion, Store, StoreExt, StoreInfo, WriteOp};
 use crate::tx::{ReadTx, WriteTx};
 use crate::{Result, StoreError};
 use aware_core::event::compact_payload;
 use aware_core::{ActorType, CompactEvent, CursorState, EventKind, Origin, StoredEvent};
 use rusqlite::types::Type;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row, ToSql};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -75,14 +75,11 @@ impl StoreOptions {
 }
 
 type Hook = Box<dyn FnOnce() + Send>;
-type Completion = Box<dyn FnOnce(Result<()>) + Send>;
-/// Runs an op inside its savepoint; returns the op's error text when it failed.
-type RunOp = Box<dyn FnOnce(&mut SqlTx<'_>) -> Option<String> + Send>;
 /// One writer op: `run` executes it inside its savepoint and returns its error text, if any;
 /// `complete` answers the caller with the commit outcome (and the op's own result, which `run`
 /// left in a slot they share). An op whose transaction never started is only completed.
 struct Job {
-    run: RunOp,
+    run: WriteOp,
     complete: Completion,
 }
 
@@ -236,71 +233,6 @@ impl SqliteStore {
     pub fn durability(&self) -> Durability {
         self.inner.durability
     }
-    pub fn faults(&self) -> &FaultPlan {
-        &self.inner.faults
-    }
-    pub fn metrics(&self) -> &StoreMetrics {
-        &self.inner.metrics
-    }
-
-    fn submit<R: Send + 'static>(
-        &self,
-        op: impl FnOnce(&mut dyn WriteTx) -> Result<R> + Send + 'static,
-        reply: impl FnOnce(Result<R>) + Send + 'static,
-    ) -> Result<()> {
-        let slot: Arc<Mutex<Option<Result<R>>>> = Arc::new(Mutex::new(None));
-        let run_slot = slot.clone();
-        let job = Job {
-            run: Box::new(move |tx: &mut SqlTx<'_>| {
-                let result = match catch_unwind(AssertUnwindSafe(|| op(tx))) {
-                    Ok(r) => r,
-                    Err(panic) => Err(StoreError::Panicked(panic_text(&panic))),
-                };
-                let failed = result.as_ref().err().map(|e| e.to_string());
-                if let Ok(mut s) = run_slot.lock() {
-                    *s = Some(result);
-                }
-                failed
-            }),
-            complete: Box::new(move |commit: Result<()>| {
-                let result = slot.lock().ok().and_then(|mut s| s.take());
-                reply(match (commit, result) {
-                    (Ok(()), Some(r)) => r,
-                    (Err(e), _) => Err(e),
-                    (Ok(()), None) => Err(StoreError::WriterGone),
-                });
-            }),
-        };
-        let guard = self.inner.jobs.lock().map_err(|_| StoreError::WriterGone)?;
-        let sender = guard.as_ref().ok_or(StoreError::WriterGone)?;
-        sender.send(job).map_err(|_| StoreError::WriterGone)
-    }
-
-    /// Runs `op` as one writer op (its own savepoint inside a group-commit transaction) and
-    /// returns its result after the commit. Blocks the calling thread.
-    pub fn write<R: Send + 'static>(
-        &self,
-        op: impl FnOnce(&mut dyn WriteTx) -> Result<R> + Send + 'static,
-    ) -> Result<R> {
-        let (tx, rx) = mpsc::sync_channel(1);
-        self.submit(op, move |r| {
-            let _ = tx.send(r);
-        })?;
-        rx.recv().map_err(|_| StoreError::WriterGone)?
-    }
-
-    /// Async flavour of [`SqliteStore::write`] for tokio callers.
-    pub async fn write_async<R: Send + 'static>(
-        &self,
-        op: impl FnOnce(&mut dyn WriteTx) -> Result<R> + Send + 'static,
-    ) -> Result<R> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.submit(op, move |r| {
-            let _ = tx.send(r);
-        })?;
-        rx.await.map_err(|_| StoreError::WriterGone)?
-    }
-
     /// The first idle reader connection, else (all busy) one picked round-robin to wait for.
     /// Lowest-first rather than round-robin: a lone caller then always gets the same
     /// connection, whose page cache is warm (measured on W4: round-robin over the pool made
@@ -315,11 +247,48 @@ impl SqliteStore {
             .lock()
             .map_err(|_| StoreError::Corrupt("reader connection poisoned".into()))
     }
+}
+
+impl Store for SqliteStore {
+    fn submit(&self, op: WriteOp, done: Completion) -> Result<()> {
+        let guard = self.inner.jobs.lock().map_err(|_| StoreError::WriterGone)?;
+        let sender = guard.as_ref().ok_or(StoreError::WriterGone)?;
+        sender
+            .send(Job {
+                run: op,
+                complete: done,
+            })
+            .map_err(|_| StoreError::WriterGone)
+    }
+
+    fn faults(&self) -> &FaultPlan {
+        &self.inner.faults
+    }
+
+    fn metrics(&self) -> &StoreMetrics {
+        &self.inner.metrics
+    }
+
+    fn info(&self) -> StoreInfo {
+        StoreInfo {
+            backend: "sqlite",
+            location: self.inner.path.display().to_string(),
+            durability: self.inner.durability.as_str().to_string(),
+        }
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn maintain(&self) -> Result<()> {
+        self.checkpoint()
+    }
 
     /// One `listSince` page (01 §10) in a single statement: up to `limit` events after
     /// `after`, plus the stream's head and earliest retained sequence. One statement is one
     /// snapshot, so no BEGIN/COMMIT is needed, and rows become compact events directly.
-    pub fn state_page(&self, key: &str, agent: &str, after: i64, limit: u32) -> Result<StatePage> {
+    fn state_page(&self, key: &str, agent: &str, after: i64, limit: u32) -> Result<StatePage> {
         if self.inner.faults.reads_fail() {
             return Err(StoreError::InjectedFault("signal-log reads fail"));
         }
@@ -367,7 +336,7 @@ impl SqliteStore {
     /// Every pending, unmuted cursor in one statement, grouped by watcher (in watcher order)
     /// and, within a watcher, in the order of `pending_by_watcher`. For the restart sweep,
     /// which wakes every watcher with pending cursors: one scan instead of a lookup each.
-    pub fn pending_cursors_by_watcher(&self) -> Result<Vec<(String, Vec<CursorRow>)>> {
+    fn pending_cursors_by_watcher(&self) -> Result<Vec<(String, Vec<CursorRow>)>> {
         let guard = self.reader()?;
         let conn: &Connection = &guard;
         let mut stmt = conn.prepare_cached(&format!(
@@ -388,7 +357,7 @@ impl SqliteStore {
     }
 
     /// Runs `f` on a consistent snapshot from the reader pool.
-    pub fn read<R>(&self, f: impl FnOnce(&dyn ReadTx) -> Result<R>) -> Result<R> {
+    fn read_with(&self, f: &mut dyn FnMut(&dyn ReadTx) -> Result<()>) -> Result<()> {
         let guard = self.reader()?;
         let conn: &Connection = &guard;
         run_cached(conn, "BEGIN DEFERRED")?;
@@ -405,7 +374,7 @@ impl SqliteStore {
 
     /// Stops the writer after it finished every op already queued. Later writes fail with
     /// [`StoreError::WriterGone`]. Dropping the last handle does the same.
-    pub fn close(&self) {
+    fn close(&self) {
         if let Ok(mut jobs) = self.inner.jobs.lock() {
             jobs.take();
         }
@@ -428,14 +397,6 @@ impl Drop for Inner {
             }
         }
     }
-}
-
-fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".into())
 }
 
 /// The writer: wait for one op, take every op already queued (≤ 256), run them in one
@@ -1079,8 +1040,9 @@ impl ReadTx for SqlTx<'_> {
             args.push(Box::new(since));
             sql.push_str(&format!(" AND updated_at >= ?{}", args.len()));
         }
-        if f.exclude_subagents {
-            sql.push_str(" AND kind <> 'subagent'");
+        if let Some(kind) = &f.kind_not {
+            args.push(Box::new(kind.clone()));
+            sql.push_str(&format!(" AND kind <> ?{}", args.len()));
         }
         args.push(Box::new(i64::from(f.limit)));
         let limit_at = args.len();
@@ -1780,15 +1742,15 @@ impl WriteTx for SqlTx<'_> {
         ] {
             self.exec(sql, &[&key, &agent])?;
         }
-        // Children name their parent by key; a bare parent key refers to the child's own agent,
-        // an agent-qualified one to its own agent, so both cases match on (key, child agent or
-        // qualified key).
-        self.exec(
-            "UPDATE sessions SET orphaned = 1 WHERE parent_session_key = ?1 \
-             AND (agent_id = ?2 OR ?1 LIKE 'agent:%')",
-            &[&key, &agent],
-        )?;
         Ok(existed)
+    }
+
+    fn mark_children_orphaned(&mut self, parent_key: &str, agent: Option<&str>) -> Result<u64> {
+        Ok(self.exec(
+            "UPDATE sessions SET orphaned = 1 WHERE parent_session_key = ?1 \
+             AND (?2 IS NULL OR agent_id = ?2)",
+            &[&parent_key, &agent],
+        )? as u64)
     }
 
     fn put_link(&mut self, l: &LinkRow) -> Result<()> {
@@ -1886,37 +1848,20 @@ impl WriteTx for SqlTx<'_> {
         Ok(())
     }
 
-    fn fifo_push(
+    fn fifo_insert(
         &mut self,
         key: &str,
         agent: &str,
         text: &str,
         context_key: Option<&str>,
         now: i64,
-    ) -> Result<Option<i64>> {
-        let dup = self.query_opt(
-            "SELECT 1 FROM session_system_events WHERE session_key = ?1 AND agent_id = ?2 \
-             AND text = ?3 AND context_key IS ?4",
-            &[&key, &agent, &text, &context_key],
-            |_| Ok(()),
-        )?;
-        if dup.is_some() {
-            return Ok(None);
-        }
+    ) -> Result<i64> {
         self.exec(
             "INSERT INTO session_system_events (session_key, agent_id, text, context_key, enqueued_at) \
              VALUES (?1, ?2, ?3, ?4, ?5)",
             &[&key, &agent, &text, &context_key, &now],
         )?;
-        let id = self.conn.last_insert_rowid();
-        let cap = aware_core::notice::FIFO_CAP as i64;
-        self.exec(
-            "DELETE FROM session_system_events WHERE session_key = ?1 AND agent_id = ?2 AND id NOT IN \
-             (SELECT id FROM session_system_events WHERE session_key = ?1 AND agent_id = ?2 \
-              ORDER BY id DESC LIMIT ?3)",
-            &[&key, &agent, &cap],
-        )?;
-        Ok(Some(id))
+        Ok(self.conn.last_insert_rowid())
     }
 
     fn fifo_delete(&mut self, key: &str, agent: &str, ids: &[i64]) -> Result<u64> {
@@ -2048,7 +1993,7 @@ impl SqliteStore {
         self.inner
             .faults
             .queue_writer_pragma(format!("PRAGMA max_page_count = {pages}"));
-        let _ = self.write(|_| Ok(()));
+        let _ = self.write(|_| Ok::<(), StoreError>(()));
     }
 
     /// Simulates a data dir that became read-only under a running server (root ignores file
@@ -2059,7 +2004,7 @@ impl SqliteStore {
         self.inner
             .faults
             .queue_writer_pragma(format!("PRAGMA query_only = {}", u8::from(on)));
-        let _ = self.write(|_| Ok(()));
+        let _ = self.write(|_| Ok::<(), StoreError>(()));
     }
 }
 

@@ -145,9 +145,12 @@ pub trait WriteTx: ReadTx {
 
     fn insert_session(&mut self, row: &SessionRow) -> Result<()>;
     fn update_session(&mut self, row: &SessionRow) -> Result<()>;
-    /// Removes the session row, turns, runs, FIFO, stream events and head, and upstream link,
-    /// and marks its children orphaned. Cursors are removed by the engine.
+    /// Removes the session row, turns, runs, FIFO, stream events and head, and upstream link.
+    /// Cursors and the children's orphan flags are the engine's business.
     fn delete_session(&mut self, key: &str, agent: &str) -> Result<bool>;
+    /// Sets `orphaned` on every session whose parent key is `parent_key`, of `agent` only or,
+    /// with `None`, of any agent. Returns how many rows it touched.
+    fn mark_children_orphaned(&mut self, parent_key: &str, agent: Option<&str>) -> Result<u64>;
 
     /// Inserts or replaces the link of a session (fails when link settles are faulted).
     fn put_link(&mut self, link: &LinkRow) -> Result<()>;
@@ -158,16 +161,16 @@ pub trait WriteTx: ReadTx {
     fn insert_run(&mut self, run: &RunRow) -> Result<()>;
     fn update_run(&mut self, run: &RunRow) -> Result<()>;
 
-    /// Enqueues unless an identical (text, context key) entry is queued; keeps the newest 20.
-    /// Returns the new id, or `None` for a dedupe hit.
-    fn fifo_push(
+    /// Appends one entry to the session's system-event FIFO and returns its id (ids ascend).
+    /// No dedupe and no cap here: the engine applies both (02 §8.3).
+    fn fifo_insert(
         &mut self,
         key: &str,
         agent: &str,
         text: &str,
         context_key: Option<&str>,
         now: i64,
-    ) -> Result<Option<i64>>;
+    ) -> Result<i64>;
     fn fifo_delete(&mut self, key: &str, agent: &str, ids: &[i64]) -> Result<u64>;
     fn fifo_clear(&mut self, key: &str, agent: &str) -> Result<u64>;
 

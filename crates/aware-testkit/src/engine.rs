@@ -4,6 +4,7 @@
 pub use crate::spec::*;
 use aware_core::{AgentId, SessionKey, SessionRef};
 use aware_engine::*;
+use aware_store::StoreExt;
 use std::sync::Arc;
 impl Default for World {
     fn default() -> Self {

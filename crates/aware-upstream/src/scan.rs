@@ -209,6 +209,20 @@ impl<'a> Scanner<'a> {
         }
     }
 
+    /// Counts one Codex rollout row (docs/codex-rows.md): the Codex classifier and the echo
+    /// rule; Codex has no queue rows.
+    pub(crate) fn feed_codex(&mut self, row: &Value) {
+        if let RowClass::Human {
+            user_text,
+            occurred_at,
+        } = crate::codex::classify::classify_codex(row)
+        {
+            if !self.is_echo(&normalise(&user_text)) {
+                self.count(occurred_at);
+            }
+        }
+    }
+
     /// Exact match on normalised text (04 §6); an empty text (image only) is never an echo.
     fn is_echo(&self, text: &str) -> bool {
         !text.is_empty() && self.own_recent_user_texts.iter().any(|own| own == text)

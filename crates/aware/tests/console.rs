@@ -2,6 +2,7 @@
 //! the change hint, against a real `aware serve --test-clock`.
 
 mod common;
+use aware_store::{Store, StoreExt};
 use common::*;
 use serde_json::json;
 use std::io::{BufRead, BufReader};

@@ -1,0 +1,185 @@
+//! The backend seam: what the engine needs from any store, as one object-safe trait.
+//!
+//! A backend runs write ops in its own transactions (SQLite: one writer thread with group
+//! commit; PostgreSQL: a writer per gateway under a cluster-wide lock) and read closures on
+//! consistent snapshots. The engine holds an `Arc<dyn Store>` and never names a backend; the
+//! typed, generic conveniences live in [`StoreExt`], implemented once for every backend.
+
+use crate::faults::FaultPlan;
+use crate::metrics::StoreMetrics;
+use crate::rows::{CursorRow, StatePage};
+use crate::tx::{ReadTx, WriteTx};
+use crate::{Result, StoreError};
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex};
+
+/// One write op. It runs inside the backend's transaction under a savepoint of its own and
+/// returns the text of its failure, if it failed; the backend then rolls its savepoint back and
+/// drops its after-commit hooks. The op's typed result travels beside it (see [`StoreExt`]).
+pub type WriteOp = Box<dyn FnOnce(&mut dyn WriteTx) -> Option<String> + Send>;
+
+/// Called exactly once per submitted op with the outcome of the commit that carried it, after
+/// the op's after-commit hooks ran.
+pub type Completion = Box<dyn FnOnce(Result<()>) + Send>;
+
+/// What a store is, for `/health`, metrics and logs. `location` never carries a secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreInfo {
+    /// `sqlite` or `postgres`.
+    pub backend: &'static str,
+    /// The database file, or the server URL with any password removed.
+    pub location: String,
+    /// The durability setting in the backend's own words (`full`, `normal`, `synchronous_commit=on`).
+    pub durability: String,
+}
+
+/// A storage backend. Implementations must keep the promises written on [`ReadTx`] and
+/// [`WriteTx`]; `aware_store::contract` (feature `contract`) checks them.
+pub trait Store: Send + Sync + 'static {
+    /// Queues `op`; `done` is called once with the commit's outcome. Fails only when the store
+    /// no longer takes writes (then neither `op` nor `done` runs).
+    fn submit(&self, op: WriteOp, done: Completion) -> Result<()>;
+
+    /// Runs `f` once on a consistent read snapshot.
+    fn read_with(&self, f: &mut dyn FnMut(&dyn ReadTx) -> Result<()>) -> Result<()>;
+
+    /// One `changesSince` page: up to `limit` events after `after`, with the stream's head and
+    /// earliest retained sequence, all from one snapshot.
+    fn state_page(&self, key: &str, agent: &str, after: i64, limit: u32) -> Result<StatePage>;
+
+    /// Every pending, unmuted cursor grouped by watcher (watcher order; within a watcher, the
+    /// order of [`ReadTx::pending_by_watcher`]), for the restart sweep.
+    fn pending_cursors_by_watcher(&self) -> Result<Vec<(String, Vec<CursorRow>)>>;
+
+    fn metrics(&self) -> &StoreMetrics;
+    /// Test seams (injected failures); a production store never has a fault set.
+    fn faults(&self) -> &FaultPlan;
+    fn info(&self) -> StoreInfo;
+
+    /// Housekeeping after a prune pass (SQLite: a passive WAL checkpoint). Never blocks writers.
+    fn maintain(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Stops taking writes after every op already queued has finished.
+    fn close(&self);
+
+    /// For backend-specific test seams (`SqliteStore::checkpoint` and the like).
+    fn as_any(&self) -> &dyn std::any::Any;
+}
+
+/// Typed conveniences over [`Store`]; implemented for every store, trait objects included.
+/// `write`/`write_async`/`read` speak [`StoreError`]; the `_as` forms let an op fail with the
+/// caller's own error type (the engine's), which comes back unchanged.
+pub trait StoreExt: Store {
+    /// Runs `op` as one write op and returns its result after the commit. Blocks the thread.
+    /// An `Err` from `op` rolls back everything `op` wrote.
+    fn write<R: Send + 'static>(
+        &self,
+        op: impl FnOnce(&mut dyn WriteTx) -> Result<R> + Send + 'static,
+    ) -> Result<R> {
+        self.write_as(op)
+    }
+
+    /// [`StoreExt::write`] for async callers: the runtime thread is not blocked.
+    fn write_async<R: Send + 'static>(
+        &self,
+        op: impl FnOnce(&mut dyn WriteTx) -> Result<R> + Send + 'static,
+    ) -> impl Future<Output = Result<R>> + Send {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let submitted = submit_typed(self, op, move |r| {
+            let _ = tx.send(r);
+        });
+        async move {
+            submitted?;
+            rx.await.map_err(|_| StoreError::WriterGone)?
+        }
+    }
+
+    /// Runs `f` on a consistent snapshot.
+    fn read<R>(&self, f: impl FnOnce(&dyn ReadTx) -> Result<R>) -> Result<R> {
+        self.read_as(f)
+    }
+
+    /// [`StoreExt::write`] with the op's own error type.
+    fn write_as<R, E>(
+        &self,
+        op: impl FnOnce(&mut dyn WriteTx) -> Result<R, E> + Send + 'static,
+    ) -> Result<R, E>
+    where
+        R: Send + 'static,
+        E: From<StoreError> + std::fmt::Display + Send + 'static,
+    {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        submit_typed(self, op, move |r| {
+            let _ = tx.send(r);
+        })?;
+        rx.recv().map_err(|_| StoreError::WriterGone)?
+    }
+
+    /// [`StoreExt::read`] with the closure's own error type.
+    fn read_as<R, E>(&self, f: impl FnOnce(&dyn ReadTx) -> Result<R, E>) -> Result<R, E>
+    where
+        E: From<StoreError>,
+    {
+        let mut f = Some(f);
+        let mut out: Option<Result<R, E>> = None;
+        self.read_with(&mut |r| {
+            if let Some(f) = f.take() {
+                out = Some(f(r));
+            }
+            Ok(())
+        })?;
+        out.unwrap_or(Err(E::from(StoreError::Corrupt(
+            "the store did not run the read".into(),
+        ))))
+    }
+}
+
+impl<S: Store + ?Sized> StoreExt for S {}
+
+/// Wraps a typed op into a [`WriteOp`]: its result waits in a slot the completion empties, and
+/// a panic inside it fails only this op.
+fn submit_typed<S, R, E>(
+    store: &S,
+    op: impl FnOnce(&mut dyn WriteTx) -> Result<R, E> + Send + 'static,
+    reply: impl FnOnce(Result<R, E>) + Send + 'static,
+) -> Result<()>
+where
+    S: Store + ?Sized,
+    R: Send + 'static,
+    E: From<StoreError> + std::fmt::Display + Send + 'static,
+{
+    let slot: Arc<Mutex<Option<Result<R, E>>>> = Arc::new(Mutex::new(None));
+    let run_slot = slot.clone();
+    let run: WriteOp = Box::new(move |tx: &mut dyn WriteTx| {
+        let result = match catch_unwind(AssertUnwindSafe(|| op(tx))) {
+            Ok(r) => r,
+            Err(panic) => Err(E::from(StoreError::Panicked(panic_text(&panic)))),
+        };
+        let failed = result.as_ref().err().map(|e| e.to_string());
+        if let Ok(mut s) = run_slot.lock() {
+            *s = Some(result);
+        }
+        failed
+    });
+    let done: Completion = Box::new(move |commit: Result<()>| {
+        let result = slot.lock().ok().and_then(|mut s| s.take());
+        reply(match (commit, result) {
+            // A failed commit wins: it also says the batch (and this op) is gone.
+            (Err(e), _) => Err(E::from(e)),
+            (Ok(()), Some(r)) => r,
+            (Ok(()), None) => Err(E::from(StoreError::WriterGone)),
+        });
+    });
+    store.submit(run, done)
+}
+
+pub(crate) fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
