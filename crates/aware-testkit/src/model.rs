@@ -4,7 +4,8 @@
 //!
 //! The engine's model test (`aware-engine` tests, `model`) and the HTTP model test (`aware`
 //! tests, `model_http`) both drive their system and this model with the same steps and compare
-//! after every step; each keeps its own operations and observations (what its surface shows).
+//! after every step through the [`Driver`] trait ([`run_case`]); each keeps its own operations and
+//! observations (what its surface shows).
 
 pub use aware_core::KindClass;
 use aware_core::{Origin, RetentionPolicy};
@@ -355,4 +356,47 @@ impl Model {
         }
         n
     }
+}
+
+/// A system compared with the reference [`Model`]: the engine in process, or `aware serve` over
+/// HTTP. Each driver has its own steps (what its surface offers) and its own observations; the
+/// model and the way a case runs are shared.
+pub trait Driver {
+    /// The steps this driver can take.
+    type Op: std::fmt::Debug;
+    /// What [`Driver::check`] carries from one step to the next (heads and sequences seen, ...).
+    type Observed: Default;
+    /// The step that creates session `s` of the universe.
+    fn create(s: usize) -> Self::Op;
+    /// Performs `op` on the system and on `model`, asserting the system's answer.
+    fn apply(&mut self, model: &mut Model, op: &Self::Op, ctx: &str);
+    /// Compares the system's observable state with `model` after `op`, and the cross-step
+    /// properties (heads never lowered, sequences never reused, ...) against `prev`.
+    fn check(
+        &self,
+        model: &Model,
+        prev: &Self::Observed,
+        op: Option<&Self::Op>,
+        ctx: &str,
+    ) -> Self::Observed;
+    /// Called once after the last step.
+    fn finish(&mut self) {}
+}
+
+/// Runs one case: creates every session of the universe (W, X, G, C, D), then takes `ops`,
+/// checking the system against `model` after every step.
+pub fn run_case<S: Driver>(system: &mut S, model: &mut Model, ops: &[S::Op]) {
+    let mut obs = S::Observed::default();
+    for s in [W, X, G, C, D] {
+        let op = S::create(s);
+        let ctx = format!("setup {op:?}");
+        system.apply(model, &op, &ctx);
+        obs = system.check(model, &obs, Some(&op), &ctx);
+    }
+    for (i, op) in ops.iter().enumerate() {
+        let ctx = format!("step {i} {op:?}");
+        system.apply(model, op, &ctx);
+        obs = system.check(model, &obs, Some(op), &ctx);
+    }
+    system.finish();
 }

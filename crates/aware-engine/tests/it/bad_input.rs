@@ -1,8 +1,8 @@
 //! Bad input gets a typed error whose message names the rule, and nothing stored changes.
 
+use crate::common::*;
 use aware_core::{ActorType, EventKind, SessionKey};
 use aware_engine::*;
-use crate::common::*;
 use serde_json::json;
 
 /// A fingerprint of everything stored, to prove refused calls changed nothing.

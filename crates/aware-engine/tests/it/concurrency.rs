@@ -4,9 +4,9 @@
 //! barrier; after each round the outcome must be one of the serial orders, with no notice lost
 //! or returned twice and every cursor satisfying `last_seen ≤ notified ≤ material`.
 
+use crate::common::*;
 use aware_core::{ActorType, EventKind};
 use aware_engine::*;
-use crate::common::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Barrier};
 use std::thread::JoinHandle;

@@ -2,11 +2,11 @@
 //! the change generation, and (ignored, `--nocapture`) their timings at 10,000 sessions /
 //! 100,000 cursors.
 
+use crate::common::*;
 use aware_core::{ActorType, CursorState, EventKind, Origin};
 use aware_engine::*;
 use aware_store::StoreExt;
 use aware_store::{ConsoleFilter, CursorRow, NewEvent, SessionRow};
-use crate::common::*;
 use std::time::Instant;
 
 fn edge<'a>(g: &'a Graph, w: &str, t: &str) -> Option<&'a GraphEdge> {

@@ -5,10 +5,10 @@
 //! Each test states the fault it injects, what the caller is answered, and what the store holds
 //! afterwards; "nothing half-written" is checked on the raw tables, not only through the engine.
 
+use crate::common::*;
 use aware_core::{ActorType, EventKind};
 use aware_engine::*;
 use aware_store::StoreExt;
-use crate::common::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Barrier};

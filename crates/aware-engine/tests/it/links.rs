@@ -1,8 +1,8 @@
 //! Link store scenarios (04 §4): S120, S121, S122, and adoption's engine part.
 
+use crate::common::*;
 use aware_engine::*;
 use aware_store::UpstreamSource;
-use crate::common::*;
 use serde_json::json;
 
 const A1: &str = "agent:main:claude:a1";

@@ -1028,24 +1028,29 @@ fn check(h: &Harness, m: &Model, prev: &Observed, op: Option<&Op>, ctx: &str) ->
     obs
 }
 
+impl Driver for Harness {
+    type Op = Op;
+    type Observed = Observed;
+    fn create(s: usize) -> Op {
+        Op::Create { s }
+    }
+    fn apply(&mut self, m: &mut Model, op: &Op, ctx: &str) {
+        apply(self, m, op, ctx)
+    }
+    fn check(&self, m: &Model, prev: &Observed, op: Option<&Op>, ctx: &str) -> Observed {
+        check(self, m, prev, op, ctx)
+    }
+    fn finish(&mut self) {
+        if let Some(e) = self.engine.take() {
+            e.close();
+        }
+    }
+}
+
 fn run_case(ops: &[Op]) {
     let mut h = Harness::new();
     let mut m = Model::new(START);
-    let mut obs = Observed::default();
-    for s in [W, X, G, C, D] {
-        let op = Op::Create { s };
-        let ctx = format!("setup {op:?}");
-        apply(&mut h, &mut m, &op, &ctx);
-        obs = check(&h, &m, &obs, Some(&op), &ctx);
-    }
-    for (i, op) in ops.iter().enumerate() {
-        let ctx = format!("step {i} {op:?}");
-        apply(&mut h, &mut m, op, &ctx);
-        obs = check(&h, &m, &obs, Some(op), &ctx);
-    }
-    if let Some(e) = h.engine.take() {
-        e.close();
-    }
+    aware_testkit::model::run_case(&mut h, &mut m, ops);
 }
 
 /// Hand-written sequences for paths that random generation reaches rarely.

@@ -1,10 +1,10 @@
 //! Engine-level tests of the acceptance scenarios (docs/semantics.md, part 05), named
 //! after them. Each runs the real engine on a real SQLite file with a manual clock.
 
+use crate::common::*;
 use aware_core::{ActorType, EventKind};
 use aware_engine::*;
 use aware_store::StoreExt;
-use crate::common::*;
 use serde_json::json;
 
 /// (sequence, kind, actorId, runId, summary, payload) of a compact event.

@@ -1,8 +1,8 @@
 //! The web console's routes (`/ui/`, `/v1/console/*`): bad input, visibility, auth, paging and
 //! the change hint, against a real `aware serve --test-clock`.
 
-use aware_store::{Store, StoreExt};
 use crate::common::*;
+use aware_store::{Store, StoreExt};
 use serde_json::json;
 use std::io::{BufRead, BufReader};
 use std::time::Duration;

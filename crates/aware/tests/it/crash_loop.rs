@@ -26,7 +26,6 @@
 //! `AWARE_CRASH_DURABILITY=normal` runs the loop at `normal`, which must survive a process
 //! crash too. See docs/testing.md.
 
-
 use crate::common::*;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};

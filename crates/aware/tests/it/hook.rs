@@ -1,7 +1,6 @@
 //! `aware hook`, the Claude Code `UserPromptSubmit` hook (03 §8): scenarios S111 and S112, plus
 //! bad input and slow or absent gateways. The binary is fed the JSON Claude Code sends on stdin.
 
-
 use crate::common::*;
 use serde_json::{json, Value};
 use std::io::{Read, Write};

@@ -1,7 +1,6 @@
 //! `aware mcp` (03 §7, S109, S110): the real binary as a child process, spoken to in
 //! newline-delimited JSON-RPC 2.0 over its stdin and stdout, against a real gateway.
 
-
 use crate::common::*;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};

@@ -2,7 +2,6 @@
 //! duration histogram, and the sessions / watchers / pending / stream-subscriber gauges, scraped
 //! from a real `aware serve` after real traffic. Also the start-up log line in words.
 
-
 use crate::common::*;
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -18,7 +18,6 @@
 //!
 //! One server per proptest case. `AWARE_HTTP_MODEL_CASES` (default 16) sets the number of cases.
 
-
 use crate::common::{seg, Resp, Server};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -752,24 +751,32 @@ fn check(h: &Server, m: &Model, prev: &Observed, ctx: &str) -> Observed {
     obs
 }
 
-fn run_case(ops: &[Op]) {
-    let mut h = Server::with_config(CONFIG);
-    let mut m = Model::new(h.now);
-    let mut obs = Observed::default();
-    for s in [W, X, G, C, D] {
-        let op = Op::Create { s };
-        let ctx = format!("setup {op:?}");
-        apply(&mut h, &mut m, &op, &ctx);
-        obs = check(&h, &m, &obs, &ctx);
+/// `aware serve` over HTTP as a [`Driver`] of the reference model.
+struct Http(Server);
+
+impl Driver for Http {
+    type Op = Op;
+    type Observed = Observed;
+    fn create(s: usize) -> Op {
+        Op::Create { s }
     }
-    for (i, op) in ops.iter().enumerate() {
-        let ctx = format!("step {i} {op:?}");
-        apply(&mut h, &mut m, op, &ctx);
-        if let Op::Delete { s } = op {
-            obs.heads[*s] = 0;
+    fn apply(&mut self, m: &mut Model, op: &Op, ctx: &str) {
+        apply(&mut self.0, m, op, ctx)
+    }
+    fn check(&self, m: &Model, prev: &Observed, op: Option<&Op>, ctx: &str) -> Observed {
+        // A deleted session's head may start again from 0.
+        let mut prev = prev.clone();
+        if let Some(Op::Delete { s }) = op {
+            prev.heads[*s] = 0;
         }
-        obs = check(&h, &m, &obs, &ctx);
+        check(&self.0, m, &prev, ctx)
     }
+}
+
+fn run_case(ops: &[Op]) {
+    let h = Server::with_config(CONFIG);
+    let mut m = Model::new(h.now);
+    aware_testkit::model::run_case(&mut Http(h), &mut m, ops);
 }
 
 /// Hand-written sequences for the paths random generation reaches rarely.

@@ -2,7 +2,6 @@
 //! `aware serve --test-clock` with `[monitor] enabled = true` and `[codex] home` pointing at a
 //! temporary `$CODEX_HOME`: catalog, adoption with history, and the monitor over rollout rows.
 
-
 use crate::common::*;
 use serde_json::{json, Value};
 use std::io::Write;

@@ -6,7 +6,6 @@
 //! The monitor ticks while `POST /v1/admin/clock` moves the clock (the request returns after the
 //! tick), so `tick n` is deterministic.
 
-
 use crate::common::*;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
