@@ -812,7 +812,16 @@ impl Wakes {
 
 #[cfg(test)]
 mod tests {
-    use super::Pick;
+    use super::{Pick, Server, ServerOptions};
+
+    #[test]
+    #[should_panic(expected = "one process owns a SQLite store")]
+    fn several_gateways_on_sqlite_are_refused_before_any_start() {
+        Server::with_options(ServerOptions {
+            gateways: 3,
+            ..ServerOptions::default()
+        });
+    }
 
     #[test]
     fn picks_stay_in_range_and_spread() {
