@@ -1,7 +1,9 @@
-//! The integration tests of `aware-engine` in one binary (one link instead of one per file);
-//! one module per topic. Test names keep the scenario ids (`s012_...`), so
-//! `cargo test -p aware-engine --test it it:: s012` and `--test it scenarios_` still select them.
+//! The integration tests of `aware-engine` in one binary (one link instead of one per file), one
+//! module per topic. Select a module with its path (`cargo test -p aware-engine --test it
+//! model::`) and a scenario with its id (`cargo test -p aware-engine --test it s012`).
 
+// Also reachable as `mod common;` from a test file of its own next to `it/`.
+#[path = "../common/mod.rs"]
 mod common;
 
 mod bad_input;

@@ -1,6 +1,6 @@
-//! The integration tests of `aware-upstream` in one binary (one link instead of one per file);
-//! one module per topic. Test names keep the scenario ids (`s012_...`), so
-//! `cargo test -p aware-upstream --test it it:: s012` and `--test it scenarios_` still select them.
+//! The integration tests of `aware-upstream` in one binary (one link instead of one per file),
+//! one module per topic. Select a module with its path (`cargo test -p aware-upstream --test it
+//! monitor::`) and a scenario with its id (`cargo test -p aware-upstream --test it s137`).
 
 mod codex_fixtures;
 mod fixtures;
