@@ -95,10 +95,28 @@ impl WakeHub {
         wake
     }
 
-    /// Sends a wake to every subscriber; returns it.
-    pub(crate) fn emit(&self, mut wake: Wake) -> Wake {
+    pub(crate) fn has_subscribers(&self) -> bool {
+        self.sender.receiver_count() > 0
+    }
+
+    /// [`WakeHub::decide`] for many watchers under one lock (the restart sweep).
+    pub(crate) fn decide_many<'w>(
+        &self,
+        watchers: impl Iterator<Item = &'w str>,
+        now: i64,
+    ) -> Vec<WakeDecision> {
+        match self.coalescer.lock() {
+            Ok(mut c) => watchers.map(|w| c.request(&w.to_string(), now)).collect(),
+            Err(_) => watchers.map(|_| WakeDecision::DeliverNow).collect(),
+        }
+    }
+
+    /// Sends a wake to every subscriber. With none (a server at start-up, the benches), the
+    /// wake only takes its id: the broadcast would clone it into a ring nobody reads.
+    pub(crate) fn emit(&self, mut wake: Wake) {
         wake.id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let _ = self.sender.send(wake.clone());
-        wake
+        if self.sender.receiver_count() > 0 {
+            let _ = self.sender.send(wake);
+        }
     }
 }
