@@ -84,7 +84,7 @@ fn snapshot(e: &Engine) -> Snapshot {
 fn reopen_loop_preserves_sequences_heads_cursors_and_notices() {
     let dir = tempfile::TempDir::new().unwrap();
     let db = dir.path().join("state.db");
-    let clock = Arc::new(ManualClock::new(1_767_225_600_000));
+    let clock = Arc::new(ManualClock::new(aware_testkit::spec::T0));
     let (w, c) = (sref(PARENT), sref(CHILD));
 
     let mut before: Option<Snapshot> = None;

@@ -42,7 +42,7 @@ use std::sync::{Arc, Mutex, Once, OnceLock};
 
 const PARENT: &str = "agent:main:main";
 const CHILD: &str = "agent:main:subagent:child";
-const T0: i64 = 1_767_225_600_000;
+use aware_testkit::spec::T0;
 const APPENDS: usize = 50;
 const FILES: [&str; 2] = ["state.db", "state.db-wal"];
 

@@ -1,0 +1,854 @@
+//! Black-box harness: real `aware serve --test-clock` gateways on loopback, talked to over HTTP.
+//!
+//! A [`Server`] is a *gateway set* over one store: [`ServerOptions::gateways`] processes started
+//! on the same store ([`StoreChoice`]), and every request goes to the gateway [`Pick`] chooses
+//! (the first, a fixed one, round robin, or a seeded random one). Today the only store is SQLite,
+//! which one process owns, so the default (and the only runnable set) is one gateway on SQLite;
+//! a shared store such as PostgreSQL adds a [`StoreChoice`] variant and the same black-box suite
+//! runs against several gateways unchanged.
+
+pub use crate::spec::*;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// The `aware` binary under test: `AWARE_BIN` if set, else the `aware` next to the running test
+/// binary's `deps/` directory (where cargo puts it for the `aware` crate's integration tests).
+pub fn bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(p) = std::env::var_os("AWARE_BIN") {
+            return PathBuf::from(p);
+        }
+        let exe = std::env::current_exe().expect("path of the test binary");
+        let dir = exe
+            .parent()
+            .and_then(|deps| deps.parent())
+            .expect("test binary in target/<profile>/deps");
+        let path = dir.join(format!("aware{}", std::env::consts::EXE_SUFFIX));
+        assert!(
+            path.is_file(),
+            "no aware binary at {}: run the test from the aware crate (cargo builds it for its \
+             integration tests) or set AWARE_BIN",
+            path.display()
+        );
+        path
+    })
+}
+
+/// The store a gateway set runs on.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreChoice {
+    /// `state.db` in the set's data directory. One process owns it, so a set on SQLite has
+    /// exactly one gateway.
+    #[default]
+    Sqlite,
+}
+
+/// Which gateway of the set a request goes to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Pick {
+    /// Always the first gateway.
+    #[default]
+    First,
+    /// Always gateway `i` (0-based).
+    Fixed(usize),
+    /// Gateway 0, 1, ..., N-1, 0, ... in request order.
+    RoundRobin,
+    /// A pseudo-random gateway from a seeded sequence (the seed makes a failure reproducible;
+    /// it is in every panic message of the harness).
+    Random { seed: u64 },
+}
+
+impl Pick {
+    /// The gateway index for request number `n` of a set of `len` gateways.
+    pub fn index(self, n: u64, len: usize) -> usize {
+        let len = len.max(1);
+        match self {
+            Pick::First => 0,
+            Pick::Fixed(i) => i.min(len - 1),
+            Pick::RoundRobin => (n % len as u64) as usize,
+            Pick::Random { seed } => {
+                // splitmix64 of (seed, n): a stateless, reproducible choice per request.
+                let mut z =
+                    seed.wrapping_add(n.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                z ^= z >> 31;
+                (z % len as u64) as usize
+            }
+        }
+    }
+}
+
+/// How to start a [`Server`].
+#[derive(Clone, Debug)]
+pub struct ServerOptions {
+    pub config: String,
+    pub args: Vec<String>,
+    /// How many gateway processes share the store (1 on SQLite).
+    pub gateways: usize,
+    pub store: StoreChoice,
+    pub pick: Pick,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            config: DEFAULT_CONFIG.to_string(),
+            args: Vec::new(),
+            gateways: 1,
+            store: StoreChoice::Sqlite,
+            pick: Pick::First,
+        }
+    }
+}
+
+/// One further gateway process of a set (the first one lives in [`Server`]'s own fields).
+pub struct Gateway {
+    pub child: Option<Child>,
+    pub port: u16,
+    pub base: String,
+    pub logs: Arc<Mutex<String>>,
+}
+
+/// Percent-encodes a path segment.
+pub fn seg(s: &str) -> String {
+    percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+pub struct Server {
+    pub dir: tempfile::TempDir,
+    pub child: Option<Child>,
+    pub port: u16,
+    pub base: String,
+    pub token: Option<String>,
+    pub extra_args: Vec<String>,
+    /// Everything the server wrote to stderr (logs), shared with a reader thread.
+    pub logs: Arc<Mutex<String>>,
+    pub now: i64,
+    /// Gateways 2..N of the set (empty for one gateway).
+    pub more: Vec<Gateway>,
+    pub store: StoreChoice,
+    pub pick: Pick,
+    /// Requests sent so far (drives [`Pick::RoundRobin`] and [`Pick::Random`]).
+    requests: AtomicU64,
+}
+
+pub struct Resp {
+    pub status: u16,
+    pub body: Value,
+    pub headers: Vec<(String, String)>,
+}
+
+impl Resp {
+    pub fn code(&self) -> &str {
+        self.body["error"]["code"].as_str().unwrap_or("")
+    }
+    pub fn message(&self) -> &str {
+        self.body["error"]["message"].as_str().unwrap_or("")
+    }
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+impl Server {
+    pub fn start() -> Self {
+        Self::with_config(DEFAULT_CONFIG)
+    }
+
+    pub fn with_config(config: &str) -> Self {
+        Self::with_args(config, &[])
+    }
+
+    pub fn with_args(config: &str, extra: &[&str]) -> Self {
+        Self::with_options(ServerOptions {
+            config: config.to_string(),
+            args: extra.iter().map(|s| s.to_string()).collect(),
+            ..ServerOptions::default()
+        })
+    }
+
+    /// Starts `options.gateways` gateways on `options.store`.
+    pub fn with_options(options: ServerOptions) -> Self {
+        let ServerOptions {
+            config,
+            args,
+            gateways,
+            store,
+            pick,
+        } = options;
+        assert!(gateways >= 1, "a gateway set has at least one gateway");
+        match store {
+            StoreChoice::Sqlite => assert!(
+                gateways == 1,
+                "{gateways} gateways on SQLite: one process owns a SQLite store; several \
+                 gateways need a shared store (a StoreChoice such as PostgreSQL)"
+            ),
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("config.toml"), &config).unwrap();
+        let token = args
+            .iter()
+            .position(|a| a == "--token")
+            .and_then(|i| args.get(i + 1).cloned());
+        let mut s = Server {
+            dir,
+            child: None,
+            port: 0,
+            base: String::new(),
+            token,
+            extra_args: args,
+            logs: Arc::new(Mutex::new(String::new())),
+            now: T0,
+            more: Vec::new(),
+            store,
+            pick,
+            requests: AtomicU64::new(0),
+        };
+        s.spawn();
+        for i in 1..gateways {
+            let g = s.spawn_gateway(&format!("port-{i}"));
+            s.more.push(g);
+        }
+        s
+    }
+
+    /// Wraps a gateway the test started itself (say without `--test-clock`) listening on
+    /// `port`, so the harness's helpers apply to it; it is killed when the `Server` drops.
+    pub fn from_process(dir: tempfile::TempDir, child: Child, port: u16) -> Self {
+        Server {
+            dir,
+            child: Some(child),
+            port,
+            base: format!("http://127.0.0.1:{port}"),
+            token: None,
+            extra_args: Vec::new(),
+            logs: Arc::new(Mutex::new(String::new())),
+            now: T0,
+            more: Vec::new(),
+            store: StoreChoice::Sqlite,
+            pick: Pick::First,
+            requests: AtomicU64::new(0),
+        }
+    }
+
+    /// How many gateways the set has.
+    pub fn gateway_count(&self) -> usize {
+        1 + self.more.len()
+    }
+
+    /// The base URL of gateway `i` (0-based).
+    pub fn gateway_base(&self, i: usize) -> &str {
+        if i == 0 {
+            &self.base
+        } else {
+            &self.more[i - 1].base
+        }
+    }
+
+    /// The base URL the next request goes to, by [`Server::pick`].
+    pub fn next_base(&self) -> &str {
+        let n = self.requests.fetch_add(1, Ordering::Relaxed);
+        self.gateway_base(self.pick.index(n, self.gateway_count()))
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn db_path(&self) -> PathBuf {
+        self.dir.path().join("state.db")
+    }
+
+    fn spawn(&mut self) {
+        let g = self.spawn_gateway("port");
+        self.child = g.child;
+        self.port = g.port;
+        self.base = g.base;
+        self.logs = g.logs;
+    }
+
+    /// Starts one gateway process on the set's store and waits until it answers `/health`.
+    fn spawn_gateway(&self, port_file_name: &str) -> Gateway {
+        let port_file = self.dir.path().join(port_file_name);
+        let _ = std::fs::remove_file(&port_file);
+        let mut cmd = Command::new(bin());
+        cmd.arg("serve")
+            .arg("--data-dir")
+            .arg(self.dir.path())
+            .arg("--bind")
+            .arg("127.0.0.1:0")
+            .arg("--port-file")
+            .arg(&port_file)
+            .arg("--test-clock")
+            .arg("--test-clock-start")
+            .arg(self.now.to_string())
+            .args(&self.extra_args)
+            .env_remove("AWARE_TOKEN")
+            .env_remove("AWARE_TOKEN_FILE")
+            .env_remove("AWARE_DATA_DIR")
+            .env_remove("AWARE_BIND")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("start aware serve");
+        let stderr = child.stderr.take().unwrap();
+        // The first gateway keeps appending to the set's log buffer across restarts.
+        let logs = if port_file_name == "port" {
+            self.logs.clone()
+        } else {
+            Arc::new(Mutex::new(String::new()))
+        };
+        let sink = logs.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Ok(mut l) = sink.lock() {
+                    l.push_str(&line);
+                    l.push('\n');
+                }
+            }
+        });
+        let read_logs = || logs.lock().map(|l| l.clone()).unwrap_or_default();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let port: u16 = loop {
+            if let Ok(p) = std::fs::read_to_string(&port_file) {
+                if let Ok(port) = p.trim().parse() {
+                    break port;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "server did not start: {}",
+                read_logs()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let base = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.request_to(&base, "GET", "/health", &[], None).status != 200 {
+            assert!(
+                Instant::now() < deadline,
+                "server not healthy: {}",
+                read_logs()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Gateway {
+            child: Some(child),
+            port,
+            base,
+            logs,
+        }
+    }
+
+    /// Waits until every gateway of the set answers `/health` with 200.
+    pub fn wait_healthy(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for i in 0..self.gateway_count() {
+            let base = self.gateway_base(i).to_string();
+            while self.request_to(&base, "GET", "/health", &[], None).status != 200 {
+                assert!(
+                    Instant::now() < deadline,
+                    "server not healthy: {}",
+                    self.logs()
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+
+    /// The first gateway's stderr (logs).
+    pub fn logs(&self) -> String {
+        self.logs.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    /// Graceful stop (SIGTERM) of every gateway, then start them again on the same store at the
+    /// current test time.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.respawn();
+    }
+
+    /// `kill -9` every gateway, then start them again.
+    pub fn kill9_restart(&mut self) {
+        for c in self.children() {
+            kill(c);
+        }
+        self.respawn();
+    }
+
+    /// Graceful stop (SIGTERM) of every gateway; each gets 10 s before it is killed.
+    pub fn stop(&mut self) {
+        for c in self.children() {
+            terminate(c);
+        }
+    }
+
+    fn children(&mut self) -> Vec<Child> {
+        let mut all: Vec<Child> = self.child.take().into_iter().collect();
+        all.extend(self.more.iter_mut().filter_map(|g| g.child.take()));
+        all
+    }
+
+    fn respawn(&mut self) {
+        let more = self.more.len();
+        self.more.clear();
+        self.spawn();
+        for i in 1..=more {
+            let g = self.spawn_gateway(&format!("port-{i}"));
+            self.more.push(g);
+        }
+    }
+
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        caller: Option<&str>,
+        body: Option<&str>,
+    ) -> Resp {
+        self.request_with(
+            method,
+            path,
+            &caller
+                .map(|c| vec![("X-Aware-Session", seg(c))])
+                .unwrap_or_default(),
+            body,
+        )
+    }
+
+    pub fn request_with(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, String)],
+        body: Option<&str>,
+    ) -> Resp {
+        self.request_to(self.next_base(), method, path, headers, body)
+    }
+
+    /// A request to the gateway at `base` (one of [`Server::gateway_base`]).
+    pub fn request_to(
+        &self,
+        base: &str,
+        method: &str,
+        path: &str,
+        headers: &[(&str, String)],
+        body: Option<&str>,
+    ) -> Resp {
+        let agent = ureq::AgentBuilder::new()
+            .timeout(Duration::from_secs(60))
+            .build();
+        let mut r = agent.request(method, &format!("{base}{path}"));
+        if let Some(t) = &self.token {
+            r = r.set("Authorization", &format!("Bearer {t}"));
+        }
+        for (k, v) in headers {
+            r = r.set(k, v);
+        }
+        let result = match body {
+            Some(b) => r.set("Content-Type", "application/json").send_string(b),
+            None => r.call(),
+        };
+        let resp = match result {
+            Ok(r) => r,
+            Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => panic!("{method} {base}{path} (pick {:?}): {e}", self.pick),
+        };
+        let status = resp.status();
+        let headers = resp
+            .headers_names()
+            .into_iter()
+            .map(|n| {
+                let v = resp.header(&n).unwrap_or("").to_string();
+                (n, v)
+            })
+            .collect();
+        let mut text = String::new();
+        let _ = resp.into_reader().take(64 << 20).read_to_string(&mut text);
+        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        Resp {
+            status,
+            body,
+            headers,
+        }
+    }
+
+    pub fn get(&self, path: &str) -> Resp {
+        self.request("GET", path, None, None)
+    }
+    pub fn post(&self, path: &str, body: Value) -> Resp {
+        self.request("POST", path, None, Some(&body.to_string()))
+    }
+    pub fn post_as(&self, caller: &str, path: &str, body: Value) -> Resp {
+        self.request("POST", path, Some(caller), Some(&body.to_string()))
+    }
+    pub fn put(&self, path: &str, body: Value) -> Resp {
+        self.request("PUT", path, None, Some(&body.to_string()))
+    }
+    pub fn delete(&self, path: &str) -> Resp {
+        self.request("DELETE", path, None, None)
+    }
+    pub fn tool(&self, caller: &str, name: &str, args: Value) -> Resp {
+        self.post_as(caller, &format!("/v1/tools/{name}"), args)
+    }
+
+    /// Creates a session (operator) and asserts success.
+    pub fn create(&self, key: &str) -> Value {
+        let r = self.post("/v1/sessions", json!({"key": key}));
+        assert!(
+            r.status == 201 || r.status == 200,
+            "create {key}: {} {}",
+            r.status,
+            r.body
+        );
+        r.body["session"].clone()
+    }
+    pub fn create_child(&self, key: &str, parent: &str) -> Value {
+        let r = self.post(
+            "/v1/sessions",
+            json!({"key": key, "parentSessionKey": parent}),
+        );
+        assert_eq!(r.status, 201, "create {key}: {}", r.body);
+        r.body["session"].clone()
+    }
+    /// F: W, then C with parent W (sequence 1).
+    pub fn family() -> Self {
+        let s = Self::start();
+        s.create(W);
+        s.create_child(C, W);
+        s
+    }
+    /// hdm(S); returns the answer.
+    pub fn hdm(&self, s: &str) -> Resp {
+        let r = self.post(
+            &format!("/v1/sessions/{}/turns", seg(s)),
+            json!({"role":"user","text":"hello","channel":"telegram"}),
+        );
+        assert_eq!(r.status, 201, "hdm {s}: {}", r.body);
+        r
+    }
+    pub fn hdm_seq(&self, s: &str) -> i64 {
+        self.hdm(s).body["event"]["sequence"]
+            .as_i64()
+            .expect("event recorded")
+    }
+    pub fn cursor(&self, a: &str, b: &str) -> Option<Value> {
+        let r = self.get(&format!("/v1/sessions/{}/watches", seg(a)));
+        r.body["watches"]
+            .as_array()?
+            .iter()
+            .find(|c| c["targetSessionKey"] == b)
+            .cloned()
+    }
+    pub fn triple(&self, a: &str, b: &str) -> (i64, i64, i64) {
+        let c = self
+            .cursor(a, b)
+            .unwrap_or_else(|| panic!("no cursor ({a}, {b})"));
+        (
+            c["lastSeen"].as_i64().unwrap(),
+            c["notified"].as_i64().unwrap(),
+            c["material"].as_i64().unwrap(),
+        )
+    }
+    pub fn pending(&self, s: &str) -> Value {
+        self.get(&format!("/v1/sessions/{}/pending", seg(s))).body
+    }
+    pub fn drain(&self, s: &str) -> Value {
+        self.post(&format!("/v1/sessions/{}/drain", seg(s)), json!({}))
+            .body
+    }
+    pub fn notice_texts(&self, s: &str) -> Vec<String> {
+        self.pending(s)["notices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["text"].as_str().unwrap().to_string())
+            .collect()
+    }
+    pub fn watch(&self, a: &str, b: &str) -> Resp {
+        self.post(
+            &format!("/v1/sessions/{}/watches", seg(a)),
+            json!({"target": b}),
+        )
+    }
+    pub fn status(&self, caller: &str, key: &str, since: i64) -> Value {
+        let r = self.tool(
+            caller,
+            "session_status",
+            json!({"sessionKey": key, "changesSince": since}),
+        );
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.body
+    }
+    pub fn seqs(&self, key: &str, since: i64) -> Vec<i64> {
+        self.status(W, key, since)["stateChanges"]["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["sequence"].as_i64().unwrap())
+            .collect()
+    }
+    pub fn set_clock(&mut self, now: i64) {
+        let r = self.post("/v1/admin/clock", json!({"now": now}));
+        assert_eq!(r.status, 200, "{}", r.body);
+        self.now = now;
+    }
+    pub fn prune(&self) -> Value {
+        let r = self.post("/v1/admin/prune", json!({}));
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.body
+    }
+    pub fn metric(&self, line_prefix: &str) -> Option<f64> {
+        let text = self.get("/metrics").body.as_str().unwrap_or("").to_string();
+        text.lines().find_map(|l| {
+            l.strip_prefix(line_prefix)
+                .and_then(|rest| rest.trim().parse().ok())
+        })
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        for c in self.children() {
+            kill(c);
+        }
+    }
+}
+
+fn kill(mut c: Child) {
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
+fn terminate(mut c: Child) {
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(c.id().to_string())
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = c.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    kill(c);
+}
+
+/// A subscription to `GET /v1/wakes` that collects wake objects on a thread.
+///
+/// "No (more) wakes" is never judged after a sleep: [`Wakes::settle`] sends a marker wake (a
+/// `sessions_send` from a session of its own to a session the subscription matches) and waits for
+/// it. Wakes go out on one stream in the order they were requested, so every wake the earlier
+/// actions caused, however late, arrives before the marker. Marker wakes are kept out of
+/// `received`.
+pub struct Wakes {
+    pub received: Arc<Mutex<Vec<Value>>>,
+    markers: Arc<Mutex<Vec<String>>>,
+    base: String,
+    token: Option<String>,
+    /// The session the marker wakes are sent to, and the session that sends them.
+    fence_to: String,
+    fence_from: String,
+    fenced: bool,
+}
+
+impl Wakes {
+    pub fn subscribe(server: &Server, query: &str, caller: Option<&str>) -> Self {
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let markers = Arc::new(Mutex::new(Vec::new()));
+        let (r2, m2) = (received.clone(), markers.clone());
+        let url = format!("{}/v1/wakes{}", server.base, query);
+        let token = server.token.clone();
+        let caller_seg = caller.map(seg);
+        // A marker must match the filter: the first `session=` if any, else a session of the
+        // first `agent=` (or `main`) created for the purpose.
+        let param = |name: &str| {
+            query
+                .trim_start_matches('?')
+                .split('&')
+                .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+                .map(|v| {
+                    percent_encoding::percent_decode_str(v)
+                        .decode_utf8_lossy()
+                        .into_owned()
+                })
+        };
+        // Marker sessions live in an agent of their own unless the filter or the caller's
+        // visibility ties them to one, so their creation adds no "session created" line to
+        // `agent:main:main`.
+        let agent_of = |key: &str| key.split(':').nth(1).map(str::to_string);
+        let agent = param("agent")
+            .or_else(|| param("session").and_then(|k| agent_of(&k)))
+            .or_else(|| caller.and_then(agent_of))
+            .unwrap_or_else(|| "fence".to_string());
+        // A caller's stream filtered on an agent the caller may not see can carry no marker (it
+        // must carry nothing at all); only such a stream falls back to a quiet period.
+        let fenced = caller.is_none_or(|c| agent_of(c).as_deref() == Some(agent.as_str()));
+        let fence_from = format!("agent:{agent}:aware-test-fence-from");
+        let fence_to =
+            param("session").unwrap_or_else(|| format!("agent:{agent}:aware-test-fence-to"));
+        for key in [&fence_from, &fence_to] {
+            if fenced && key.contains("aware-test-fence") {
+                let r = server.post("/v1/sessions", json!({"key": key}));
+                assert!(
+                    [200, 201, 409].contains(&r.status),
+                    "create fence session {key}: {} {}",
+                    r.status,
+                    r.body
+                );
+            }
+        }
+        let from = fence_from.clone();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let agent = ureq::AgentBuilder::new()
+                .timeout_read(Duration::from_secs(300))
+                .build();
+            let mut req = agent.get(&url);
+            if let Some(t) = token {
+                req = req.set("Authorization", &format!("Bearer {t}"));
+            }
+            if let Some(c) = caller_seg {
+                req = req.set("X-Aware-Session", &c);
+            }
+            let resp = match req.call() {
+                Ok(r) => r,
+                Err(_) => {
+                    let _ = ready_tx.send(());
+                    return;
+                }
+            };
+            let _ = ready_tx.send(());
+            for line in BufReader::new(resp.into_reader())
+                .lines()
+                .map_while(Result::ok)
+            {
+                if let Some(data) = line.strip_prefix("data: ") {
+                    if let Ok(v) = serde_json::from_str::<Value>(data) {
+                        let marker = v["reason"] == "message"
+                            && v["from"]
+                                .as_str()
+                                .is_some_and(|f| f.contains("aware-test-fence"));
+                        if marker {
+                            // Markers of other subscriptions (or webhook checks) are ignored.
+                            if v["from"] == from.as_str() {
+                                let run = v["runId"].as_str().unwrap_or("").to_string();
+                                m2.lock().unwrap().push(run);
+                            }
+                        } else {
+                            r2.lock().unwrap().push(v);
+                        }
+                    }
+                }
+            }
+        });
+        let _ = ready_rx.recv_timeout(Duration::from_secs(10));
+        let w = Wakes {
+            received,
+            markers,
+            base: server.base.clone(),
+            token: server.token.clone(),
+            fence_to,
+            fence_from,
+            fenced,
+        };
+        // Catch-up wakes precede live ones, so once a marker is back the catch-up is complete.
+        w.settle();
+        w
+    }
+
+    /// Sends a marker wake, waits (up to 20 s) until it arrived, and returns every other wake
+    /// received so far. Any wake caused by an earlier request is among them.
+    pub fn settle(&self) -> Vec<Value> {
+        self.fence().0
+    }
+
+    /// [`Wakes::settle`], also giving the marker's `runId` (another stream with the same filter
+    /// sees the same marker).
+    pub fn fence(&self) -> (Vec<Value>, String) {
+        if !self.fenced {
+            std::thread::sleep(Duration::from_millis(200));
+            return (self.received.lock().unwrap().clone(), String::new());
+        }
+        let agent = ureq::AgentBuilder::new()
+            .timeout(Duration::from_secs(60))
+            .build();
+        let mut req = agent
+            .post(&format!("{}/v1/tools/sessions_send", self.base))
+            .set("X-Aware-Session", &seg(&self.fence_from));
+        if let Some(t) = &self.token {
+            req = req.set("Authorization", &format!("Bearer {t}"));
+        }
+        let body = json!({"sessionKey": self.fence_to, "message": "marker", "timeoutSeconds": 0});
+        let answer: Value = match req.send_json(body) {
+            Ok(r) => r.into_json().expect("marker answer is JSON"),
+            Err(e) => panic!("marker sessions_send to {}: {e}", self.fence_to),
+        };
+        let run = answer["runId"].as_str().expect("marker runId").to_string();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !self.markers.lock().unwrap().contains(&run) {
+            assert!(
+                Instant::now() < deadline,
+                "the marker wake to {} never arrived; received: {:?}",
+                self.fence_to,
+                self.received.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        (self.received.lock().unwrap().clone(), run)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Pick, Server, ServerOptions};
+
+    #[test]
+    #[should_panic(expected = "one process owns a SQLite store")]
+    fn several_gateways_on_sqlite_are_refused_before_any_start() {
+        Server::with_options(ServerOptions {
+            gateways: 3,
+            ..ServerOptions::default()
+        });
+    }
+
+    #[test]
+    fn picks_stay_in_range_and_spread() {
+        for pick in [
+            Pick::First,
+            Pick::Fixed(2),
+            Pick::RoundRobin,
+            Pick::Random { seed: 7 },
+        ] {
+            let hits: Vec<usize> = (0..300).map(|n| pick.index(n, 3)).collect();
+            assert!(hits.iter().all(|&i| i < 3), "{pick:?}");
+            let used = (0..3).filter(|i| hits.contains(i)).count();
+            let want = if matches!(pick, Pick::First | Pick::Fixed(_)) {
+                1
+            } else {
+                3
+            };
+            assert_eq!(used, want, "{pick:?}");
+        }
+        assert_eq!(Pick::Fixed(9).index(0, 3), 2);
+        assert_eq!(Pick::RoundRobin.index(4, 3), 1);
+        let a: Vec<usize> = (0..20)
+            .map(|n| Pick::Random { seed: 1 }.index(n, 3))
+            .collect();
+        let b: Vec<usize> = (0..20)
+            .map(|n| Pick::Random { seed: 1 }.index(n, 3))
+            .collect();
+        assert_eq!(a, b, "a seed gives the same sequence");
+    }
+}

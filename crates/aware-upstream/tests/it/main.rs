@@ -1,0 +1,7 @@
+//! The integration tests of `aware-upstream` in one binary (one link instead of one per file),
+//! one module per topic. Select a module with its path (`cargo test -p aware-upstream --test it
+//! monitor::`) and a scenario with its id (`cargo test -p aware-upstream --test it s137`).
+
+mod codex_fixtures;
+mod fixtures;
+mod monitor;

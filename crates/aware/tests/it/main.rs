@@ -1,0 +1,32 @@
+//! The integration tests of `aware` in one binary (one link instead of one per file), one
+//! module per topic. Select a module with its path (`cargo test -p aware --test it
+//! upstream_node::`) and a scenario with its id (`cargo test -p aware --test it s012`).
+
+// Also reachable as `mod common;` from a test file of its own next to `it/`.
+#[path = "../common/mod.rs"]
+mod common;
+
+mod bad_requests;
+mod cli;
+mod cli_ux;
+mod console;
+mod crash_loop;
+mod docs_runnable;
+mod hardening;
+mod hook;
+mod http_smoke;
+mod init;
+mod load;
+mod mcp;
+mod metrics;
+mod model_http;
+mod scenarios_lifecycle_and_api;
+mod scenarios_log_and_watchers;
+mod scenarios_notices_wakes_retention;
+mod security;
+mod stalls;
+mod tools_contract;
+mod upstream_codex;
+mod upstream_local;
+mod upstream_node;
+mod webhook_faults;

@@ -1,0 +1,943 @@
+//! Model-based test over HTTP (issue 5): random operation sequences against a real
+//! `aware serve --test-clock` on loopback, compared after every step with a small reference model
+//! of spec 01 (signal log, heads, pruned watermarks, retention) and spec 02 (cursor triples,
+//! notices, drain/ack, registration, unwatch, restart sweep).
+//!
+//! The model follows the shape of the engine's model test (crates/aware-engine/tests/it/model.rs),
+//! restricted to what the HTTP surface shows. Operations: human turns, goal PUT/DELETE as the
+//! operator and as a watcher session (`X-Aware-Session`, self-suppression), run start/end on the
+//! children, compaction, watch (POST watches) and unwatch (`sessions_unwatch` tool or DELETE),
+//! drain, pending, explicit ack, reset, delete and re-create, clock advance, admin prune (with a
+//! small `[retention] max_rows`), graceful restart and `kill -9` restart.
+//!
+//! After every step: every cursor triple from `GET /v1/sessions/{w}/watches` equals the model and
+//! satisfies `lastSeen ≤ notified ≤ material`; pending notices are exact (one per pair, exact
+//! text); heads (`stateVersion`) are never lowered (except by deleting the session); every
+//! retained stream and the exact `historyGap` of `session_status changesSince` match the model;
+//! sequences are never reused.
+//!
+//! One server per proptest case. `AWARE_HTTP_MODEL_CASES` (default 16) sets the number of cases.
+
+use crate::common::{seg, Resp, Server};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+
+use aware_core::Origin;
+use aware_testkit::model::{KindClass as Class, SERVER_CONFIG as CONFIG, *};
+use aware_testkit::spec::DAY;
+
+fn path(s: usize, rest: &str) -> String {
+    format!("/v1/sessions/{}{rest}", seg(KEYS[s]))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Operations
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+enum Op {
+    HumanTurn {
+        t: usize,
+    },
+    /// Goal PUT; `actor` is the calling session (`X-Aware-Session`), else the operator.
+    SetGoal {
+        t: usize,
+        text: u8,
+        complete: bool,
+        actor: Option<usize>,
+    },
+    ClearGoal {
+        t: usize,
+        actor: Option<usize>,
+    },
+    StartRun {
+        t: usize,
+    },
+    EndRun {
+        t: usize,
+        outcome: u8,
+    },
+    Compaction {
+        t: usize,
+        op: u8,
+    },
+    Watch {
+        w: usize,
+        t: usize,
+    },
+    /// `tool`: the `sessions_unwatch` tool, else `DELETE /v1/sessions/{w}/watches/{t}`.
+    Unwatch {
+        w: usize,
+        t: usize,
+        tool: bool,
+    },
+    Drain {
+        s: usize,
+    },
+    Pending {
+        s: usize,
+    },
+    Ack {
+        w: usize,
+        t: usize,
+        last_seen: u8,
+    },
+    Reset {
+        s: usize,
+    },
+    Delete {
+        s: usize,
+    },
+    Create {
+        s: usize,
+    },
+    Advance {
+        ms: i64,
+    },
+    Prune,
+    Restart,
+    Kill9Restart,
+}
+
+fn op_strategy() -> impl Strategy<Value = Op> {
+    let s = 0..N;
+    let child = prop_oneof![Just(C), Just(D)];
+    let actor = prop::option::of(0..4usize);
+    let biased = prop_oneof![3 => Just(W), 1 => Just(X), 1 => Just(C), 1 => Just(D), 1 => Just(G)];
+    prop_oneof![
+        10 => s.clone().prop_map(|t| Op::HumanTurn { t }),
+        5 => (s.clone(), 0..2u8, any::<bool>(), actor.clone())
+            .prop_map(|(t, text, complete, actor)| Op::SetGoal { t, text, complete, actor }),
+        1 => (s.clone(), actor).prop_map(|(t, actor)| Op::ClearGoal { t, actor }),
+        2 => child.clone().prop_map(|t| Op::StartRun { t }),
+        2 => (child, 0..4u8).prop_map(|(t, outcome)| Op::EndRun { t, outcome }),
+        2 => (s.clone(), 0..3u8).prop_map(|(t, op)| Op::Compaction { t, op }),
+        5 => (0..N, s.clone()).prop_map(|(w, t)| Op::Watch { w, t }),
+        2 => (0..4usize, s.clone(), any::<bool>()).prop_map(|(w, t, tool)| Op::Unwatch { w, t, tool }),
+        5 => s.clone().prop_map(|s| Op::Drain { s }),
+        1 => s.clone().prop_map(|s| Op::Pending { s }),
+        3 => (0..4usize, s.clone(), 0..3u8).prop_map(|(w, t, last_seen)| Op::Ack { w, t, last_seen }),
+        1 => s.clone().prop_map(|s| Op::Reset { s }),
+        2 => biased.clone().prop_map(|s| Op::Delete { s }),
+        3 => biased.prop_map(|s| Op::Create { s }),
+        3 => prop_oneof![4 => 0i64..20_000, 1 => (DAY / 2)..(DAY + DAY / 2)]
+            .prop_map(|ms| Op::Advance { ms }),
+        2 => Just(Op::Prune),
+        1 => Just(Op::Restart),
+        1 => Just(Op::Kill9Restart),
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reference model
+// ---------------------------------------------------------------------------------------------
+
+fn expect_status(ctx: &str, r: &Resp, want: &[u16]) {
+    assert!(
+        want.contains(&r.status),
+        "{ctx}: status {} (wanted {want:?}): {}",
+        r.status,
+        r.body
+    );
+}
+
+fn expect_refused(ctx: &str, r: &Resp) {
+    assert!(
+        (400..500).contains(&r.status),
+        "{ctx}: expected a 4xx refusal, got {}: {}",
+        r.status,
+        r.body
+    );
+}
+
+fn seq_of(ctx: &str, ev: &Value) -> i64 {
+    ev["sequence"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("{ctx}: event without sequence: {ev}"))
+}
+
+fn call(h: &Server, method: &str, p: &str, caller: Option<usize>, body: Option<Value>) -> Resp {
+    let b = body.map(|b| b.to_string());
+    h.request(method, p, caller.map(|c| KEYS[c]), b.as_deref())
+}
+
+fn check_notices(ctx: &str, w: usize, got: &Value, want: &[(usize, MCursor)]) {
+    let got = got["notices"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{ctx}: no notices array: {got}"));
+    let got_v: Vec<(String, i64, String, String)> = got
+        .iter()
+        .map(|n| {
+            (
+                n["targetSessionKey"].as_str().unwrap().to_string(),
+                n["lastSeen"].as_i64().unwrap(),
+                n["contextKey"].as_str().unwrap().to_string(),
+                n["text"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let want_v: Vec<(String, i64, String, String)> = want
+        .iter()
+        .map(|(t, c)| {
+            (
+                KEYS[*t].to_string(),
+                c.ls,
+                spec_context_key(KEYS[*t]),
+                spec_notice_text(KEYS[*t], c.ls),
+            )
+        })
+        .collect();
+    assert_eq!(got_v, want_v, "{ctx}: notices of {}", KEYS[w]);
+    let pairs: BTreeSet<(&str, &str)> = got
+        .iter()
+        .map(|n| {
+            (
+                n["targetSessionKey"].as_str().unwrap(),
+                n["targetAgentId"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(pairs.len(), got.len(), "{ctx}: two notices for one pair");
+}
+
+fn apply(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
+    match *op {
+        Op::HumanTurn { t } => {
+            let r = call(
+                h,
+                "POST",
+                &path(t, "/turns"),
+                None,
+                Some(json!({"role": "user", "text": "hello", "channel": "telegram"})),
+            );
+            if !m.exists(t) {
+                return expect_status(ctx, &r, &[404]);
+            }
+            expect_status(ctx, &r, &[201]);
+            let ev = r.body.get("event");
+            assert_eq!(
+                ev.is_some(),
+                m.human_turn_records(t),
+                "{ctx}: human turn recorded? {}",
+                r.body
+            );
+            if let Some(ev) = ev {
+                assert_eq!(ev["kind"], "human_direct_message", "{ctx}");
+                let passed: Vec<usize> = parent_of(t).into_iter().collect();
+                m.record(
+                    t,
+                    seq_of(ctx, ev),
+                    None,
+                    Class::Material,
+                    None,
+                    &passed,
+                    ctx,
+                );
+            }
+        }
+        Op::SetGoal {
+            t,
+            text,
+            complete,
+            actor,
+        } => {
+            let status = if complete { "complete" } else { "active" };
+            let r = call(
+                h,
+                "PUT",
+                &path(t, "/goal"),
+                actor,
+                Some(json!({"text": format!("goal text {text}"), "status": status})),
+            );
+            if !m.exists(t) || actor.is_some_and(|a| !m.exists(a)) {
+                return expect_status(ctx, &r, &[404]);
+            }
+            expect_status(ctx, &r, &[200]);
+            let sess = m.sessions[t].as_mut().unwrap();
+            let changed = sess.goal != Some((text, complete));
+            sess.goal = Some((text, complete));
+            assert_eq!(
+                r.body["changed"], changed,
+                "{ctx}: goal changed? {}",
+                r.body
+            );
+            assert_eq!(r.body.get("event").is_some(), changed, "{ctx}: goal event?");
+            if let Some(ev) = r.body.get("event") {
+                assert_eq!(
+                    ev["actorId"].as_str(),
+                    actor.map(|a| KEYS[a]),
+                    "{ctx}: goal actor"
+                );
+                let passed: Vec<usize> = parent_of(t).into_iter().collect();
+                m.record(
+                    t,
+                    seq_of(ctx, ev),
+                    None,
+                    Class::Material,
+                    actor.map(|a| KEYS[a]),
+                    &passed,
+                    ctx,
+                );
+            }
+        }
+        Op::ClearGoal { t, actor } => {
+            let r = call(h, "DELETE", &path(t, "/goal"), actor, None);
+            if !m.exists(t) || actor.is_some_and(|a| !m.exists(a)) {
+                return expect_status(ctx, &r, &[404]);
+            }
+            expect_status(ctx, &r, &[200]);
+            let changed = m.sessions[t].as_mut().unwrap().goal.take().is_some();
+            assert_eq!(r.body["changed"], changed, "{ctx}: goal cleared?");
+            assert_eq!(r.body.get("event").is_some(), changed, "{ctx}: goal event?");
+            if let Some(ev) = r.body.get("event") {
+                let passed: Vec<usize> = parent_of(t).into_iter().collect();
+                m.record(
+                    t,
+                    seq_of(ctx, ev),
+                    None,
+                    Class::Material,
+                    actor.map(|a| KEYS[a]),
+                    &passed,
+                    ctx,
+                );
+            }
+        }
+        Op::StartRun { t } => {
+            m.runs += 1;
+            let run_id = format!("run-{}", m.runs);
+            let r = call(
+                h,
+                "POST",
+                &path(t, "/runs"),
+                None,
+                Some(json!({"runId": run_id})),
+            );
+            match m.sessions[t].as_mut() {
+                None => expect_status(ctx, &r, &[404]),
+                Some(s) if s.run.is_some() => expect_status(ctx, &r, &[409]),
+                Some(s) => {
+                    expect_status(ctx, &r, &[201]);
+                    s.run = Some(run_id);
+                }
+            }
+        }
+        Op::EndRun { t, outcome } => {
+            let outcome = ["ok", "error", "timeout", "cancelled"][outcome as usize];
+            let Some(run_id) = m.sessions[t].as_ref().and_then(|s| s.run.clone()) else {
+                // No active run: ending a run never started is 404 run_not_found (docs/api.md
+                // §2.16), session_not_found when the session is gone; nothing is recorded.
+                let r = call(
+                    h,
+                    "POST",
+                    &path(t, "/runs/never-started/end"),
+                    None,
+                    Some(json!({"outcome": outcome})),
+                );
+                expect_status(ctx, &r, &[404]);
+                let code = if m.exists(t) {
+                    "run_not_found"
+                } else {
+                    "session_not_found"
+                };
+                assert_eq!(r.body["error"]["code"], code, "{ctx}: {}", r.body);
+                return;
+            };
+            let r = call(
+                h,
+                "POST",
+                &path(t, &format!("/runs/{}/end", seg(&run_id))),
+                None,
+                Some(json!({"outcome": outcome})),
+            );
+            expect_status(ctx, &r, &[200]);
+            m.sessions[t].as_mut().unwrap().run = None;
+            let ev = r
+                .body
+                .get("event")
+                .unwrap_or_else(|| panic!("{ctx}: a child's run end recorded nothing"));
+            let want = if outcome == "ok" {
+                "run_completed"
+            } else {
+                "run_failed"
+            };
+            assert_eq!(ev["kind"], want, "{ctx}");
+            let passed: Vec<usize> = parent_of(t).into_iter().collect();
+            m.record(t, seq_of(ctx, ev), None, Class::LogOnly, None, &passed, ctx);
+        }
+        Op::Compaction { t, op } => {
+            let op_id = format!("op{op}");
+            let r = call(
+                h,
+                "POST",
+                &path(t, "/compaction"),
+                None,
+                Some(json!({"operationId": op_id})),
+            );
+            if !m.exists(t) {
+                return expect_status(ctx, &r, &[404]);
+            }
+            let dedupe = format!("compacted:main:{}:{op_id}", KEYS[t]);
+            let ev = r.body["event"].clone();
+            match m.event_by_dedupe(&dedupe) {
+                Some(seq) => {
+                    expect_status(ctx, &r, &[200]);
+                    assert_eq!(r.body["duplicate"], true, "{ctx}: not a duplicate");
+                    assert_eq!(seq_of(ctx, &ev), seq, "{ctx}: duplicate answers the first");
+                }
+                None => {
+                    expect_status(ctx, &r, &[201]);
+                    assert_eq!(ev["kind"], "compacted", "{ctx}");
+                    m.record(
+                        t,
+                        seq_of(ctx, &ev),
+                        Some(dedupe),
+                        Class::LogOnly,
+                        None,
+                        &[],
+                        ctx,
+                    );
+                }
+            }
+        }
+        Op::Watch { w, t } => {
+            let r = call(
+                h,
+                "POST",
+                &path(w, "/watches"),
+                None,
+                Some(json!({"target": KEYS[t]})),
+            );
+            if !(qualified(w) && w != t && m.exists(w) && m.exists(t)) {
+                return expect_refused(ctx, &r);
+            }
+            expect_status(ctx, &r, &[200]);
+            let now = m.now;
+            let head = m.head(t);
+            let c = *m
+                .cursors
+                .entry((w, t))
+                .and_modify(|c| {
+                    if c.muted {
+                        *c = MCursor::settled(head, false, Origin::Watch, now);
+                    } else {
+                        c.updated = now;
+                    }
+                })
+                .or_insert(MCursor::settled(head, false, Origin::Watch, now));
+            let got = &r.body["cursor"];
+            assert_eq!(
+                (
+                    got["lastSeen"].as_i64(),
+                    got["notified"].as_i64(),
+                    got["material"].as_i64()
+                ),
+                (Some(c.ls), Some(c.n), Some(c.m)),
+                "{ctx}: registration cursor"
+            );
+        }
+        Op::Unwatch { w, t, tool } => {
+            let r = if tool {
+                h.tool(KEYS[w], "sessions_unwatch", json!({"sessionKey": KEYS[t]}))
+            } else {
+                call(
+                    h,
+                    "DELETE",
+                    &path(w, &format!("/watches/{}", seg(KEYS[t]))),
+                    None,
+                    None,
+                )
+            };
+            if !m.exists(w) || !m.exists(t) {
+                return expect_status(ctx, &r, &[404]);
+            }
+            expect_status(ctx, &r, &[200]);
+            let existing = m.cursors.get(&(w, t)).copied();
+            let want = qualified(w)
+                && !existing.is_some_and(|c| c.muted)
+                && (existing.is_some() || parent_of(t) == Some(w));
+            assert_eq!(r.body["unwatched"], want, "{ctx}: unwatched? {}", r.body);
+            if want {
+                let origin = existing.map_or(Origin::Spawn, |c| c.origin);
+                let c = MCursor::settled(m.head(t), true, origin, m.now);
+                m.cursors.insert((w, t), c);
+            }
+        }
+        Op::Drain { s } => {
+            let r = call(h, "POST", &path(s, "/drain"), None, Some(json!({})));
+            if !m.exists(s) {
+                return expect_status(ctx, &r, &[404]);
+            }
+            expect_status(ctx, &r, &[200]);
+            let pending = m.pending_of(s);
+            check_notices(ctx, s, &r.body, &pending);
+            let mut follow = 0;
+            for (t, _) in &pending {
+                if m.ack(s, *t) {
+                    follow += 1;
+                }
+            }
+            assert_eq!(r.body["pendingAfter"], follow, "{ctx}: drain pendingAfter");
+        }
+        Op::Pending { s } => {
+            let r = call(h, "GET", &path(s, "/pending"), None, None);
+            if !m.exists(s) {
+                return expect_status(ctx, &r, &[404]);
+            }
+            expect_status(ctx, &r, &[200]);
+            check_notices(ctx, s, &r.body, &m.pending_of(s));
+        }
+        Op::Ack { w, t, last_seen } => {
+            let existing = m.cursors.get(&(w, t)).copied().filter(|c| c.pending());
+            let ls_given = match last_seen {
+                0 => None,
+                1 => Some(existing.map_or(0, |c| c.ls)),
+                _ => Some(existing.map_or(12_345, |c| c.ls + 1)),
+            };
+            let context_key = spec_context_key(KEYS[t]);
+            let mut notice = json!({"contextKey": context_key});
+            if let Some(ls) = ls_given {
+                notice["lastSeen"] = ls.into();
+            }
+            let r = call(
+                h,
+                "POST",
+                &path(w, "/ack"),
+                None,
+                Some(json!({"notices": [notice]})),
+            );
+            if !m.exists(w) {
+                return expect_status(ctx, &r, &[404]);
+            }
+            expect_status(ctx, &r, &[200]);
+            let (mut acked, mut follow, mut ignored) = (0, 0, Vec::<String>::new());
+            if let Some(c) = existing {
+                if ls_given.is_some_and(|ls| ls != c.ls) {
+                    ignored.push(context_key);
+                } else {
+                    acked = 1;
+                    if m.ack(w, t) {
+                        follow = 1;
+                    }
+                }
+            }
+            assert_eq!(
+                (&r.body["acked"], &r.body["followUps"], &r.body["ignored"]),
+                (&json!(acked), &json!(follow), &json!(ignored)),
+                "{ctx}: ack answer"
+            );
+        }
+        Op::Reset { s } => {
+            let r = call(h, "POST", &path(s, "/reset"), None, Some(json!({})));
+            match m.sessions[s].as_ref() {
+                None => expect_status(ctx, &r, &[404]),
+                Some(ss) if ss.run.is_some() => expect_status(ctx, &r, &[409]),
+                Some(_) => {
+                    expect_status(ctx, &r, &[200]);
+                    assert_eq!(
+                        r.body["session"]["stateVersion"],
+                        m.head(s),
+                        "{ctx}: head kept by reset"
+                    );
+                    m.cursors.retain(|&(w, _), _| w != s);
+                }
+            }
+        }
+        Op::Delete { s } => {
+            let r = call(h, "DELETE", &path(s, ""), None, None);
+            if !m.exists(s) {
+                return expect_status(ctx, &r, &[404]);
+            }
+            expect_status(ctx, &r, &[200]);
+            m.delete(s);
+        }
+        Op::Create { s } => {
+            let mut body = json!({"key": KEYS[s]});
+            if let Some(p) = parent_of(s) {
+                body["parentSessionKey"] = KEYS[p].into();
+            }
+            let r = call(h, "POST", "/v1/sessions", None, Some(body));
+            // An existing session is answered as it is (idempotent create), even when the
+            // parent named in the repeat is gone; a new child needs its parent.
+            if m.exists(s) {
+                return expect_status(ctx, &r, &[200]);
+            }
+            if parent_of(s).is_some_and(|p| !m.exists(p)) {
+                return expect_status(ctx, &r, &[404]);
+            }
+            expect_status(ctx, &r, &[201]);
+            let sess = &r.body["session"];
+            assert!(
+                sess.get("orphaned").is_none(),
+                "{ctx}: new session orphaned"
+            );
+            m.sessions[s] = Some(MSession {
+                orphaned: false,
+                goal: None,
+                run: None,
+            });
+            let version = sess["stateVersion"].as_i64().unwrap();
+            if let Some(p) = parent_of(s) {
+                m.record(s, version, None, Class::Seeds, None, &[p], ctx);
+            } else {
+                assert_eq!(version, 0, "{ctx}: a new stream has no head");
+            }
+        }
+        Op::Advance { ms } => {
+            let now = m.now + ms;
+            h.set_clock(now);
+            m.now = now;
+        }
+        Op::Prune => {
+            let report = h.prune();
+            let want = m.prune();
+            let got = MPrune {
+                age: report["deletedByAge"].as_u64().unwrap(),
+                cap: report["deletedByCap"].as_u64().unwrap(),
+                cursors: report["expiredCursors"].as_u64().unwrap(),
+            };
+            assert_eq!(got, want, "{ctx}: prune report");
+        }
+        Op::Restart | Op::Kill9Restart => {
+            if matches!(op, Op::Restart) {
+                h.restart();
+            } else {
+                h.kill9_restart();
+            }
+            // Start-up: restart sweep, then the first prune pass (before /health is 200).
+            m.sweep();
+            m.prune();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checks after every step
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Default, Clone)]
+struct Observed {
+    heads: [i64; N],
+    seqs: BTreeSet<i64>,
+    max_seq: i64,
+}
+
+fn status(h: &Server, caller: usize, t: usize, since: i64, ctx: &str) -> Value {
+    let r = h.tool(
+        KEYS[caller],
+        "session_status",
+        json!({"sessionKey": KEYS[t], "changesSince": since}),
+    );
+    expect_status(ctx, &r, &[200]);
+    r.body
+}
+
+fn check(h: &Server, m: &Model, prev: &Observed, ctx: &str) -> Observed {
+    let mut obs = Observed {
+        max_seq: prev.max_seq,
+        ..Default::default()
+    };
+    // Heads, retained streams and exact history gaps through session_status changesSince.
+    for (i, name) in KEYS.iter().enumerate() {
+        if !m.exists(i) {
+            let r = h.get(&path(i, ""));
+            expect_status(ctx, &r, &[404]);
+            continue;
+        }
+        let st = status(h, i, i, 0, ctx);
+        let v = st["stateVersion"].as_i64().unwrap();
+        assert_eq!(v, m.head(i), "{ctx}: head of {name}");
+        assert!(
+            v >= prev.heads[i],
+            "{ctx}: head of {name} lowered from {} to {v}",
+            prev.heads[i]
+        );
+        obs.heads[i] = v;
+        let want = m.retained(i);
+        let pm = m.pruned(i);
+        let mut afters: BTreeSet<i64> = [0, pm, pm + 1, m.head(i)].into_iter().collect();
+        if pm > 0 {
+            afters.insert(pm - 1);
+        }
+        for after in afters {
+            let p = if after == 0 {
+                st.clone()
+            } else {
+                status(h, i, i, after, ctx)
+            };
+            let changes = &p["stateChanges"];
+            assert_eq!(
+                changes["historyGap"],
+                after < pm,
+                "{ctx}: historyGap of {name} after {after} (pruned watermark {pm})"
+            );
+            let got: Vec<i64> = changes["events"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["sequence"].as_i64().unwrap())
+                .collect();
+            let want_tail: Vec<i64> = want.iter().copied().filter(|s| *s > after).collect();
+            assert_eq!(got, want_tail, "{ctx}: changesSince {after} of {name}");
+            if after == 0 {
+                let earliest =
+                    want.first()
+                        .copied()
+                        .unwrap_or(if m.head(i) > 0 { m.head(i) + 1 } else { 0 });
+                assert_eq!(
+                    changes["earliestAvailableSequence"], earliest,
+                    "{ctx}: earliestAvailableSequence of {name}"
+                );
+            }
+        }
+        for s in want {
+            if !prev.seqs.contains(&s) {
+                assert!(
+                    s > prev.max_seq,
+                    "{ctx}: new sequence {s} not above every earlier one ({})",
+                    prev.max_seq
+                );
+            }
+            obs.max_seq = obs.max_seq.max(s);
+            obs.seqs.insert(s);
+        }
+    }
+    // Every cursor of every existing watcher; invariant and equality with the model.
+    let mut total = 0;
+    for (w, wkey) in KEYS.iter().enumerate() {
+        if !m.exists(w) {
+            continue;
+        }
+        let r = h.get(&path(w, "/watches"));
+        expect_status(ctx, &r, &[200]);
+        let rows = r.body["watches"].as_array().unwrap();
+        let mut got = BTreeMap::new();
+        for row in rows {
+            let t = index_of(row["targetSessionKey"].as_str().unwrap());
+            let c = (
+                row["lastSeen"].as_i64().unwrap(),
+                row["notified"].as_i64().unwrap(),
+                row["material"].as_i64().unwrap(),
+                row["muted"].as_bool().unwrap(),
+            );
+            assert!(
+                c.0 <= c.1 && c.1 <= c.2,
+                "{ctx}: cursor invariant broken for ({} -> {}): {row}",
+                wkey,
+                KEYS[t]
+            );
+            assert_eq!(
+                row["pending"],
+                !c.3 && c.1 > c.0,
+                "{ctx}: pending flag {row}"
+            );
+            assert!(got.insert(t, c).is_none(), "{ctx}: two rows for one pair");
+        }
+        let want: BTreeMap<usize, (i64, i64, i64, bool)> = m
+            .cursors
+            .iter()
+            .filter(|(&(ww, _), _)| ww == w)
+            .map(|(&(_, t), c)| (t, (c.ls, c.n, c.m, c.muted)))
+            .collect();
+        assert_eq!(got, want, "{ctx}: cursors of {}", wkey);
+        total += got.len();
+        // Pending notices: exact text, one per pair.
+        let r = h.get(&path(w, "/pending"));
+        expect_status(ctx, &r, &[200]);
+        check_notices(ctx, w, &r.body, &m.pending_of(w));
+    }
+    assert_eq!(total, m.cursors.len(), "{ctx}: cursor count");
+    obs
+}
+
+/// `aware serve` over HTTP as a [`Driver`] of the reference model.
+struct Http(Server);
+
+impl Driver for Http {
+    type Op = Op;
+    type Observed = Observed;
+    fn create(s: usize) -> Op {
+        Op::Create { s }
+    }
+    fn apply(&mut self, m: &mut Model, op: &Op, ctx: &str) {
+        apply(&mut self.0, m, op, ctx)
+    }
+    fn check(&self, m: &Model, prev: &Observed, op: Option<&Op>, ctx: &str) -> Observed {
+        // A deleted session's head may start again from 0.
+        let mut prev = prev.clone();
+        if let Some(Op::Delete { s }) = op {
+            prev.heads[*s] = 0;
+        }
+        check(&self.0, m, &prev, ctx)
+    }
+}
+
+fn run_case(ops: &[Op]) {
+    let h = Server::with_config(CONFIG);
+    let mut m = Model::new(h.now);
+    aware_testkit::model::run_case(&mut Http(h), &mut m, ops);
+}
+
+/// Hand-written sequences for the paths random generation reaches rarely.
+fn directed_sequences() -> Vec<(&'static str, Vec<Op>)> {
+    let human = |t| Op::HumanTurn { t };
+    let drain = |s| Op::Drain { s };
+    vec![
+        (
+            "self-suppression, restart sweep and kill -9",
+            vec![
+                Op::Watch { w: X, t: C },
+                Op::SetGoal {
+                    t: C,
+                    text: 0,
+                    complete: false,
+                    actor: Some(W),
+                },
+                Op::SetGoal {
+                    t: C,
+                    text: 1,
+                    complete: false,
+                    actor: Some(X),
+                },
+                human(C),
+                human(C),
+                Op::Restart,
+                Op::Pending { s: W },
+                drain(W),
+                human(C),
+                Op::Kill9Restart,
+                drain(W),
+                drain(X),
+            ],
+        ),
+        (
+            "row cap, age, cursor expiry and history gaps",
+            (0..14)
+                .map(|_| human(C))
+                .chain([
+                    Op::Prune,
+                    Op::Watch { w: W, t: X },
+                    human(X),
+                    Op::Advance { ms: DAY + 1 },
+                    human(D),
+                    Op::Prune,
+                    human(C),
+                    Op::Kill9Restart,
+                ])
+                .collect(),
+        ),
+        (
+            "unwatch, orphans, reset, ack",
+            vec![
+                Op::Unwatch {
+                    w: W,
+                    t: C,
+                    tool: true,
+                },
+                human(C),
+                Op::Watch { w: W, t: C },
+                human(C),
+                human(C),
+                Op::Ack {
+                    w: W,
+                    t: C,
+                    last_seen: 2,
+                },
+                Op::Ack {
+                    w: W,
+                    t: C,
+                    last_seen: 1,
+                },
+                Op::Delete { s: W },
+                human(C),
+                Op::Create { s: W },
+                Op::Watch { w: W, t: D },
+                human(D),
+                Op::Reset { s: W },
+                Op::StartRun { t: D },
+                Op::Reset { s: D },
+                Op::EndRun { t: D, outcome: 1 },
+                Op::Compaction { t: D, op: 0 },
+                Op::Compaction { t: D, op: 0 },
+                Op::Unwatch {
+                    w: X,
+                    t: D,
+                    tool: false,
+                },
+                drain(W),
+            ],
+        ),
+    ]
+}
+
+#[test]
+fn model_http_matches_reference() {
+    let started = std::time::Instant::now();
+    let cases = std::env::var("AWARE_HTTP_MODEL_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(16);
+    for (name, ops) in directed_sequences() {
+        let outcome = std::panic::catch_unwind(|| run_case(&ops));
+        if let Err(e) = outcome {
+            let msg = e
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            panic!("directed sequence {name:?} failed: {msg}\nops: {ops:?}");
+        }
+    }
+    let config = Config {
+        cases,
+        failure_persistence: None,
+        // Each shrink step starts a server: keep shrinking bounded.
+        max_shrink_iters: 200,
+        ..Config::default()
+    };
+    let mut runner = TestRunner::new(config);
+    let result = runner.run(&prop::collection::vec(op_strategy(), 1..40), |ops| {
+        run_case(&ops);
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    println!(
+        "model_http: {} directed + {cases} random cases in {:.1} s",
+        directed_sequences().len(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+// The model's own expectations, written from the spec (02 §8.1 notice template, §8.2 context
+// key codec) rather than taken from `aware_core`, so a formatting bug cannot hide behind itself.
+
+fn spec_context_key(target: &str) -> String {
+    let hex: String = target.bytes().map(|b| format!("{b:02x}")).collect();
+    format!("session-state:{hex}")
+}
+
+fn spec_notice_text(target: &str, last_seen: i64) -> String {
+    format!(
+        "Session \"{target}\" changed (other actor). Reconcile before acting: session_status \
+         sessionKey \"{target}\" changesSince {last_seen}."
+    )
+}
+
+#[test]
+fn spec_expectations_are_literal() {
+    assert_eq!(
+        spec_context_key("agent:main:subagent:c1"),
+        format!("session-state:{HEX_C_LITERAL}")
+    );
+    assert_eq!(
+        spec_notice_text("agent:main:subagent:c1", 1),
+        "Session \"agent:main:subagent:c1\" changed (other actor). Reconcile before acting: \
+         session_status sessionKey \"agent:main:subagent:c1\" changesSince 1."
+    );
+}
+
+/// 02 §8.1's example key, hex-encoded as printed there.
+const HEX_C_LITERAL: &str = "6167656e743a6d61696e3a7375626167656e743a6331";
