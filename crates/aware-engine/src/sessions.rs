@@ -565,6 +565,7 @@ impl Engine {
                 run_id: Some(run2.clone()),
                 from: Some(caller.key.as_str().into()),
                 at: ctx.now,
+                remote: false,
             });
             Ok(())
         })?;
@@ -633,6 +634,7 @@ impl Engine {
                 run_id: Some(r.clone()),
                 from: Some(c.key.as_str().into()),
                 at: ctx.now,
+                remote: false,
             });
             Ok(watched)
         })?;

@@ -35,6 +35,9 @@ pub struct Wake {
     pub run_id: Option<String>,
     pub from: Option<String>,
     pub at: i64,
+    /// Published by another process of the cluster: delivered to this process's SSE
+    /// subscribers only, never to webhooks (the producing process delivers those).
+    pub remote: bool,
 }
 
 /// Coalescing state and the broadcast of delivered wakes.
@@ -43,6 +46,7 @@ pub(crate) struct WakeHub {
     coalescer: Mutex<Coalescer<String>>,
     next_id: AtomicU64,
     sender: broadcast::Sender<Wake>,
+    pub(crate) cluster: crate::cluster::ClusterHooks,
 }
 
 impl WakeHub {
@@ -52,6 +56,7 @@ impl WakeHub {
             coalescer: Mutex::new(Coalescer::new(window_ms)),
             next_id: AtomicU64::new(1),
             sender,
+            cluster: Default::default(),
         }
     }
 
@@ -95,10 +100,12 @@ impl WakeHub {
         wake
     }
 
-    /// Sends a wake to every subscriber; returns it.
+    /// Sends a wake to every subscriber and, when it is this process's own, to the cluster's
+    /// bus; returns it.
     pub(crate) fn emit(&self, mut wake: Wake) -> Wake {
         wake.id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let _ = self.sender.send(wake.clone());
+        self.cluster.publish(&wake);
         wake
     }
 }
