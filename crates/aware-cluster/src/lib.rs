@@ -374,8 +374,11 @@ fn listener_loop(
 fn repair(engine: &Engine) {
     match engine.repair_wakes() {
         Ok(0) => {}
-        Ok(n) => tracing::info!(event = "cluster_wakes_repaired", watchers = n,
-            "woke watchers whose notices opened without a wake reaching this gateway"),
+        Ok(n) => tracing::info!(
+            event = "cluster_wakes_repaired",
+            watchers = n,
+            "woke watchers whose notices opened without a wake reaching this gateway"
+        ),
         Err(e) => tracing::debug!(event = "cluster_repair_failed", error = %e,
             "repair check failed; next period retries"),
     }

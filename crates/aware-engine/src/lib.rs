@@ -25,8 +25,8 @@ mod wakes;
 mod watch;
 
 pub use append::{Admission, AppendOutcome, AppendRequest, NotRecorded};
-pub use cluster::{Leadership, RemoteWake, WakeBus};
 pub use clock::{Clock, ClockBackwards, ManualClock, SystemClock};
+pub use cluster::{Leadership, RemoteWake, WakeBus};
 pub use console::{ConsoleSession, EdgeKind, Graph, GraphEdge, GraphNode};
 pub use error::{EngineError, Result};
 pub use links::{
