@@ -1,8 +1,8 @@
 //! Reads for the web console: the session table, one session's page and the watch graph, each
 //! on one snapshot; and the change generation that tells the console something changed.
 
+use crate::lookup::load_session;
 use crate::model::{Notice, Session};
-use crate::sessions::load_session;
 use crate::{Engine, Result};
 use aware_core::{SessionRef, StoredEvent};
 use aware_store::StoreExt;

@@ -16,11 +16,14 @@ mod console;
 mod error;
 mod fifo;
 mod links;
+mod lookup;
 mod metrics;
 mod model;
 mod reads;
 mod retention;
 mod sessions;
+mod spawn;
+mod turns;
 mod wakes;
 mod watch;
 

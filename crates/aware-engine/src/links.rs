@@ -2,8 +2,8 @@
 //! engine operations the upstream monitor needs (04 §6, §7).
 
 use crate::append::{record, AppendRequest};
+use crate::lookup::{load_session, new_uuid};
 use crate::model::*;
-use crate::sessions::{load_session, new_uuid};
 use crate::{Engine, Result};
 use aware_core::{ActorType, EventKind, SessionKey, SessionRef};
 use aware_store::StoreExt;
@@ -359,7 +359,7 @@ impl Engine {
         let s = req.session.clone();
         self.write(move |tx, ctx| {
             let row = load_session(tx, &s)?;
-            let parent = crate::sessions::parent_ref(&row).map(|p| p.key.as_str().to_string());
+            let parent = crate::lookup::parent_ref(&row).map(|p| p.key.as_str().to_string());
             req.session_id = Some(row.session_id.clone());
             req.only_if_watched = parent.is_none();
             req.watchers = parent.into_iter().collect();

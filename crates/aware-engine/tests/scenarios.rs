@@ -1,4 +1,4 @@
-//! Engine-level tests of the acceptance scenarios (../shared/spec/05-scenarios.md), named
+//! Engine-level tests of the acceptance scenarios (docs/semantics.md, part 05), named
 //! after them. Each runs the real engine on a real SQLite file with a manual clock.
 
 mod common;
