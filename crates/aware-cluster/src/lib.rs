@@ -19,7 +19,7 @@
 
 use aware_engine::{Engine, Leadership, RemoteWake, Wake, WakeBus, WakeReason};
 use postgres::fallible_iterator::FallibleIterator;
-use postgres::{Client, NoTls};
+use postgres::Client;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
@@ -39,11 +39,17 @@ pub enum ClusterError {
     Thread(&'static str, std::io::Error),
 }
 
+/// Opens a new connection to the store's database (the store's own settings: password,
+/// timeouts, keep-alives). Each cluster thread owns the connections it opens.
+pub type Connect = Arc<dyn Fn() -> Result<Client, String> + Send + Sync>;
+
 /// Settings of [`Cluster::start`].
 #[derive(Clone)]
 pub struct ClusterOptions {
-    /// How to reach PostgreSQL (the store's own connection settings).
-    pub config: postgres::Config,
+    pub connect: Connect,
+    /// The advisory lock of leadership ([`LEADER_LOCK_KEY`]; tests sharing a database use
+    /// their own).
+    pub lock_key: i64,
     /// Pause between leadership attempts and between reconnects.
     pub retry: Duration,
     /// Interval of the repair check of lost notifications.
@@ -56,14 +62,22 @@ pub struct ClusterOptions {
 }
 
 impl ClusterOptions {
-    pub fn new(config: postgres::Config) -> Self {
+    pub fn new(connect: Connect) -> Self {
         ClusterOptions {
-            config,
+            connect,
+            lock_key: LEADER_LOCK_KEY,
             retry: Duration::from_secs(1),
             repair_every: Duration::from_secs(5),
             check_timeout: Duration::from_secs(2),
             first_attempt_wait: Duration::from_secs(3),
         }
+    }
+
+    /// Connections made from a driver configuration as it is (tests, tools).
+    pub fn from_config(config: postgres::Config) -> Self {
+        Self::new(Arc::new(move || {
+            config.connect(postgres::NoTls).map_err(|e| e.to_string())
+        }))
     }
 }
 
@@ -156,12 +170,7 @@ impl Cluster {
             ..Default::default()
         });
         let stop = Arc::new(AtomicBool::new(false));
-        let mut config = opts.config.clone();
-        config
-            .connect_timeout(opts.check_timeout)
-            .keepalives(true)
-            .keepalives_idle(Duration::from_secs(5))
-            .application_name("aware-cluster");
+        let config = opts.connect.clone();
         engine.set_leadership(Arc::new(StatusLeadership(status.clone())));
         let (tx, rx) = sync_channel::<String>(4096);
         engine.set_wake_bus(Arc::new(PgBus {
@@ -243,8 +252,8 @@ fn pause(stop: &AtomicBool, d: Duration) {
     }
 }
 
-fn connect(config: &postgres::Config, what: &str) -> Option<Client> {
-    match config.connect(NoTls) {
+fn connect(config: &Connect, what: &str) -> Option<Client> {
+    match config() {
         Ok(c) => Some(c),
         Err(e) => {
             tracing::debug!(event = "cluster_connect_failed", connection = what, error = %e,
@@ -257,7 +266,7 @@ fn connect(config: &postgres::Config, what: &str) -> Option<Client> {
 fn leader_loop(
     status: Arc<ClusterStatus>,
     stop: Arc<AtomicBool>,
-    config: postgres::Config,
+    config: Connect,
     opts: ClusterOptions,
     first: SyncSender<()>,
 ) {
@@ -273,7 +282,7 @@ fn leader_loop(
                 // Holding: a round trip with a deadline proves the session (and its lock) lives.
                 c.is_valid(opts.check_timeout).is_ok()
             } else {
-                match c.query_one("SELECT pg_try_advisory_lock($1)", &[&LEADER_LOCK_KEY]) {
+                match c.query_one("SELECT pg_try_advisory_lock($1)", &[&opts.lock_key]) {
                     Ok(row) => {
                         let got: bool = row.try_get(0).unwrap_or(false);
                         if got {
@@ -300,7 +309,7 @@ fn leader_loop(
 fn listener_loop(
     status: Arc<ClusterStatus>,
     stop: Arc<AtomicBool>,
-    config: postgres::Config,
+    config: Connect,
     opts: ClusterOptions,
     engine: Engine,
 ) {
@@ -387,7 +396,7 @@ fn repair(engine: &Engine) {
 fn publisher_loop(
     status: Arc<ClusterStatus>,
     stop: Arc<AtomicBool>,
-    config: postgres::Config,
+    config: Connect,
     opts: ClusterOptions,
     rx: Receiver<String>,
 ) {
