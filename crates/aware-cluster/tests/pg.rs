@@ -74,7 +74,12 @@ fn a_wake_crosses_processes_through_notify() {
         (WakeReason::SessionState, W, true)
     );
     assert_eq!(w.targets, vec![(C.to_string(), "main".to_string())]);
-    assert!(ca.status().published.load(std::sync::atomic::Ordering::Relaxed) >= 1);
+    assert!(
+        ca.status()
+            .published
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 1
+    );
     ca.shutdown();
     cb.shutdown();
 }
@@ -83,7 +88,14 @@ fn a_wake_crosses_processes_through_notify() {
 fn exactly_one_leader_and_leadership_moves_when_it_goes() {
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = engines(&dir);
-, || a.is_leader() || b.is_leader());
+    let opts = || {
+        let mut o = ClusterOptions::from_config(pg_config());
+        o.lock_key = 0x7465_7374_0000_0001;
+        o
+    };
+    let ca = Cluster::start(&a, opts()).unwrap();
+    let cb = Cluster::start(&b, opts()).unwrap();
+    wait_for("a leader", || a.is_leader() || b.is_leader());
     // Hold for a few retry periods: never two.
     for _ in 0..30 {
         assert!(!(a.is_leader() && b.is_leader()), "two leaders");
