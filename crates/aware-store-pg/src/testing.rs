@@ -217,7 +217,21 @@ impl PgCluster {
     }
 
     /// Starts the server (again) on the same port and data; waits until it accepts connections.
+    /// After [`PgCluster::kill`] the old backends take a moment to exit (they hold the shared
+    /// memory the new server checks), so a failed start is retried for a few seconds.
     pub fn start(&self) -> HResult<()> {
+        let mut last = Ok(());
+        for _ in 0..20 {
+            last = self.start_once();
+            if last.is_ok() {
+                return last;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+        last
+    }
+
+    fn start_once(&self) -> HResult<()> {
         let fsync = if self.options.fsync { "on" } else { "off" };
         let server_opts = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync={fsync} \
@@ -276,14 +290,26 @@ impl PgCluster {
         if !status.success() {
             return Err(err(format!("kill -9 {pid} failed")));
         }
-        // The children notice the postmaster's death and exit; wait until the port is free.
-        for _ in 0..200 {
-            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-                break;
+        // Wait until the postmaster is gone. In a container without an init that reaps, it
+        // stays a zombie, which `kill -0` (and so the server's own check of its lock file)
+        // takes for alive: a dead or zombie postmaster's lock file is removed here.
+        let stat = format!("/proc/{pid}/stat");
+        for _ in 0..400 {
+            match std::fs::read_to_string(&stat) {
+                Err(_) => break,
+                // The state follows the parenthesised command name.
+                Ok(s)
+                    if s.rsplit(')')
+                        .next()
+                        .map(str::trim_start)
+                        .is_some_and(|r| r.starts_with('Z')) =>
+                {
+                    break
+                }
+                Ok(_) => std::thread::sleep(std::time::Duration::from_millis(25)),
             }
-            std::thread::sleep(std::time::Duration::from_millis(25));
         }
-        // A crashed cluster leaves its pid file; pg_ctl start handles a stale one.
+        let _ = std::fs::remove_file(&pid_file);
         Ok(())
     }
 
