@@ -1,21 +1,23 @@
-//! The cluster threads against a real PostgreSQL: wakes cross processes through NOTIFY, and
-//! leadership is held by exactly one node and moves when it goes. Both engines share one store
-//! (as gateways share one database); each has its own cluster connections.
+//! The cluster threads against a real PostgreSQL (the throw-away test cluster): two engines,
+//! each on its own PostgreSQL store of one database (two gateways, in one process), each with
+//! its own cluster connections. Wakes cross through NOTIFY; leadership is held by exactly one
+//! and moves when it goes.
 
 use aware_cluster::{Cluster, ClusterOptions};
 use aware_core::SessionKey;
 use aware_engine::*;
-use aware_store::{SqliteStore, Store, StoreOptions};
+use aware_store::Store;
+use aware_store_pg::testing::PgCluster;
+use aware_store_pg::{PgOptions, PgStore};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const W: &str = "agent:main:main";
 const C: &str = "agent:main:subagent:c1";
 
-fn pg_config() -> postgres::Config {
-    let url = std::env::var("AWARE_TEST_PG_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:55432/postgres".into());
-    url.parse().expect("AWARE_TEST_PG_URL is a PostgreSQL URL")
+fn options(store: &PgStore) -> ClusterOptions {
+    let s = store.clone();
+    ClusterOptions::new(Arc::new(move || s.connect().map_err(|e| e.to_string())))
 }
 
 fn sref(s: &str) -> aware_core::SessionRef {
@@ -24,15 +26,18 @@ fn sref(s: &str) -> aware_core::SessionRef {
     aware_core::SessionRef { key, agent }
 }
 
-fn engines(dir: &tempfile::TempDir) -> (Engine, Engine) {
-    let mut config = EngineConfig::new(dir.path().join("state.db"));
-    config.notify_on_create = false;
-    let store: Arc<dyn Store> =
-        Arc::new(SqliteStore::open(StoreOptions::new(&config.db_path)).unwrap());
-    let clock = Arc::new(SystemClock);
-    let a = Engine::open_with_store(store.clone(), config.clone(), clock.clone()).unwrap();
-    let b = Engine::open_with_store(store, config, clock).unwrap();
-    (a, b)
+/// Two engines, each on its own store of one fresh database.
+fn engines() -> ((Engine, PgStore), (Engine, PgStore)) {
+    let url = PgCluster::shared().database().expect("test database");
+    let one = || {
+        let store = PgStore::open(PgOptions::new(url.clone())).expect("open");
+        let mut config = EngineConfig::new("unused");
+        config.notify_on_create = false;
+        let dyn_store: Arc<dyn Store> = Arc::new(store.clone());
+        let e = Engine::open_with_store(dyn_store, config, Arc::new(SystemClock)).unwrap();
+        (e, store)
+    };
+    (one(), one())
 }
 
 fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
@@ -45,10 +50,9 @@ fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
 
 #[test]
 fn a_wake_crosses_processes_through_notify() {
-    let dir = tempfile::tempdir().unwrap();
-    let (a, b) = engines(&dir);
-    let ca = Cluster::start(&a, ClusterOptions::from_config(pg_config())).unwrap();
-    let cb = Cluster::start(&b, ClusterOptions::from_config(pg_config())).unwrap();
+    let ((a, sa), (b, sb)) = engines();
+    let ca = Cluster::start(&a, options(&sa)).unwrap();
+    let cb = Cluster::start(&b, options(&sb)).unwrap();
     wait_for("both listeners", || {
         ca.status().is_listening() && cb.status().is_listening()
     });
@@ -86,15 +90,15 @@ fn a_wake_crosses_processes_through_notify() {
 
 #[test]
 fn exactly_one_leader_and_leadership_moves_when_it_goes() {
-    let dir = tempfile::tempdir().unwrap();
-    let (a, b) = engines(&dir);
-    let opts = || {
-        let mut o = ClusterOptions::from_config(pg_config());
+    let ((a, sa), (b, sb)) = engines();
+    let opts = |s: &PgStore| {
+        let mut o = options(s);
+        // Tests share the cluster: each takes its own lock.
         o.lock_key = 0x7465_7374_0000_0001;
         o
     };
-    let ca = Cluster::start(&a, opts()).unwrap();
-    let cb = Cluster::start(&b, opts()).unwrap();
+    let ca = Cluster::start(&a, opts(&sa)).unwrap();
+    let cb = Cluster::start(&b, opts(&sb)).unwrap();
     wait_for("a leader", || a.is_leader() || b.is_leader());
     // Hold for a few retry periods: never two.
     for _ in 0..30 {
