@@ -27,6 +27,7 @@ mod doctor;
 mod hook;
 mod init;
 mod mcp;
+mod migrate;
 mod node;
 mod serve;
 
@@ -303,6 +304,8 @@ enum Command {
     HelpMarkdown,
     /// Walk through spawn, a human stepping in, one notice, drain and reconciliation.
     Demo(demo::DemoArgs),
+    /// Copy a whole store between SQLite (a data dir) and PostgreSQL (a postgres:// URL).
+    Migrate(migrate::MigrateArgs),
     /// Engine benchmarks, each printed next to a raw rusqlite floor run in the same process.
     Bench(bench::BenchArgs),
     /// Gateway benchmarks.
@@ -753,6 +756,10 @@ fn main() {
         Command::Demo(args) => {
             init_quiet_logs();
             demo::run(args)
+        }
+        Command::Migrate(args) => {
+            init_quiet_logs();
+            migrate::run(args)
         }
         Command::Bench(args) => {
             init_quiet_logs();
