@@ -1,8 +1,8 @@
 use aware_core::KeyError;
 use aware_store::StoreError;
 
-/// Errors of engine operations. Each maps to one HTTP status and `code` at the edge; messages
-/// say what was wrong and what is accepted.
+/// Errors of engine operations. Each has one [`ErrorKind`] (the edge maps kinds to its own
+/// statuses and codes); messages say what was wrong and what is accepted.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum EngineError {
@@ -26,20 +26,60 @@ pub enum EngineError {
     Store(#[from] StoreError),
 }
 
-impl EngineError {
-    /// The stable error code of the HTTP API (03 §5.1).
-    pub fn code(&self) -> &'static str {
+/// What kind of failure an [`EngineError`] is, without any protocol's codes: the gateway maps
+/// each kind to its HTTP status and error code, another front end may map it otherwise. Not
+/// `non_exhaustive`, so a new kind (a backend's own failure) is a compile error at every
+/// mapping until it is given one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    InvalidKey,
+    InvalidArgument,
+    SessionNotFound,
+    RunNotFound,
+    RunActive,
+    RunConflict,
+    LabelTaken,
+    PayloadTooLarge,
+    /// The store failed the op (cannot open, commit failed, writer gone, a read error).
+    StoreUnavailable,
+}
+
+impl ErrorKind {
+    /// A stable snake_case name for logs and tests. It is not a protocol code: the gateway's
+    /// error codes come from its own mapping (`aware-gateway/src/error.rs`).
+    pub fn name(self) -> &'static str {
         match self {
-            EngineError::InvalidKey(_) => "invalid_session_key",
-            EngineError::InvalidArgument(_) => "invalid_argument",
-            EngineError::SessionNotFound(_) => "session_not_found",
-            EngineError::RunNotFound(_) => "run_not_found",
-            EngineError::RunActive(_) => "run_active",
-            EngineError::RunConflict(_) => "run_conflict",
-            EngineError::LabelTaken(_) => "label_taken",
-            EngineError::PayloadTooLarge(_) => "payload_too_large",
-            EngineError::Store(_) => "store_unavailable",
+            ErrorKind::InvalidKey => "invalid_session_key",
+            ErrorKind::InvalidArgument => "invalid_argument",
+            ErrorKind::SessionNotFound => "session_not_found",
+            ErrorKind::RunNotFound => "run_not_found",
+            ErrorKind::RunActive => "run_active",
+            ErrorKind::RunConflict => "run_conflict",
+            ErrorKind::LabelTaken => "label_taken",
+            ErrorKind::PayloadTooLarge => "payload_too_large",
+            ErrorKind::StoreUnavailable => "store_unavailable",
         }
+    }
+}
+
+impl EngineError {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            EngineError::InvalidKey(_) => ErrorKind::InvalidKey,
+            EngineError::InvalidArgument(_) => ErrorKind::InvalidArgument,
+            EngineError::SessionNotFound(_) => ErrorKind::SessionNotFound,
+            EngineError::RunNotFound(_) => ErrorKind::RunNotFound,
+            EngineError::RunActive(_) => ErrorKind::RunActive,
+            EngineError::RunConflict(_) => ErrorKind::RunConflict,
+            EngineError::LabelTaken(_) => ErrorKind::LabelTaken,
+            EngineError::PayloadTooLarge(_) => ErrorKind::PayloadTooLarge,
+            EngineError::Store(_) => ErrorKind::StoreUnavailable,
+        }
+    }
+
+    /// Shorthand for `self.kind().name()` (logs and tests).
+    pub fn kind_name(&self) -> &'static str {
+        self.kind().name()
     }
 
     pub(crate) fn invalid(msg: impl Into<String>) -> Self {

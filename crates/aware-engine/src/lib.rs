@@ -31,7 +31,7 @@ pub use append::{Admission, AppendOutcome, AppendRequest, NotRecorded};
 pub use clock::{Clock, ClockBackwards, ManualClock, SystemClock};
 pub use cluster::{Leadership, RemoteWake, WakeBus};
 pub use console::{ConsoleSession, EdgeKind, Graph, GraphEdge, GraphNode};
-pub use error::{EngineError, Result};
+pub use error::{EngineError, ErrorKind, Result};
 pub use links::{
     adopted_key, canonical_json, source_key16, AdoptRequest, AdoptResult, ImportTurn, LinkDelete,
     LinkInput, Settlement,

@@ -290,7 +290,7 @@ fn a_commit_failing_mid_batch_fails_every_op_of_that_batch_and_nothing_else() {
             std::thread::spawn(move || {
                 b.wait();
                 arrived.fetch_add(1, Ordering::SeqCst);
-                let code = |e: EngineError| format!("{}: {e}", e.code());
+                let code = |e: EngineError| format!("{}: {e}", e.kind_name());
                 match i {
                     // A drain, a registration and a goal change share the failing batch.
                     0 => Op::Other("drain", e.drain(&sref(W)).map(|_| ()).map_err(code)),
@@ -374,7 +374,7 @@ fn a_commit_failing_mid_batch_fails_every_op_of_that_batch_and_nothing_else() {
                         let r = e
                             .post_turn(&sref(C), NewTurn::user(text.clone()).channel("telegram"))
                             .map(|t| t.event.map(|ev| ev.sequence))
-                            .map_err(|e| e.code().to_string());
+                            .map_err(|e| e.kind_name().to_string());
                         (text, r)
                     })
                     .collect::<Vec<_>>()
@@ -456,7 +456,7 @@ fn read_only_reopen_child() {
     config.notify_on_create = false;
     match Engine::open(config, Arc::new(SystemClock)) {
         Ok(_) => println!("RO-CHILD opened"),
-        Err(e) => println!("RO-CHILD code={} error={e}", e.code()),
+        Err(e) => println!("RO-CHILD code={} error={e}", e.kind_name()),
     }
 }
 
@@ -513,7 +513,7 @@ fn a_read_only_data_dir_answers_errors_never_panics() {
         .sqlite()
         .expect("runs on SQLite")
         .set_writer_query_only(true);
-    let code = |e: EngineError| (e.code(), e.to_string());
+    let code = |e: EngineError| (e.kind_name(), e.to_string());
     let (c, msg) = code(
         w.engine
             .post_turn(&sref(C), NewTurn::user("x").channel("telegram"))
@@ -573,7 +573,7 @@ fn a_read_only_data_dir_answers_errors_never_panics() {
     let err = Engine::open(bad, w.clock.clone())
         .err()
         .expect("open fails");
-    assert_eq!(err.code(), "store_unavailable", "{err}");
+    assert_eq!(err.kind_name(), "store_unavailable", "{err}");
 }
 
 // ---- A full disk ----
@@ -608,7 +608,7 @@ fn a_full_disk_fails_writes_cleanly_and_loses_nothing() {
         {
             Ok(t) => answered.push((text, t.event.map(|e| e.sequence))),
             Err(e) => {
-                refused.push((text, e.code(), e.to_string()));
+                refused.push((text, e.kind_name(), e.to_string()));
                 if refused.len() >= 3 {
                     break;
                 }
@@ -649,11 +649,12 @@ fn a_full_disk_fails_writes_cleanly_and_loses_nothing() {
                     (
                         true,
                         text,
-                        r.map(|t| t.event.map(|e| e.sequence)).map_err(|e| e.code()),
+                        r.map(|t| t.event.map(|e| e.sequence))
+                            .map_err(|e| e.kind_name()),
                     )
                 } else {
                     let r = e.set_goal(&sref(&g), "during", GoalStatus::Active, Actor::system());
-                    (false, g, r.map(|_| None).map_err(|e| e.code()))
+                    (false, g, r.map(|_| None).map_err(|e| e.kind_name()))
                 }
             })
         })

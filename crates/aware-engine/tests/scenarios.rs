@@ -86,7 +86,7 @@ fn s004_bare_keys_belong_to_an_agent() {
         .engine
         .create_session(CreateSession::new(key("agent:main:x")).agent(ops))
         .unwrap_err();
-    assert_eq!(err.code(), "invalid_argument");
+    assert_eq!(err.kind_name(), "invalid_argument");
 }
 
 #[test]
@@ -358,7 +358,7 @@ fn commit_failure_fails_every_op_of_the_batch_and_stores_nothing() {
         .engine
         .post_turn(&sref(C), NewTurn::user("x"))
         .unwrap_err();
-    assert_eq!(err.code(), "store_unavailable");
+    assert_eq!(err.kind_name(), "store_unavailable");
     assert_eq!(w.engine.list_turns(&sref(C), None, 10).unwrap().0.len(), 0);
     assert_eq!(w.hdm_seq(C), 2);
 }
@@ -656,7 +656,7 @@ fn s034_no_hidden_watch_no_self_watch() {
         .engine
         .send_dispatch(&sref(X), &sref("agent:main:nope"), "hi", true)
         .unwrap_err();
-    assert_eq!(err.code(), "session_not_found");
+    assert_eq!(err.kind_name(), "session_not_found");
     assert!(w.engine.watches(&sref(X)).unwrap().is_empty());
     let err = w
         .engine
@@ -670,7 +670,7 @@ fn s034_no_hidden_watch_no_self_watch() {
         w.engine
             .register_watch(&sref(X), &sref(X))
             .unwrap_err()
-            .code(),
+            .kind_name(),
         "invalid_argument"
     );
     w.create("global");
@@ -820,7 +820,10 @@ fn s043_drain_acks() {
     w.restart();
     assert!(w.pending(W).notices.is_empty());
     assert_eq!(
-        w.engine.drain(&sref("agent:main:nope")).unwrap_err().code(),
+        w.engine
+            .drain(&sref("agent:main:nope"))
+            .unwrap_err()
+            .kind_name(),
         "session_not_found"
     );
 }
@@ -1071,7 +1074,7 @@ fn s055_fifo_is_durable_reset_clears_it_input_is_checked() {
             w.engine
                 .enqueue_system_event(&sref(W), t, k)
                 .unwrap_err()
-                .code(),
+                .kind_name(),
             "invalid_argument"
         );
     }
@@ -1605,7 +1608,7 @@ fn s086_delete() {
     w.hdm(C);
     w.engine.delete_session(&sref(C)).unwrap();
     assert_eq!(
-        w.engine.get_session(&sref(C)).unwrap_err().code(),
+        w.engine.get_session(&sref(C)).unwrap_err().kind_name(),
         "session_not_found"
     );
     assert!(
@@ -1634,7 +1637,7 @@ fn s087_reset_during_a_run() {
         .start_run(&sref(C), Some("r1".into()), None)
         .unwrap();
     assert_eq!(
-        w.engine.reset_session(&sref(C)).unwrap_err().code(),
+        w.engine.reset_session(&sref(C)).unwrap_err().kind_name(),
         "run_active"
     );
     w.engine.end_run(&sref(C), "r1", RunOutcome::Ok).unwrap();
@@ -1805,7 +1808,7 @@ fn s093_provenance_classification() {
         ..Provenance::human()
     });
     assert_eq!(
-        w.engine.post_turn(&sref(C), t).unwrap_err().code(),
+        w.engine.post_turn(&sref(C), t).unwrap_err().kind_name(),
         "invalid_argument"
     );
 }
@@ -1913,7 +1916,7 @@ fn s097_run_lifecycle() {
         w.engine
             .end_run(&sref(C), "r1", RunOutcome::Error)
             .unwrap_err()
-            .code(),
+            .kind_name(),
         "run_conflict"
     );
     let ev = w.end_run(C, "r2", RunOutcome::Cancelled).event.unwrap();
@@ -1941,14 +1944,14 @@ fn s097_run_lifecycle() {
         w.engine
             .start_run(&sref(C), Some("r5".into()), None)
             .unwrap_err()
-            .code(),
+            .kind_name(),
         "run_active"
     );
     assert_eq!(
         w.engine
             .end_run(&sref(C), "nope", RunOutcome::Ok)
             .unwrap_err()
-            .code(),
+            .kind_name(),
         "run_not_found"
     );
     w.create(X);
@@ -2000,7 +2003,7 @@ fn s099_compaction_markers() {
         w.engine
             .compaction(&sref(C), "op:1", None)
             .unwrap_err()
-            .code(),
+            .kind_name(),
         "invalid_argument"
     );
 }
@@ -2044,7 +2047,7 @@ fn s100_spawn_in_full() {
         w.engine
             .spawn(&sref(W), "again", Some("r".into()), None, None)
             .unwrap_err()
-            .code(),
+            .kind_name(),
         "label_taken"
     );
 }

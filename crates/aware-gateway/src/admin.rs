@@ -2,30 +2,26 @@
 
 use crate::body::Obj;
 use crate::error::{ApiError, ApiResult};
-use crate::routes::{parse_agent, parse_key, resolve_ref};
-use crate::server::{blocking, Req};
-use crate::wire;
+use crate::request::{parse_agent, parse_key, resolve_ref, Req};
+use crate::routes::AdminOp;
+use crate::state::{blocking, run_monitor};
+use crate::wire::{self, answers};
 use aware_core::{ActorType, EventKind};
 use aware_engine::{AppendOutcome, AppendRequest, Clock};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use axum::response::Response;
 
-fn ok(v: serde_json::Value) -> ApiResult<Response> {
-    Ok((StatusCode::OK, axum::Json(v)).into_response())
-}
-
-pub(crate) async fn handle(req: Req, what: &str) -> ApiResult<Response> {
+/// Only routed in test mode (`routes::parse`), where the test clock exists.
+pub(crate) async fn handle(req: Req, op: AdminOp) -> ApiResult<Response> {
     let Some(clock) = req.state.test_clock.clone() else {
         return Err(ApiError::not_found(
             "not_found",
-            format!("no route for /v1/admin/{what} (test mode is off)"),
+            "no such route (test mode is off)",
         ));
     };
     let engine = req.state.engine()?;
     let mut b = Obj::parse(&req.body, true)?;
-    match what {
-        "clock" => {
+    match op {
+        AdminOp::Clock => {
             let now = b.opt_int(
                 "now",
                 0..=i64::MAX,
@@ -56,20 +52,17 @@ pub(crate) async fn handle(req: Req, what: &str) -> ApiResult<Response> {
                 _ => return Err(ApiError::invalid("give exactly one of now and advanceMs")),
             };
             blocking(move || Ok(engine.run_timers()?)).await?;
-            crate::server::run_monitor(&req.state).await;
-            ok(json!({"now": t}))
+            run_monitor(&req.state).await;
+            wire::ok(answers::clock(t))
         }
-        "prune" => {
+        AdminOp::Prune => {
             b.finish()?;
             let r = blocking(move || Ok(engine.prune_pass()))
                 .await?
                 .unwrap_or_default();
-            ok(
-                json!({"deletedByAge": r.deleted_by_age, "deletedByCap": r.deleted_by_cap, "expiredCursors": r.expired_cursors,
-                "expiredSystemEvents": r.expired_system_events, "batches": r.batches}),
-            )
+            wire::ok(answers::pruned(&r))
         }
-        "faults" => {
+        AdminOp::Faults => {
             let fail_appends = b.opt_bool("failAppends")?;
             let fail_for = b.opt_str("failAppendsFor")?;
             let fail_reads = b.opt_bool("failReads")?;
@@ -87,9 +80,9 @@ pub(crate) async fn handle(req: Req, what: &str) -> ApiResult<Response> {
             f.set_fail_reads(fail_reads.unwrap_or(false));
             f.set_fail_link_settles(fail_links.unwrap_or(false));
             f.set_stall_writer(stall_writer.unwrap_or(false));
-            ok(json!({}))
+            wire::ok(answers::empty())
         }
-        "events" => {
+        AdminOp::Events => {
             let key = parse_key(&b.req_str("sessionKey")?)?;
             let agent = b
                 .opt_str("agentId")?
@@ -135,15 +128,10 @@ pub(crate) async fn handle(req: Req, what: &str) -> ApiResult<Response> {
             }
             b.finish()?;
             match blocking(move || Ok(engine.append(a)?)).await? {
-                AppendOutcome::Recorded(e) => Ok((
-                    StatusCode::CREATED,
-                    axum::Json(json!({"event": wire::event(&e), "deduped": false})),
-                )
-                    .into_response()),
-                AppendOutcome::Deduped(e) => ok(json!({"event": wire::event(&e), "deduped": true})),
-                AppendOutcome::NotRecorded(_) => ok(json!({"recorded": false})),
+                AppendOutcome::Recorded(e) => wire::created(answers::appended(&e, false)),
+                AppendOutcome::Deduped(e) => wire::ok(answers::appended(&e, true)),
+                AppendOutcome::NotRecorded(_) => wire::ok(answers::not_recorded()),
             }
         }
-        _ => Err(ApiError::not_found("not_found", "no such admin route")),
     }
 }

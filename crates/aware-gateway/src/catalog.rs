@@ -1,17 +1,19 @@
 //! Catalog routes (04 §2–§3): `GET /v1/catalog` and `POST /v1/catalog/continue` (adoption).
 
+use crate::access::check_visible;
 use crate::body::{Obj, Query};
 use crate::error::{ApiError, ApiResult};
-use crate::routes::{check_visible, parse_agent};
-use crate::server::{blocking, Req};
+use crate::request::{parse_agent, Req};
+use crate::state::blocking;
+use crate::wire::{self, answers};
 use aware_core::SessionRef;
 use aware_engine::{adopted_key, AdoptRequest, Caller, LinkInput};
 use aware_store::UpstreamSource;
 use aware_upstream::exec::ExecError;
 use aware_upstream::provider::{Provider, ProviderError};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use serde_json::{json, Value};
+use axum::response::Response;
+use serde_json::Value;
 use std::sync::Arc;
 
 fn provider_for(req: &Req, catalog_id: &str, host_id: &str) -> ApiResult<Arc<dyn Provider>> {
@@ -88,16 +90,6 @@ pub(crate) async fn list(
         .unwrap_or_else(|| req.state.config.default_agent.clone());
     let mut out = Vec::new();
     for item in items {
-        let mut v = json!({"catalogId": catalog_id, "hostId": host_id, "threadId": item.thread_id, "updatedAt": item.updated_at});
-        if let Some(n) = item.size_bytes {
-            v["sizeBytes"] = n.into();
-        }
-        if let Some(c) = item.cwd {
-            v["cwd"] = c.into();
-        }
-        if let Some(t) = item.title {
-            v["title"] = t.into();
-        }
         let key = adopted_key(&agent, &host_id, &item.thread_id)?;
         let sref = SessionRef {
             key,
@@ -115,16 +107,10 @@ pub(crate) async fn list(
                 .is_some_and(|s| s.row.upstream.as_ref() == Some(&source)))
         })
         .await?;
-        if adopted {
-            v["adoptedSessionKey"] = sref.key.as_str().into();
-        }
-        out.push(v);
+        let adopted = adopted.then_some(sref.key.as_str());
+        out.push(answers::catalog_item(&catalog_id, &host_id, &item, adopted));
     }
-    let mut body = json!({"items": out});
-    if let Some(n) = next {
-        body["nextCursor"] = n.into();
-    }
-    Ok((StatusCode::OK, axum::Json(body)).into_response())
+    wire::ok(answers::catalog_page(out, next))
 }
 
 pub(crate) async fn continue_(req: &Req, caller: Option<&SessionRef>) -> ApiResult<Response> {
@@ -166,7 +152,7 @@ pub(crate) async fn continue_(req: &Req, caller: Option<&SessionRef>) -> ApiResu
     let mut guard = slot.lock().await;
     if let Some(answer) = guard.as_ref() {
         // It was in flight when we arrived: its answer is ours (04 §3 step 3).
-        return Ok((StatusCode::OK, axum::Json(answer.clone())).into_response());
+        return wire::ok(answer);
     }
     let answer = adopt_source(
         req,
@@ -187,7 +173,7 @@ pub(crate) async fn continue_(req: &Req, caller: Option<&SessionRef>) -> ApiResu
             locks.remove(&source_id);
         }
     }
-    answer.map(|body| (StatusCode::OK, axum::Json(body)).into_response())
+    wire::ok(answer?)
 }
 
 async fn adopt_source(
@@ -237,7 +223,5 @@ async fn adopt_source(
         link,
     };
     let r = blocking(move || Ok(engine.adopt(adopt)?)).await?;
-    Ok(
-        json!({"sessionKey": r.session_key, "agentId": r.agent_id, "created": r.created, "linked": r.linked}),
-    )
+    Ok(answers::adopted(&r))
 }

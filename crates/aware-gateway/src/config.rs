@@ -1,9 +1,11 @@
 //! Gateway configuration (03 §11): a TOML file, overridden by flags, overridden by environment
 //! variables for `token`, `data_dir` and `bind`. Invalid configuration names the key.
 
+mod file;
+
 use aware_core::{AgentId, RetentionPolicy};
 use aware_store::Durability;
-use serde::Deserialize;
+use file::{FileConfig, FileHttp};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -14,36 +16,6 @@ pub struct ConfigError(pub String);
 
 fn bad(msg: impl Into<String>) -> ConfigError {
     ConfigError(msg.into())
-}
-
-#[derive(Debug, Clone, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct FileConfig {
-    bind: Option<String>,
-    token: Option<String>,
-    token_file: Option<PathBuf>,
-    http: Option<FileHttp>,
-    durability: Option<String>,
-    default_agent: Option<String>,
-    main_key: Option<String>,
-    notify_on_create: Option<bool>,
-    data_dir: Option<PathBuf>,
-    retention: Option<FileRetention>,
-    wakes: Option<FileWakes>,
-    agents: Option<BTreeMap<String, FileAgent>>,
-    monitor: Option<FileMonitor>,
-    claude: Option<FileClaude>,
-    codex: Option<FileCodex>,
-    nodes: Option<Vec<FileNode>>,
-    limits: Option<FileLimits>,
-}
-
-/// `[limits]`: bounds that keep slow callers and a stuck store from stalling the gateway.
-#[derive(Debug, Clone, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct FileLimits {
-    max_reply_waiters: Option<usize>,
-    health_deadline_ms: Option<u64>,
 }
 
 /// `[limits]` resolved.
@@ -62,38 +34,6 @@ impl Default for Limits {
             health_deadline_ms: 2000,
         }
     }
-}
-
-#[derive(Debug, Clone, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct FileMonitor {
-    enabled: Option<bool>,
-    first_tick_secs: Option<u64>,
-    interval_secs: Option<u64>,
-    provider_timeout_secs: Option<u64>,
-    missing_threshold: Option<u32>,
-}
-
-#[derive(Debug, Clone, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct FileClaude {
-    root: Option<PathBuf>,
-    enabled: Option<bool>,
-}
-
-#[derive(Debug, Clone, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct FileCodex {
-    home: Option<PathBuf>,
-    enabled: Option<bool>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileNode {
-    id: String,
-    url: String,
-    token: Option<String>,
 }
 
 /// `[monitor]` (04 §7).
@@ -116,18 +56,6 @@ impl Default for MonitorSettings {
             missing_threshold: 3,
         }
     }
-}
-
-#[derive(Debug, Clone, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct FileHttp {
-    allowed_origins: Option<Vec<String>>,
-    allowed_hosts: Option<Vec<String>>,
-    header_timeout_secs: Option<u64>,
-    idle_timeout_secs: Option<u64>,
-    body_timeout_secs: Option<u64>,
-    max_connections: Option<usize>,
-    shutdown_grace_secs: Option<u64>,
 }
 
 /// `[http]`: the edge of the gateway (browser origins, Host names, connection limits).
@@ -176,42 +104,6 @@ pub struct NodeSettings {
     pub id: String,
     pub url: String,
     pub token: Option<String>,
-}
-
-#[derive(Debug, Clone, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct FileRetention {
-    max_age_days: Option<u32>,
-    max_rows: Option<u64>,
-    cursor_expiry_days: Option<u32>,
-    prune_interval_secs: Option<u64>,
-    batch_rows: Option<u32>,
-}
-
-#[derive(Debug, Clone, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct FileWakes {
-    coalesce_secs: Option<u64>,
-}
-
-#[derive(Debug, Clone, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct FileAgent {
-    visible_agents: Option<Vec<String>>,
-    token_file: Option<PathBuf>,
-    wake_webhook: Option<FileWebhook>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileWebhook {
-    url: String,
-    secret: Option<String>,
-    timeout_ms: Option<u64>,
-    max_attempts: Option<u32>,
-    connect_timeout_ms: Option<u64>,
-    max_in_flight: Option<usize>,
-    max_queued: Option<usize>,
 }
 
 /// A per-agent wake webhook (02 §10).

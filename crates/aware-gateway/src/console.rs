@@ -2,12 +2,11 @@
 //! read routes designed for it under `/v1/console/` (docs/api.md §7). The console's actions
 //! (unwatch, drain, adopt) use the ordinary routes.
 
+use crate::access::{check_visible, visible_agents};
 use crate::body::Query;
 use crate::error::{ApiError, ApiResult};
-use crate::routes::{
-    check_visible, decode_segment, parse_agent, parse_key, resolve_ref, visible_agents,
-};
-use crate::server::{blocking, Req};
+use crate::request::{decode_segment, parse_agent, parse_key, resolve_ref, Req};
+use crate::state::blocking;
 use crate::wire;
 use aware_core::{EventKind, SessionRef};
 use aware_engine::SessionKind;
@@ -458,7 +457,7 @@ async fn overview(req: &Req, caller: Option<&SessionRef>, q: Query) -> ApiResult
         .zip(store.commit_us_buckets.iter())
         .map(|(le, n)| json!({"leMicros": le, "count": g(n)}))
         .collect();
-    let mon = crate::server::monitor(&req.state);
+    let mon = crate::state::monitor(&req.state);
     let mv = |f: &dyn Fn(&aware_upstream::monitor::MonitorMetrics) -> u64| {
         mon.as_ref().map_or(0, |m| f(&m.metrics))
     };

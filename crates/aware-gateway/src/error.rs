@@ -1,6 +1,6 @@
 //! API errors: an HTTP status, a stable `code` and a message naming the problem (03 §5.1).
 
-use aware_engine::EngineError;
+use aware_engine::{EngineError, ErrorKind};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
@@ -41,18 +41,26 @@ impl ApiError {
     }
 }
 
+/// The HTTP status and error code of each kind of engine failure (03 §5.1). One row per kind and
+/// no catch-all: a kind the engine adds (a backend's own failure) does not compile until it has
+/// its row here. A store that fails an op answers 503 `store_unavailable`, whatever the backend.
+fn engine_status(kind: ErrorKind) -> (StatusCode, &'static str) {
+    match kind {
+        ErrorKind::InvalidKey => (StatusCode::BAD_REQUEST, "invalid_session_key"),
+        ErrorKind::InvalidArgument => (StatusCode::BAD_REQUEST, "invalid_argument"),
+        ErrorKind::SessionNotFound => (StatusCode::NOT_FOUND, "session_not_found"),
+        ErrorKind::RunNotFound => (StatusCode::NOT_FOUND, "run_not_found"),
+        ErrorKind::RunActive => (StatusCode::CONFLICT, "run_active"),
+        ErrorKind::RunConflict => (StatusCode::CONFLICT, "run_conflict"),
+        ErrorKind::LabelTaken => (StatusCode::CONFLICT, "label_taken"),
+        ErrorKind::PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+        ErrorKind::StoreUnavailable => (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"),
+    }
+}
+
 impl From<EngineError> for ApiError {
     fn from(e: EngineError) -> Self {
-        let status = match &e {
-            EngineError::InvalidKey(_) | EngineError::InvalidArgument(_) => StatusCode::BAD_REQUEST,
-            EngineError::SessionNotFound(_) | EngineError::RunNotFound(_) => StatusCode::NOT_FOUND,
-            EngineError::RunActive(_)
-            | EngineError::RunConflict(_)
-            | EngineError::LabelTaken(_) => StatusCode::CONFLICT,
-            EngineError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            EngineError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
-            _ => StatusCode::INTERNAL_SERVER_ERROR,
-        };
+        let (status, code) = engine_status(e.kind());
         let message = match &e {
             EngineError::SessionNotFound(k) => format!("session \"{k}\" does not exist"),
             other => other.to_string(),
@@ -62,7 +70,7 @@ impl From<EngineError> for ApiError {
         }
         ApiError {
             status,
-            code: e.code(),
+            code,
             message,
         }
     }

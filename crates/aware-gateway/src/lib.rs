@@ -2,23 +2,43 @@
 //! webhooks, 02 §10), Prometheus metrics and the test-mode admin routes.
 //!
 //! Architecture invariant: handlers only translate between the wire and engine requests; every
-//! behaviour lives in `aware-engine`. Wire JSON is written by hand in `wire.rs`.
+//! behaviour lives in `aware-engine`. Wire JSON is written by hand in `wire/`.
+//!
+//! Layers (no module imports one above it; `scripts/modcycles.py` checks there are no cycles):
+//! - the lower layer: `config`, `error`, `body`, `edge` (host, origin, tokens), `request`
+//!   (extraction), `access` (authorization and visibility), `state`, `wire` (all response
+//!   JSON), `routes` (the typed route table), `http_stats`, `lanes`, `health` (probes), `conn`;
+//! - one handler module per resource: `sessions`, `turns`, `notices`, `watches`, `tools`,
+//!   `wakes`, `catalog`, `admin`, `metrics`, `status` (`/health`), `console`;
+//! - on top: `dispatch` (edge checks, route, body, then the handler) and `server` (start-up,
+//!   timers, shutdown). `node_server` is the paired node's own small service.
 
+mod access;
 mod admin;
 mod body;
 mod catalog;
 pub mod config;
 mod conn;
 mod console;
+mod dispatch;
 mod edge;
 mod error;
 mod health;
+mod http_stats;
+mod lanes;
 mod metrics;
 mod node_server;
+mod notices;
+mod request;
 mod routes;
 mod server;
+mod sessions;
+mod state;
+mod status;
 pub mod tools;
+mod turns;
 mod wakes;
+mod watches;
 mod wire;
 
 pub use config::{GatewayConfig, Overrides};

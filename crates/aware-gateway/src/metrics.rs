@@ -1,79 +1,14 @@
 //! `GET /metrics` in the Prometheus text format (03 §12); every metric exists from start-up.
 
 use crate::error::ApiResult;
-use crate::server::{blocking, Shared};
+use crate::http_stats::DURATION_BUCKETS;
+use crate::state::{blocking, Shared};
 use aware_core::EventKind;
 use aware_engine::EngineMetrics;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
-use std::time::Duration;
-
-/// Upper bounds (seconds) of `aware_http_request_duration_seconds`. Most routes answer in well
-/// under a millisecond to a few ms (one SQLite op); the long tail is long polls such as
-/// `sessions_send` waiting for a reply, hence the buckets up to a minute. The time is until the
-/// response head is ready: an SSE stream counts only its set-up.
-pub(crate) const DURATION_BUCKETS: [f64; 16] = [
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-    60.0,
-];
-
-/// One (route pattern, status) series: the request count and the duration histogram.
-#[derive(Default)]
-struct RouteSeries {
-    count: u64,
-    /// Non-cumulative counts per bucket of [`DURATION_BUCKETS`]; the rest fell above the last.
-    buckets: [u64; DURATION_BUCKETS.len()],
-    sum_secs: f64,
-}
-
-/// HTTP-side metrics kept by the gateway: requests by route and status with their durations,
-/// and the SSE streams open now.
-#[derive(Default)]
-pub(crate) struct HttpMetrics {
-    /// A std mutex held for one update or one render, never across an await.
-    series: Mutex<BTreeMap<(&'static str, u16), RouteSeries>>,
-    /// `GET /v1/wakes` streams open now (a [`StreamSubscriber`] lives as long as each).
-    stream_subscribers: AtomicU64,
-}
-
-/// Counts one open wake stream while it lives; dropped when the client goes away.
-pub(crate) struct StreamSubscriber(Shared);
-
-impl StreamSubscriber {
-    pub(crate) fn open(state: &Shared) -> Self {
-        state
-            .http
-            .stream_subscribers
-            .fetch_add(1, Ordering::Relaxed);
-        StreamSubscriber(state.clone())
-    }
-}
-
-impl Drop for StreamSubscriber {
-    fn drop(&mut self) {
-        self.0
-            .http
-            .stream_subscribers
-            .fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// Counts one answered request and records how long it took.
-pub(crate) fn count_request(state: &Shared, route: &'static str, status: u16, took: Duration) {
-    let secs = took.as_secs_f64();
-    if let Ok(mut m) = state.http.series.lock() {
-        let s = m.entry((route, status)).or_default();
-        s.count += 1;
-        s.sum_secs += secs;
-        if let Some(i) = DURATION_BUCKETS.iter().position(|b| secs <= *b) {
-            s.buckets[i] += 1;
-        }
-    }
-}
+use std::sync::atomic::Ordering;
 
 fn line(out: &mut String, name: &str, help: &str, kind: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -239,7 +174,7 @@ pub(crate) async fn render(state: &Shared) -> ApiResult<Response> {
             v(&|m| m.appended_total(k))
         );
     }
-    let mon = crate::server::monitor(state);
+    let mon = crate::state::monitor(state);
     let mv =
         |f: &dyn Fn(&aware_upstream::monitor::MonitorMetrics) -> &std::sync::atomic::AtomicU64| {
             mon.as_ref()

@@ -7,6 +7,7 @@
 //! reads run on the blocking pool.
 
 use crate::body::Query;
+use crate::edge::secrets_equal as constant_time_eq;
 use crate::error::{ApiError, ApiResult};
 use aware_upstream::node::{
     thread_items, thread_items_after, thread_list, ITEMS_LIMIT, PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX,
@@ -44,11 +45,6 @@ pub async fn run_node(
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
-}
-
-/// The gateway's one token compare (digests in constant time: neither content nor length leaks).
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    crate::edge::secrets_equal(a, b)
 }
 
 fn authorized(cfg: &NodeServerConfig, headers: &HeaderMap) -> bool {

@@ -1,19 +1,19 @@
 //! Wake delivery (02 §10): the SSE stream `GET /v1/wakes` and per-agent webhooks.
 
+use crate::access::{check_agent, visible_filter};
 use crate::body::Query;
 use crate::config::Webhook;
-use crate::error::{ApiError, ApiResult};
-use crate::routes::{parse_agent, parse_key};
-use crate::server::{blocking, Shared};
+use crate::error::ApiResult;
+use crate::request::{parse_agent, parse_key, Req};
+use crate::state::{blocking, Shared};
 use crate::wire;
+use aware_core::SessionRef;
 use aware_engine::Wake;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
-use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::sync::broadcast;
 use tokio_stream::wrappers::BroadcastStream;
@@ -43,22 +43,18 @@ fn event_of(w: &Wake) -> Event {
         .data(wire::wake(w).to_string())
 }
 
-/// `viewer` is the agent whose view the stream has (`routes::viewer`); `None` for the operator.
+/// `GET /v1/wakes`: the wakes the request may see (`access::visible_filter`), narrowed by
+/// `agent` and `session`.
 pub(crate) async fn sse(
-    state: Shared,
-    viewer: Option<String>,
+    req: &Req,
+    caller: Option<&SessionRef>,
     mut q: Query,
 ) -> ApiResult<Response> {
+    let state = req.state.clone();
     let mut agents = Vec::new();
     for a in q.take_all("agent") {
         let a = parse_agent("agent", &a)?;
-        if let Some(v) = &viewer {
-            if !state.config.visible(v, a.as_str()) {
-                return Err(ApiError::forbidden(format!(
-                    "agent \"{v}\" may not access agent \"{a}\""
-                )));
-            }
-        }
+        check_agent(req, caller, &a)?;
         agents.push(a.as_str().to_string());
     }
     let sessions = q
@@ -67,7 +63,7 @@ pub(crate) async fn sse(
         .map(|s| parse_key(s).map(|k| k.as_str().to_string()))
         .collect::<ApiResult<Vec<_>>>()?;
     q.finish()?;
-    let visible = viewer.and_then(|v| state.config.visible_set(&v));
+    let visible = visible_filter(req, caller);
     let filter = std::sync::Arc::new(Filter {
         agents,
         sessions,
@@ -85,7 +81,7 @@ pub(crate) async fn sse(
     let sent = state.clone();
     let f2 = filter.clone();
     // Lives inside the stream, so the gauge falls when the client disconnects and axum drops it.
-    let subscriber = crate::metrics::StreamSubscriber::open(&state);
+    let subscriber = StreamSubscriber::open(&state);
     let live = BroadcastStream::new(rx).filter_map(move |item| {
         let _counted = &subscriber;
         let out = match item {
@@ -112,7 +108,7 @@ pub(crate) async fn sse(
         Ok::<Event, Infallible>(
             Event::default()
                 .event("shutdown")
-                .data(r#"{"reason":"the gateway is shutting down"}"#),
+                .data(wire::stream_shutdown().to_string()),
         )
     });
     let stream = first.chain(live).take_until(stopped).chain(last);
@@ -125,72 +121,25 @@ pub(crate) async fn sse(
         .into_response())
 }
 
-/// Webhook delivery lanes, one per agent: at most `max_in_flight` deliveries run at once; further
-/// wakes wait, one per session (the newest replaces an older one still waiting: a wake only says
-/// "run a turn", so the latest keeps its meaning), and beyond `max_queued` sessions they are
-/// dropped. Either way the notices stay pending, so nothing is lost.
-#[derive(Default)]
-pub(crate) struct WebhookLanes {
-    /// A std mutex held only to pick the next wake, never across an await.
-    lanes: Mutex<HashMap<String, Lane>>,
-    pub(crate) in_flight: AtomicU64,
-    pub(crate) queued: AtomicU64,
-    pub(crate) coalesced: AtomicU64,
-    pub(crate) dropped: AtomicU64,
-}
+/// Counts one open wake stream while it lives; dropped when the client goes away.
+pub(crate) struct StreamSubscriber(Shared);
 
-#[derive(Default)]
-struct Lane {
-    running: usize,
-    order: VecDeque<String>,
-    waiting: HashMap<String, Wake>,
-}
-
-impl WebhookLanes {
-    /// Starts the wake now when the agent has a free slot, else queues it.
-    fn offer(&self, hook: &Webhook, wake: Wake) -> Option<Wake> {
-        let Ok(mut lanes) = self.lanes.lock() else {
-            return None;
-        };
-        let lane = lanes.entry(wake.agent_id.clone()).or_default();
-        if lane.running < hook.max_in_flight {
-            lane.running += 1;
-            self.in_flight.fetch_add(1, Ordering::Relaxed);
-            return Some(wake);
-        }
-        let (agent, session) = (wake.agent_id.clone(), wake.session_key.clone());
-        if lane.waiting.contains_key(&session) {
-            lane.waiting.insert(session.clone(), wake);
-            self.coalesced.fetch_add(1, Ordering::Relaxed);
-            tracing::info!(event = "wake_webhook_coalesced", agent = %agent, session = %session,
-                "webhook busy: the waiting wake for this session was replaced by a newer one");
-        } else if lane.waiting.len() >= hook.max_queued {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(event = "wake_webhook_dropped", agent = %agent, session = %session,
-                queued = lane.waiting.len(), "webhook queue full: wake dropped (the notice stays pending)");
-        } else {
-            lane.order.push_back(session.clone());
-            lane.waiting.insert(session, wake);
-            self.queued.fetch_add(1, Ordering::Relaxed);
-        }
-        None
+impl StreamSubscriber {
+    pub(crate) fn open(state: &Shared) -> Self {
+        state
+            .http
+            .stream_subscribers
+            .fetch_add(1, Ordering::Relaxed);
+        StreamSubscriber(state.clone())
     }
+}
 
-    /// The next waiting wake of the agent, or frees the slot when none waits.
-    fn next(&self, agent: &str) -> Option<Wake> {
-        let Ok(mut lanes) = self.lanes.lock() else {
-            return None;
-        };
-        let lane = lanes.get_mut(agent)?;
-        while let Some(session) = lane.order.pop_front() {
-            if let Some(w) = lane.waiting.remove(&session) {
-                self.queued.fetch_sub(1, Ordering::Relaxed);
-                return Some(w);
-            }
-        }
-        lane.running = lane.running.saturating_sub(1);
-        self.in_flight.fetch_sub(1, Ordering::Relaxed);
-        None
+impl Drop for StreamSubscriber {
+    fn drop(&mut self) {
+        self.0
+            .http
+            .stream_subscribers
+            .fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -3,216 +3,51 @@
 //! (or did not answer within the request timeout).
 
 use crate::context::Resolved;
+pub use crate::failure::{CliResult, Failure};
+use aware_client::ClientError;
+pub use aware_client::{out, seg};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader};
 use std::time::Duration;
 
+/// A client command's connection (the shared [`aware_client::Client`]) and output mode.
 pub struct Client {
-    pub url: String,
-    pub token: Option<String>,
-    pub session: Option<String>,
-    pub agent: Option<String>,
+    pub http: aware_client::Client,
     pub json: bool,
-    /// Budget of one request (`--timeout`, `AWARE_TIMEOUT`).
-    pub timeout: Duration,
 }
 
-/// How a command failed, with its exit status.
-pub enum Failure {
-    Server(String),
-    Unreachable(String),
-    Usage(String),
-}
-
-impl Failure {
-    pub fn exit(self) -> ! {
-        match self {
-            Failure::Server(m) => {
-                eprintln!("error: {m}");
-                std::process::exit(1)
-            }
-            Failure::Unreachable(m) => {
-                eprintln!("error: {m}");
-                std::process::exit(3)
-            }
-            Failure::Usage(m) => {
-                eprintln!("error: {m}");
-                std::process::exit(2)
-            }
-        }
-    }
-}
-
-pub type CliResult<T> = Result<T, Failure>;
-
-/// Writes `text` and exactly one newline to stdout. A closed pipe (`aware list | head`) ends the
-/// process quietly with status 0: the reader has what it wanted.
-pub fn out(text: &str) {
-    let mut o = std::io::stdout().lock();
-    let r = o
-        .write_all(text.trim_end_matches('\n').as_bytes())
-        .and_then(|_| o.write_all(b"\n"))
-        .and_then(|_| o.flush());
-    if let Err(e) = r {
-        if e.kind() == std::io::ErrorKind::BrokenPipe {
-            std::process::exit(0);
-        }
-        eprintln!("error: cannot write to stdout: {e}");
-        std::process::exit(1);
-    }
-}
-
-/// The human text of a transport failure, with the hint a new user needs. ureq's own Display
-/// repeats its kind ("Network Error: Network Error: …"), so the message is built here.
-pub fn transport_message(url: &str, e: &ureq::Transport) -> String {
-    let detail = transport_detail(e);
-    let timed_out = detail.contains("timed out") || detail.contains("Timeout");
-    if timed_out {
-        format!(
-            "the gateway at {url} did not answer in time ({detail}); \
-             raise --timeout or AWARE_TIMEOUT, or check that `aware serve` is healthy"
-        )
-    } else {
-        format!(
-            "cannot reach the gateway at {url}: {detail} \
-             (is `aware serve` running? set --url or AWARE_URL)"
-        )
-    }
-}
-
-/// What went wrong on the wire, said once (ureq's Display repeats the error kind):
-/// "Connect error: Connection refused (os error 111)".
-pub fn transport_detail(e: &ureq::Transport) -> String {
-    let source = std::error::Error::source(e).map(|s| s.to_string());
-    match (e.message(), source) {
-        (Some(m), Some(s)) if !m.contains(&s) => format!("{m}: {s}"),
-        (Some(m), _) => m.to_string(),
-        (None, Some(s)) => s,
-        (None, None) => e.kind().to_string(),
-    }
-}
-
-/// The detail of any ureq error that is not an HTTP status.
-pub fn error_detail(e: &ureq::Error) -> String {
-    match e {
-        ureq::Error::Transport(t) => transport_detail(t),
-        other => other.to_string(),
-    }
-}
-
-/// `<code>: <message>` of an error answer, with a hint for the codes a new user meets first.
-pub fn server_message(status: u16, v: &Value) -> String {
-    let code = v["error"]["code"].as_str().unwrap_or("internal");
-    let msg = match v["error"]["message"].as_str() {
-        Some(m) => m.to_string(),
-        None => format!("HTTP status {status}"),
-    };
-    let hint = match code {
-        "unauthorized" => " (set --token or AWARE_TOKEN to the gateway's token)",
-        "session_not_found" => {
-            " (create it with `aware init claude-code`, or POST /v1/sessions; `aware list` shows the sessions)"
-        }
-        "payload_too_large" => " (the gateway accepts bodies up to 1 MiB and texts up to 256 KiB)",
-        _ => "",
-    };
-    format!("{code}: {msg}{hint}")
-}
-
-/// What must be escaped in a path segment or header: controls, non-ASCII (by the encoder),
-/// and the characters that end or restructure a segment. `:` and `-` stay readable.
-const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS
-    .add(b' ')
-    .add(b'"')
-    .add(b'#')
-    .add(b'%')
-    .add(b'/')
-    .add(b'?')
-    .add(b'<')
-    .add(b'>')
-    .add(b'`')
-    .add(b'{')
-    .add(b'}')
-    .add(b'\\')
-    .add(b'^')
-    .add(b'|')
-    .add(b'[')
-    .add(b']');
-
-/// Percent-encodes one path segment (a session key may hold `/`).
-pub fn seg(s: &str) -> String {
-    percent_encoding::utf8_percent_encode(s, SEGMENT).to_string()
+/// The shared client for resolved settings (token, caller, request timeout).
+pub fn connect(r: Resolved) -> CliResult<aware_client::Client> {
+    Ok(aware_client::Client::new(&r.url)?
+        .with_token(r.token)
+        .with_caller(r.session, r.agent)
+        .with_timeout(r.timeout))
 }
 
 impl Client {
-    pub fn new(r: Resolved, json: bool) -> Client {
-        Client {
-            url: r.url,
-            token: r.token,
-            session: r.session,
-            agent: r.agent,
+    pub fn new(r: Resolved, json: bool) -> CliResult<Client> {
+        Ok(Client {
+            http: connect(r)?,
             json,
-            timeout: r.timeout,
-        }
+        })
     }
 
-    fn base(&self) -> &str {
-        self.url.trim_end_matches('/')
+    /// The gateway URL as configured.
+    pub fn url(&self) -> &str {
+        self.http.base()
     }
 
-    fn request(&self, method: &str, path: &str, timeout: Duration) -> ureq::Request {
-        let agent = ureq::AgentBuilder::new().timeout(timeout).build();
-        self.request_on(&agent, method, path)
-    }
-
-    fn request_on(&self, agent: &ureq::Agent, method: &str, path: &str) -> ureq::Request {
-        let mut r = agent.request(method, &format!("{}{}", self.base(), path));
-        if let Some(t) = &self.token {
-            r = r.set("Authorization", &format!("Bearer {t}"));
-        }
-        if let Some(s) = &self.session {
-            r = r.set("X-Aware-Session", &seg(s));
-            if let Some(a) = &self.agent {
-                r = r.set("X-Aware-Agent", a);
-            }
-        }
-        r
+    pub fn session(&self) -> Option<&str> {
+        self.http.session()
     }
 
     /// Sends a request within the request timeout and returns the JSON answer.
     pub fn call(&self, method: &str, path: &str, body: Option<Value>) -> CliResult<Value> {
-        self.call_with_timeout(method, path, body, self.timeout)
-    }
-
-    pub fn call_with_timeout(
-        &self,
-        method: &str,
-        path: &str,
-        body: Option<Value>,
-        timeout: Duration,
-    ) -> CliResult<Value> {
-        let req = self.request(method, path, timeout);
-        let result = match body {
-            Some(b) => req
-                .set("Content-Type", "application/json")
-                .send_string(&b.to_string()),
-            None => req.call(),
-        };
-        match result {
-            Ok(resp) => resp
-                .into_json::<Value>()
-                .map_err(|e| Failure::Server(format!("internal: unreadable answer: {e}"))),
-            Err(ureq::Error::Status(status, resp)) => {
-                let v: Value = resp.into_json().unwrap_or(Value::Null);
-                Err(Failure::Server(server_message(status, &v)))
-            }
-            Err(ureq::Error::Transport(t)) => {
-                Err(Failure::Unreachable(transport_message(self.base(), &t)))
-            }
-        }
+        Ok(self.http.request(method, path).json(body.as_ref())?)
     }
 
     pub fn need_session(&self, what: &str) -> CliResult<&str> {
-        self.session.as_deref().ok_or_else(|| {
+        self.session().ok_or_else(|| {
             Failure::Usage(format!(
                 "{what} needs --session KEY (or AWARE_SESSION) naming the calling session"
             ))
@@ -223,12 +58,11 @@ impl Client {
     /// timeout (a `sessions_send` waiting for its reply).
     pub fn tool(&self, name: &str, args: Value, extra: Duration) -> CliResult<Value> {
         self.need_session(&format!("`{name}`"))?;
-        self.call_with_timeout(
-            "POST",
-            &format!("/v1/tools/{name}"),
-            Some(args),
-            self.timeout + extra,
-        )
+        Ok(self
+            .http
+            .request("POST", &format!("/v1/tools/{}", seg(name)))
+            .timeout(self.http.timeout() + extra)
+            .json(Some(&args))?)
     }
 
     /// Prints the raw JSON with `--json` (pretty), else the human rendering.
@@ -255,24 +89,19 @@ impl Client {
         loop {
             // Connecting is bounded by the request timeout; the stream itself lives on (the
             // gateway sends a keep-alive comment every 15 s).
-            let agent = ureq::AgentBuilder::new()
-                .timeout_connect(self.timeout)
-                .timeout_read(Duration::from_secs(120))
-                .build();
-            let req = self.request_on(
-                &agent,
-                "GET",
-                &format!("/v1/wakes?session={}", seg(session)),
-            );
-            match req.call() {
+            let stream = self
+                .http
+                .request("GET", &format!("/v1/wakes?session={}", seg(session)))
+                .stream(Duration::from_secs(120));
+            match stream {
                 Ok(resp) => {
                     if !connected_before {
-                        eprintln!("aware: reconnected to {}", self.base());
+                        eprintln!("aware: reconnected to {}", self.url());
                         // Whatever was queued while the stream was down.
                         on_wake()?;
                     }
                     backoff = FIRST;
-                    let reader = BufReader::new(resp.into_reader().take(u64::MAX));
+                    let reader = BufReader::new(resp.into_reader());
                     for line in reader.lines() {
                         let Ok(line) = line else { break };
                         if line.starts_with("event: wake") {
@@ -282,16 +111,16 @@ impl Client {
                     eprintln!("aware: the wake stream ended; reconnecting");
                     connected_before = false;
                 }
-                Err(ureq::Error::Status(status, resp)) if status != 503 => {
-                    let v: Value = resp.into_json().unwrap_or(Value::Null);
-                    return Err(Failure::Server(server_message(status, &v)));
+                Err(e @ ClientError::Status { .. }) if e.status() != Some(503) => {
+                    return Err(e.into());
                 }
                 Err(e) => {
-                    let msg = match &e {
-                        ureq::Error::Transport(t) => transport_message(self.base(), t),
-                        other => other.to_string(),
-                    };
-                    eprintln!("aware: {msg}; retrying in {:.1} s", backoff.as_secs_f64());
+                    let f = Failure::from(e);
+                    eprintln!(
+                        "aware: {}; retrying in {:.1} s",
+                        f.message(),
+                        backoff.as_secs_f64()
+                    );
                     connected_before = false;
                 }
             }

@@ -4,7 +4,7 @@
 //! The flags are declared without clap's `env` so that a flag given before the subcommand
 //! (`aware --session K status`) and one given after it both beat the environment.
 
-use crate::client::Failure;
+use crate::failure::Failure;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -103,7 +103,8 @@ pub fn resolve(flags: Conn, timeout_flag: Option<f64>) -> Result<Resolved, Failu
         .or_else(|| env("AWARE_URL"))
         .or(file.url)
         .unwrap_or_else(|| DEFAULT_URL.to_string());
-    check_url(&url)?;
+    // A URL without `http://` or `https://` is a usage error, not a connection failure.
+    aware_client::check_url(&url)?;
     let token = match flags.token.or_else(|| env("AWARE_TOKEN")) {
         Some(t) => Some(t),
         None => match env("AWARE_TOKEN_FILE")
@@ -146,18 +147,6 @@ pub fn timeout_duration(secs: f64) -> Result<Duration, Failure> {
         )));
     }
     Ok(Duration::from_secs_f64(secs))
-}
-
-/// A URL without `http://` or `https://` is a usage error, not a connection failure.
-pub fn check_url(url: &str) -> Result<(), Failure> {
-    let lower = url.to_ascii_lowercase();
-    if !(lower.starts_with("http://") || lower.starts_with("https://")) {
-        return Err(Failure::Usage(format!(
-            "the gateway URL must start with http:// or https:// (got {url:?}), \
-             e.g. --url http://127.0.0.1:7420"
-        )));
-    }
-    Ok(())
 }
 
 /// The first line of a token file, trimmed.

@@ -20,7 +20,7 @@ pub struct DemoArgs {
 }
 
 struct Http {
-    base: String,
+    client: aware_client::Client,
 }
 
 impl Http {
@@ -44,20 +44,16 @@ impl Http {
         caller: Option<&str>,
         body: Option<Value>,
     ) -> Result<Value> {
-        let mut req = ureq::request(method, &format!("{}{}", self.base, path));
-        if let Some(c) = caller {
-            req = req.set("X-Aware-Session", c);
-        }
-        let resp = match body {
-            Some(b) => req.send_json(b),
-            None => req.call(),
+        let req = self.client.request(method, path);
+        let req = match caller {
+            Some(c) => req.as_session(c),
+            None => req.operator(),
         };
-        match resp {
-            Ok(r) => Ok(r.into_json()?),
-            Err(ureq::Error::Status(code, r)) => bail!(
-                "{method} {path} answered {code}: {}",
-                r.into_string().unwrap_or_default()
-            ),
+        match req.json(body.as_ref()) {
+            Ok(v) => Ok(v),
+            Err(aware_client::ClientError::Status { status, body, .. }) => {
+                bail!("{method} {path} answered {status}: {body}")
+            }
             Err(e) => bail!("{method} {path}: {e}"),
         }
     }
@@ -85,14 +81,14 @@ pub fn run(args: DemoArgs) -> Result<()> {
         let _ = stop_rx.await;
     }));
     let http = Http {
-        base: format!("http://{addr}"),
+        client: aware_client::Client::new(&format!("http://{addr}"))?,
     };
     say!(
         "aware demo: a gateway on http://{addr} with its store in {}",
         dir.path().display()
     );
     for _ in 0..200 {
-        if ureq::get(&format!("{}/health", http.base)).call().is_ok() {
+        if http.client.request("GET", "/health").send(None).is_ok() {
             break;
         }
         std::thread::sleep(Duration::from_millis(20));

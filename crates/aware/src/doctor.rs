@@ -39,11 +39,13 @@ impl Report {
 
 pub fn run(args: DoctorArgs, outer: &Conn) -> Result<()> {
     let mut r = Report { failed: 0 };
-    let resolved = match context::resolve(args.conn.or(outer), None) {
+    let settings = context::resolve(args.conn.or(outer), None)
+        .and_then(|r| Ok((Client::new(r.clone(), false)?, r)));
+    let (c, resolved) = match settings {
         Ok(x) => x,
-        Err(Failure::Usage(m) | Failure::Server(m) | Failure::Unreachable(m)) => {
+        Err(f) => {
             r.fail(
-                &format!("client settings: {m}"),
+                &format!("client settings: {}", f.message()),
                 "correct the flag, variable or client.toml",
             );
             std::process::exit(1);
@@ -53,28 +55,24 @@ pub fn run(args: DoctorArgs, outer: &Conn) -> Result<()> {
     if path.exists() {
         r.ok(&format!("client context {} read", path.display()));
     }
-    let c = Client::new(resolved.clone(), false);
     // 1. Gateway.
-    let health = ureq::AgentBuilder::new()
-        .timeout(c.timeout)
-        .build()
-        .get(&format!("{}/health", c.url.trim_end_matches('/')))
-        .call();
+    let health = c.http.request("GET", "/health").operator().send(None);
     let reachable = match health {
         Ok(_) => {
-            r.ok(&format!("gateway answers at {}", c.url));
+            r.ok(&format!("gateway answers at {}", c.url()));
             true
         }
-        Err(ureq::Error::Status(code, _)) => {
+        Err(e) if !e.is_unavailable() => {
+            let code = e.status().map_or_else(|| e.to_string(), |s| s.to_string());
             r.fail(
-                &format!("gateway at {} answers /health with {code}", c.url),
+                &format!("gateway at {} answers /health with {code}", c.url()),
                 "it is starting or its store is unavailable; see the `aware serve` log",
             );
             true
         }
-        Err(ureq::Error::Transport(t)) => {
+        Err(e) => {
             r.fail(
-                &crate::client::transport_message(&c.url, &t),
+                Failure::from(e).message(),
                 "start it with `aware serve` (or set --url / AWARE_URL / url in client.toml)",
             );
             false
@@ -83,7 +81,7 @@ pub fn run(args: DoctorArgs, outer: &Conn) -> Result<()> {
     // 2. Token.
     if reachable {
         match c.call("GET", "/v1/sessions?limit=1", None) {
-            Ok(_) => r.ok(if c.token.is_some() {
+            Ok(_) => r.ok(if c.http.token().is_some() {
                 "token accepted"
             } else {
                 "no token needed"

@@ -11,7 +11,7 @@
 
 use crate::client::seg;
 use crate::context::Conn;
-use crate::mcp::Gateway;
+use aware_client::{Client, ClientError};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use std::io::{Read, Write};
@@ -53,11 +53,12 @@ pub struct HookArgs {
 static PANIC: Mutex<Option<String>> = Mutex::new(None);
 
 pub fn run(args: HookArgs, outer: &Conn) {
-    let gw = match crate::context::resolve(args.conn.clone().or(outer), None) {
-        Ok(r) => Gateway::from(r),
-        Err(crate::client::Failure::Usage(m) | crate::client::Failure::Server(m))
-        | Err(crate::client::Failure::Unreachable(m)) => {
-            warn(&m);
+    let gw = match crate::context::resolve(args.conn.clone().or(outer), None)
+        .and_then(crate::client::connect)
+    {
+        Ok(c) => c,
+        Err(f) => {
+            warn(f.message());
             return;
         }
     };
@@ -116,7 +117,7 @@ fn warn(msg: &str) {
 }
 
 /// Steps 1–4 of 03 §8. `Ok("")` means print nothing (another event, or nothing pending).
-fn work(gw: &Gateway, deadline: Instant) -> Result<String, String> {
+fn work(gw: &Client, deadline: Instant) -> Result<String, String> {
     let input = read_input(std::io::stdin().lock())?;
     let Some(hook) = parse_input(&input)? else {
         return Ok(String::new());
@@ -135,25 +136,27 @@ fn work(gw: &Gateway, deadline: Instant) -> Result<String, String> {
     // request less than create-then-post.
     let recorded = match http.post(&turns, &turn) {
         Ok(_) => Ok(()),
-        Err(CallError::Status { code, .. }) if code == "session_not_found" => {
+        Err(e) if e.code() == "session_not_found" => {
             let mut create = json!({"key": target.key, "createdVia": "hook"});
             if let Some(a) = &target.agent {
                 create["agentId"] = a.clone().into();
             }
             http.post("/v1/sessions", &create)
-                .map_err(|e| format!("cannot create session: {e}"))?;
+                .map_err(|e| format!("cannot create session: {}", said(&e)))?;
             http.post(&turns, &turn)
                 .map(|_| ())
-                .map_err(|e| format!("cannot record the prompt: {e}"))
+                .map_err(|e| format!("cannot record the prompt: {}", said(&e)))
         }
-        Err(e @ CallError::Transport(_)) => return Err(format!("cannot record the prompt: {e}")),
-        Err(e) => Err(format!("cannot record the prompt: {e}")),
+        Err(e) if e.is_unavailable() => {
+            return Err(format!("cannot record the prompt: {}", said(&e)))
+        }
+        Err(e) => Err(format!("cannot record the prompt: {}", said(&e))),
     };
     // A prompt the gateway refused (e.g. over the size limit) must not hide the notices that
     // are waiting: they are still drained and printed, and the refusal is the warning.
     let drained = http
         .post(&target.path("drain"), &json!({}))
-        .map_err(|e| format!("cannot drain: {e}"))?;
+        .map_err(|e| format!("cannot drain: {}", said(&e)))?;
     let prompt = drained["prompt"].as_str().unwrap_or("").to_string();
     if let Err(m) = recorded {
         warn(&m);
@@ -217,18 +220,18 @@ struct Target {
 impl Target {
     /// `--session`, else `agent:<agent or main>:claude:<sha256 hex of session_id>` (03 §8 step
     /// 2), the key adoption mints for the same local thread (04 §3 step 4).
-    fn resolve(gw: &Gateway, session_id: Option<&str>) -> Result<Target, String> {
-        if let Some(s) = gw.session.as_deref().filter(|s| !s.trim().is_empty()) {
+    fn resolve(gw: &Client, session_id: Option<&str>) -> Result<Target, String> {
+        if let Some(s) = gw.session().filter(|s| !s.trim().is_empty()) {
             let bare = !s.trim().to_ascii_lowercase().starts_with("agent:");
             return Ok(Target {
                 key: s.to_string(),
-                agent: gw.agent.clone().filter(|_| bare),
+                agent: gw.agent().map(str::to_string).filter(|_| bare),
             });
         }
         let id = session_id
             .ok_or("hook input has no session_id (and no --session was given)".to_string())?;
         Ok(Target {
-            key: claude_key(gw.agent.as_deref().unwrap_or("main"), id),
+            key: claude_key(gw.agent().unwrap_or("main"), id),
             agent: None,
         })
     }
@@ -250,62 +253,38 @@ fn claude_key(agent: &str, session_id: &str) -> String {
     format!("agent:{agent}:claude:{hex}")
 }
 
-enum CallError {
-    /// The gateway answered an error.
-    Status { code: String, message: String },
-    /// Unreachable, timed out, or an unreadable answer.
-    Transport(String),
-}
-
-impl std::fmt::Display for CallError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            CallError::Status { code, message } => write!(f, "{code}: {message}"),
-            CallError::Transport(m) => write!(f, "gateway unavailable: {m}"),
-        }
+/// A failed request as the warning line says it: the gateway's `<code>: <message>`, or that
+/// it is unavailable.
+fn said(e: &ClientError) -> String {
+    if e.is_unavailable() {
+        format!("gateway unavailable: {}", e.message())
+    } else {
+        e.to_string()
     }
 }
 
 /// Operator requests (no `X-Aware-Session`) bounded by the hook's deadline.
 struct Http<'a> {
-    gw: &'a Gateway,
+    gw: &'a Client,
     deadline: Instant,
 }
 
 impl Http<'_> {
-    fn post(&self, path: &str, body: &Value) -> Result<Value, CallError> {
+    fn post(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
         let budget = self
             .deadline
             .saturating_duration_since(Instant::now())
             .saturating_sub(MARGIN);
         if budget.is_zero() {
-            return Err(CallError::Transport("out of time (--timeout-ms)".into()));
+            return Err(ClientError::Timeout {
+                url: self.gw.base().to_string(),
+                detail: "out of time (--timeout-ms)".into(),
+            });
         }
-        let agent = ureq::AgentBuilder::new().timeout(budget).build();
-        let mut req = agent.post(&format!("{}{}", self.gw.url.trim_end_matches('/'), path));
-        if let Some(t) = &self.gw.token {
-            req = req.set("Authorization", &format!("Bearer {t}"));
-        }
-        match req
-            .set("Content-Type", "application/json")
-            .send_string(&body.to_string())
-        {
-            Ok(resp) => resp
-                .into_json::<Value>()
-                .map_err(|e| CallError::Transport(format!("unreadable answer: {e}"))),
-            Err(ureq::Error::Status(status, resp)) => {
-                let v: Value = resp.into_json().unwrap_or(Value::Null);
-                Err(CallError::Status {
-                    code: v["error"]["code"]
-                        .as_str()
-                        .map_or_else(|| format!("http_{status}"), str::to_string),
-                    message: v["error"]["message"]
-                        .as_str()
-                        .unwrap_or("no message")
-                        .to_string(),
-                })
-            }
-            Err(e) => Err(CallError::Transport(crate::client::error_detail(&e))),
-        }
+        self.gw
+            .request("POST", path)
+            .operator()
+            .timeout(budget)
+            .json(Some(body))
     }
 }

@@ -208,8 +208,10 @@ fn claude_code(args: ClaudeCodeArgs, outer: &Conn) -> Result<()> {
             .collect::<Vec<_>>()
             .join(" ")
     ));
-    let c = Client::new(resolved, false);
-    match c.call("POST", "/v1/sessions", Some(json!({"key": key}))) {
+    let has_token = resolved.token.is_some();
+    let created = Client::new(resolved, false)
+        .and_then(|c| c.call("POST", "/v1/sessions", Some(json!({"key": key}))));
+    match created {
         Ok(_) => out(&format!("session {key} is ready at {url}")),
         Err(Failure::Server(m)) => out(&format!(
             "warning: could not create the session {key}: {m}; the hook and `aware mcp` create it on first use"
@@ -218,7 +220,7 @@ fn claude_code(args: ClaudeCodeArgs, outer: &Conn) -> Result<()> {
             "note: {m}\nthe session {key} will be created on first use, once `aware serve` runs"
         )),
     }
-    if c.token.is_some() {
+    if has_token {
         out("note: the token is not written into the project; export AWARE_TOKEN (or set token_file in ~/.config/aware/client.toml) where Claude Code runs");
     }
     out("next: start `aware serve` if it is not running, then (re)start Claude Code in the project and approve the \"aware\" MCP server; `aware doctor` checks the setup");

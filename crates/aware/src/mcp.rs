@@ -6,12 +6,13 @@
 //! to `POST /v1/tools/{name}` as the `--session` caller. After every call it drains the session
 //! and appends the drain's prompt, so a model sees its notices on its next tool result.
 //!
-//! The HTTP client is the blocking `ureq` of the CLI; every request runs on
+//! The HTTP client is the blocking `aware_client::Client` of the CLI; every request runs on
 //! `tokio::task::spawn_blocking`, never on the runtime's worker.
 
-use crate::client::seg;
+use crate::client::{seg, Failure};
 use crate::context::Conn;
 use anyhow::{Context as _, Result};
+use aware_client::{Client, ClientError};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     JsonObject, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
@@ -27,25 +28,6 @@ use std::time::Duration;
 pub struct McpArgs {
     #[command(flatten)]
     pub conn: Conn,
-}
-
-/// Connection settings of `mcp` and `hook`.
-pub struct Gateway {
-    pub url: String,
-    pub token: Option<String>,
-    pub session: Option<String>,
-    pub agent: Option<String>,
-}
-
-impl From<crate::context::Resolved> for Gateway {
-    fn from(r: crate::context::Resolved) -> Self {
-        Gateway {
-            url: r.url,
-            token: r.token,
-            session: r.session,
-            agent: r.agent,
-        }
-    }
 }
 
 /// Largest request body the gateway reads (api.md §1.3): a bigger call is refused here with the
@@ -114,15 +96,15 @@ fn tool_meta(name: &str) -> (&'static str, bool, bool, bool, Value) {
 /// Interval of progress notifications while `sessions_send` waits for a reply.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
-/// Default HTTP timeout; `sessions_send` waits up to its `timeoutSeconds` on top of it.
-const HTTP_TIMEOUT: Duration = Duration::from_secs(30);
-
 pub fn run(args: McpArgs, outer: &Conn) -> Result<()> {
-    let gw: Gateway = match crate::context::resolve(args.conn.or(outer), None) {
-        Ok(r) => r.into(),
-        Err(f) => f.exit(),
-    };
-    let session = match gw.session.as_deref().map(str::trim) {
+    // The request timeout (AWARE_TIMEOUT, client.toml, 30 s) bounds each call; `sessions_send`
+    // waits up to its `timeoutSeconds` on top of it.
+    let client =
+        match crate::context::resolve(args.conn.or(outer), None).and_then(crate::client::connect) {
+            Ok(c) => c,
+            Err(f) => f.exit(),
+        };
+    let session = match client.session().map(str::trim) {
         Some(s) if !s.is_empty() => s.to_string(),
         _ => {
             eprintln!(
@@ -131,22 +113,14 @@ pub fn run(args: McpArgs, outer: &Conn) -> Result<()> {
             std::process::exit(2);
         }
     };
+    let agent = client.agent().map(str::to_string);
     let http = Http {
-        base: gw.url.trim_end_matches('/').to_string(),
-        token: gw.token.clone(),
-        session: session.clone(),
-        agent: gw.agent.clone(),
-        agent_http: ureq::AgentBuilder::new().timeout(HTTP_TIMEOUT).build(),
+        client: client.with_caller(Some(session.clone()), agent),
+        session,
     };
     http.ensure_session();
     let server = AwareMcp {
-        http: Arc::new(Http {
-            base: gw.url.trim_end_matches('/').to_string(),
-            token: gw.token,
-            session,
-            agent: gw.agent,
-            agent_http: ureq::AgentBuilder::new().timeout(HTTP_TIMEOUT).build(),
-        }),
+        http: Arc::new(http),
         tools: Arc::new(tools()?),
     };
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -310,11 +284,9 @@ struct AwareMcp {
 }
 
 struct Http {
-    base: String,
-    token: Option<String>,
+    /// The gateway, as the `--session` caller.
+    client: Client,
     session: String,
-    agent: Option<String>,
-    agent_http: ureq::Agent,
 }
 
 /// How one HTTP request ended.
@@ -326,37 +298,24 @@ enum Answer {
     Unreachable(String),
 }
 
+impl From<Result<Value, ClientError>> for Answer {
+    fn from(r: Result<Value, ClientError>) -> Answer {
+        match r {
+            Ok(v) => Answer::Ok(v),
+            Err(e) if e.is_unavailable() => Answer::Unreachable(e.message()),
+            Err(e) => Answer::Refused(e.to_string()),
+        }
+    }
+}
+
 impl Http {
     /// One blocking request as the `--session` caller.
     fn post(&self, path: &str, body: &Value, timeout: Duration) -> Answer {
-        let mut r = self
-            .agent_http
-            .post(&format!("{}{}", self.base, path))
+        self.client
+            .request("POST", path)
             .timeout(timeout)
-            .set("X-Aware-Session", &seg(&self.session))
-            .set("Content-Type", "application/json");
-        if let Some(a) = &self.agent {
-            r = r.set("X-Aware-Agent", a);
-        }
-        if let Some(t) = &self.token {
-            r = r.set("Authorization", &format!("Bearer {t}"));
-        }
-        match r.send_string(&body.to_string()) {
-            Ok(resp) => match resp.into_json::<Value>() {
-                Ok(v) => Answer::Ok(v),
-                Err(e) => Answer::Refused(format!("internal: unreadable answer: {e}")),
-            },
-            Err(ureq::Error::Status(status, resp)) => {
-                let v: Value = resp.into_json().unwrap_or(Value::Null);
-                let code = v["error"]["code"].as_str().unwrap_or("internal");
-                let message = match v["error"]["message"].as_str() {
-                    Some(m) => m.to_string(),
-                    None => format!("HTTP status {status}"),
-                };
-                Answer::Refused(format!("{code}: {message}"))
-            }
-            Err(e) => Answer::Unreachable(crate::client::error_detail(&e)),
-        }
+            .json(Some(body))
+            .into()
     }
 
     /// Creates the caller session when it does not exist yet, so the first tool call of a new
@@ -364,36 +323,32 @@ impl Http {
     /// Failures are a warning only: the gateway may come up later.
     fn ensure_session(&self) {
         let mut body = serde_json::json!({"key": self.session});
-        if let Some(a) = &self.agent {
+        if let Some(a) = self.client.agent() {
             if !self.session.to_ascii_lowercase().starts_with("agent:") {
-                body["agentId"] = a.clone().into();
+                body["agentId"] = a.into();
             }
         }
-        let mut r = self
-            .agent_http
-            .post(&format!("{}/v1/sessions", self.base))
+        let created = self
+            .client
+            .request("POST", "/v1/sessions")
+            .operator()
             // Short: the handshake waits for this, and a client gives up on a slow start.
             .timeout(Duration::from_secs(2))
-            .set("Content-Type", "application/json");
-        if let Some(t) = &self.token {
-            r = r.set("Authorization", &format!("Bearer {t}"));
-        }
-        match r.send_string(&body.to_string()) {
+            .send(Some(&body.to_string()));
+        match created {
             Ok(resp) if resp.status() == 201 => {
                 eprintln!("aware mcp: created session {}", self.session);
             }
             Ok(_) => {}
-            Err(ureq::Error::Status(_, resp)) => {
-                let v: Value = resp.into_json().unwrap_or(Value::Null);
-                eprintln!(
-                    "aware mcp: warning: cannot create session {}: {}",
-                    self.session,
-                    crate::client::server_message(400, &v)
-                );
-            }
+            Err(e) if e.is_unavailable() => eprintln!(
+                "aware mcp: warning: gateway at {} unreachable at start ({}); tool calls will fail until it runs",
+                self.client.base(),
+                e.message()
+            ),
             Err(e) => eprintln!(
-                "aware mcp: warning: gateway at {} unreachable at start ({e}); tool calls will fail until it runs",
-                self.base
+                "aware mcp: warning: cannot create session {}: {}",
+                self.session,
+                Failure::from(e).message()
             ),
         }
     }
@@ -402,7 +357,7 @@ impl Http {
     fn call_tool(&self, name: &str, args: &Value) -> CallToolResult {
         // sessions_send may wait up to timeoutSeconds (≤ 600) for a reply.
         let wait = args["timeoutSeconds"].as_u64().unwrap_or(30).min(600);
-        let timeout = HTTP_TIMEOUT + Duration::from_secs(wait);
+        let timeout = self.client.timeout() + Duration::from_secs(wait);
         let size = args.to_string().len();
         if size > MAX_BODY {
             return CallToolResult::error(vec![ContentBlock::text(format!(
@@ -423,12 +378,16 @@ impl Http {
             Answer::Refused(text) => CallToolResult::error(vec![ContentBlock::text(text)]),
             Answer::Unreachable(e) => CallToolResult::error(vec![ContentBlock::text(format!(
                 "gateway_unavailable: cannot reach the aware gateway at {}: {e}",
-                self.base
+                self.client.base()
             ))]),
         };
         // Appending the notices is their consumption, so this drains (and acks), not peeks.
         let drain = format!("/v1/sessions/{}/drain", seg(&self.session));
-        match self.post(&drain, &Value::Object(Default::default()), HTTP_TIMEOUT) {
+        match self.post(
+            &drain,
+            &Value::Object(Default::default()),
+            self.client.timeout(),
+        ) {
             Answer::Ok(d) => {
                 if let Some(prompt) = d["prompt"].as_str().filter(|p| !p.is_empty()) {
                     result.content.push(ContentBlock::text(prompt));

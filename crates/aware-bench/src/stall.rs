@@ -15,8 +15,9 @@
 //! Printed per run: p50 and p99 latency, errors, and the gateway's thread count (`Threads:` of
 //! `/proc/PID/status`, the maximum sampled during the run).
 
-use crate::bench::{fmt_dur, fmt_int, percentiles};
+use crate::util::{fmt_dur, fmt_int, percentiles};
 use anyhow::{bail, Context, Result};
+use aware_client::{seg, Client};
 use serde_json::json;
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
@@ -75,8 +76,8 @@ impl Hanging {
 /// One `aware serve` child process.
 struct Gateway {
     child: Child,
-    base: String,
     port: u16,
+    client: Client,
 }
 
 impl Gateway {
@@ -100,30 +101,35 @@ impl Gateway {
             .stderr(Stdio::null())
             .spawn()
             .context("starting aware serve")?;
-        let mut g = Gateway {
-            child,
-            base: String::new(),
-            port: 0,
-        };
         let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
+        let port = loop {
             if let Some(port) = std::fs::read_to_string(&port_file)
                 .ok()
-                .and_then(|p| p.trim().parse().ok())
+                .and_then(|p| p.trim().parse::<u16>().ok())
             {
-                g.port = port;
-                g.base = format!("http://127.0.0.1:{port}");
-                break;
+                break Some(port);
             }
             if Instant::now() > deadline {
-                bail!("aware serve did not start within 30 s");
+                break None;
             }
             std::thread::sleep(Duration::from_millis(20));
-        }
-        let agent = agent(Duration::from_secs(5));
+        };
+        let mut child = child;
+        let Some(port) = port else {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("aware serve did not start within 30 s");
+        };
+        let base = format!("http://127.0.0.1:{port}");
+        let g = Gateway {
+            child,
+            client: Client::new(&base)?,
+            port,
+        };
+        let agent = g.client(Duration::from_secs(5));
         while agent
-            .get(&format!("{}/health", g.base))
-            .call()
+            .request("GET", "/health")
+            .send(None)
             .map(|r| r.status())
             .unwrap_or(0)
             != 200
@@ -147,26 +153,27 @@ impl Gateway {
             .unwrap_or(0)
     }
 
-    fn post(&self, a: &ureq::Agent, path: &str, caller: Option<&str>, body: &str) -> Result<u16> {
-        let mut r = a
-            .post(&format!("{}{}", self.base, path))
-            .set("Content-Type", "application/json");
-        if let Some(c) = caller {
-            r = r.set("X-Aware-Session", c);
-        }
-        match r.send_string(body) {
-            Ok(r) => Ok(r.status()),
-            Err(ureq::Error::Status(s, _)) => Ok(s),
-            Err(e) => Err(e.into()),
-        }
+    /// A client of this gateway with connections of its own.
+    fn client(&self, timeout: Duration) -> Client {
+        self.client.fresh().with_timeout(timeout)
+    }
+
+    fn post(&self, a: &Client, path: &str, caller: Option<&str>, body: &str) -> Result<u16> {
+        let r = a.request("POST", path);
+        let r = match caller {
+            Some(c) => r.as_session(c),
+            None => r.operator(),
+        };
+        Ok(r.send_any(Some(body))?.status())
     }
 
     fn metric(&self, name: &str) -> Option<String> {
-        let text = agent(Duration::from_secs(5))
-            .get(&format!("{}/metrics", self.base))
-            .call()
+        let text = self
+            .client(Duration::from_secs(5))
+            .request("GET", "/metrics")
+            .send(None)
             .ok()?
-            .into_string()
+            .text()
             .ok()?;
         text.lines()
             .find_map(|l| l.strip_prefix(&format!("{name} ")).map(str::to_string))
@@ -180,14 +187,6 @@ impl Drop for Gateway {
     }
 }
 
-fn agent(timeout: Duration) -> ureq::Agent {
-    ureq::AgentBuilder::new().timeout(timeout).build()
-}
-
-fn seg(s: &str) -> String {
-    percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
-}
-
 struct Outcome {
     p50: u64,
     p99: u64,
@@ -198,13 +197,13 @@ struct Outcome {
 
 /// `n` sequential `GET /v1/sessions/{KEY}` on one keep-alive connection.
 fn measure(g: &Gateway, n: u64) -> Outcome {
-    let a = agent(Duration::from_secs(30));
-    let url = format!("{}/v1/sessions/{}", g.base, seg(KEY));
+    let a = g.client(Duration::from_secs(30));
+    let path = format!("/v1/sessions/{}", seg(KEY));
     let mut samples = Vec::with_capacity(n as usize);
     let (mut errors, mut threads_max) = (0, g.threads());
     for i in 0..n {
         let t = Instant::now();
-        match a.get(&url).call() {
+        match a.request("GET", &path).send(None) {
             Ok(r) if r.status() == 200 => {
                 let _ = r.into_reader().read_to_end(&mut Vec::new());
                 samples.push(t.elapsed().as_nanos() as u64);
@@ -227,7 +226,7 @@ fn measure(g: &Gateway, n: u64) -> Outcome {
 }
 
 fn setup_sessions(g: &Gateway) -> Result<()> {
-    let a = agent(Duration::from_secs(30));
+    let a = g.client(Duration::from_secs(30));
     for key in [KEY.to_string(), SENDER.to_string()]
         .into_iter()
         .chain((0..TARGETS).map(|i| format!("agent:main:t{i}")))
@@ -278,7 +277,7 @@ pub fn run(args: StallBenchArgs) -> Result<()> {
     {
         let (g, stop, wakes) = (g.clone(), stop.clone(), wakes.clone());
         load.push(std::thread::spawn(move || {
-            let a = agent(Duration::from_secs(10));
+            let a = g.client(Duration::from_secs(10));
             let mut i = 0usize;
             while !stop.load(Ordering::Relaxed) {
                 let body = json!({"sessionKey": format!("agent:main:t{}", i % TARGETS), "message": "go", "timeoutSeconds": 0});
@@ -293,10 +292,12 @@ pub fn run(args: StallBenchArgs) -> Result<()> {
     for _ in 0..4 {
         let (g, stop) = (g.clone(), stop.clone());
         load.push(std::thread::spawn(move || {
-            let url = format!("{}/v1/catalog?hostId=node:hang", g.base);
             while !stop.load(Ordering::Relaxed) {
-                // A fresh agent each time: the abandoned connection must not be reused.
-                let _ = agent(Duration::from_millis(300)).get(&url).call();
+                // A fresh client each time: the abandoned connection must not be reused.
+                let _ = g
+                    .client(Duration::from_millis(300))
+                    .request("GET", "/v1/catalog?hostId=node:hang")
+                    .send(None);
             }
         }));
     }

@@ -1,11 +1,34 @@
-//! Hand-written conversions from engine types to the wire JSON of 03 §5.4 (camelCase; optional
-//! fields omitted, never null).
+//! All response JSON of the gateway, written by hand (camelCase; optional fields omitted, never
+//! null): here the resources of 03 §5.4 (sessions, events, turns, runs, cursors, notices,
+//! drains, wakes); `answers` the route answers built from them, `tools` the agent tools'
+//! answers. Handlers build no JSON of their own (the console's read models excepted).
+
+pub mod answers;
+pub mod tools;
 
 use aware_core::{CompactEvent, StoredEvent};
 use aware_engine::{Drain, Notice, Session, StateChanges, Wake};
 use aware_store::{CursorRow, RunRow, SystemEventRow, TurnRow};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{json, Map, Value};
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+/// A 200 answer with a JSON body.
+pub(crate) fn ok(v: impl Serialize) -> crate::error::ApiResult<Response> {
+    Ok((StatusCode::OK, axum::Json(v)).into_response())
+}
+
+/// A 201 answer with a JSON body.
+pub(crate) fn created(v: impl Serialize) -> crate::error::ApiResult<Response> {
+    Ok((StatusCode::CREATED, axum::Json(v)).into_response())
+}
+
+/// The goal object of a session or a goal change.
+pub fn goal(g: &aware_store::GoalRow) -> Value {
+    json!({"text": g.text, "status": g.status, "updatedAt": g.updated_at})
+}
 
 fn put<T: Into<Value>>(m: &mut Map<String, Value>, k: &str, v: Option<T>) {
     if let Some(v) = v {
@@ -29,10 +52,7 @@ pub fn session(s: &Session) -> Value {
     m.insert("status".into(), s.status().into());
     put(&mut m, "activeRunId", r.active_run_id.clone());
     if let Some(g) = &r.goal {
-        m.insert(
-            "goal".into(),
-            json!({"text": g.text, "status": g.status, "updatedAt": g.updated_at}),
-        );
+        m.insert("goal".into(), goal(g));
     }
     if let Some(u) = &r.upstream {
         let mut up = json!({"catalogId": u.catalog_id, "hostId": u.host_id, "threadId": u.thread_id, "linked": s.link.is_some()});
@@ -217,4 +237,9 @@ pub fn wake(w: &Wake) -> Value {
     put(&mut m, "from", w.from.clone());
     m.insert("at".into(), w.at.into());
     Value::Object(m)
+}
+
+/// The data of the last event of a wake stream when the gateway shuts down.
+pub fn stream_shutdown() -> Value {
+    json!({"reason": "the gateway is shutting down"})
 }

@@ -1,0 +1,116 @@
+//! The TOML shapes of the configuration file, as read (every table refuses unknown keys);
+//! `config` resolves them with flags and environment into `GatewayConfig`.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileConfig {
+    pub(super) bind: Option<String>,
+    pub(super) token: Option<String>,
+    pub(super) token_file: Option<PathBuf>,
+    pub(super) http: Option<FileHttp>,
+    pub(super) durability: Option<String>,
+    pub(super) default_agent: Option<String>,
+    pub(super) main_key: Option<String>,
+    pub(super) notify_on_create: Option<bool>,
+    pub(super) data_dir: Option<PathBuf>,
+    pub(super) retention: Option<FileRetention>,
+    pub(super) wakes: Option<FileWakes>,
+    pub(super) agents: Option<BTreeMap<String, FileAgent>>,
+    pub(super) monitor: Option<FileMonitor>,
+    pub(super) claude: Option<FileClaude>,
+    pub(super) codex: Option<FileCodex>,
+    pub(super) nodes: Option<Vec<FileNode>>,
+    pub(super) limits: Option<FileLimits>,
+}
+
+/// `[limits]`: bounds that keep slow callers and a stuck store from stalling the gateway.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileLimits {
+    pub(super) max_reply_waiters: Option<usize>,
+    pub(super) health_deadline_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileMonitor {
+    pub(super) enabled: Option<bool>,
+    pub(super) first_tick_secs: Option<u64>,
+    pub(super) interval_secs: Option<u64>,
+    pub(super) provider_timeout_secs: Option<u64>,
+    pub(super) missing_threshold: Option<u32>,
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileClaude {
+    pub(super) root: Option<PathBuf>,
+    pub(super) enabled: Option<bool>,
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileCodex {
+    pub(super) home: Option<PathBuf>,
+    pub(super) enabled: Option<bool>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileNode {
+    pub(super) id: String,
+    pub(super) url: String,
+    pub(super) token: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileHttp {
+    pub(super) allowed_origins: Option<Vec<String>>,
+    pub(super) allowed_hosts: Option<Vec<String>>,
+    pub(super) header_timeout_secs: Option<u64>,
+    pub(super) idle_timeout_secs: Option<u64>,
+    pub(super) body_timeout_secs: Option<u64>,
+    pub(super) max_connections: Option<usize>,
+    pub(super) shutdown_grace_secs: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileRetention {
+    pub(super) max_age_days: Option<u32>,
+    pub(super) max_rows: Option<u64>,
+    pub(super) cursor_expiry_days: Option<u32>,
+    pub(super) prune_interval_secs: Option<u64>,
+    pub(super) batch_rows: Option<u32>,
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileWakes {
+    pub(super) coalesce_secs: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileAgent {
+    pub(super) visible_agents: Option<Vec<String>>,
+    pub(super) token_file: Option<PathBuf>,
+    pub(super) wake_webhook: Option<FileWebhook>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileWebhook {
+    pub(super) url: String,
+    pub(super) secret: Option<String>,
+    pub(super) timeout_ms: Option<u64>,
+    pub(super) max_attempts: Option<u32>,
+    pub(super) connect_timeout_ms: Option<u64>,
+    pub(super) max_in_flight: Option<usize>,
+    pub(super) max_queued: Option<usize>,
+}

@@ -1,0 +1,272 @@
+//! The dispatcher: one fallback handler runs the edge checks, parses the route once, reads the
+//! body, then hands the request to the resource's handler by an exhaustive match on [`Route`].
+//! The order of checks is the same for every route: Host → origin → token → route and method →
+//! body → caller → key syntax → existence → visibility → the handler's own fields.
+
+use crate::access::{caller, operator_only, path_session};
+use crate::body::Query;
+use crate::edge::{self, Identity, Origin};
+use crate::error::{ApiError, ApiResult};
+use crate::request::{decode_segment, Req};
+use crate::routes::{self, Route, SessionRoute};
+use crate::state::Shared;
+use crate::{admin, catalog, console, metrics, notices, sessions, status, tools, turns, wakes};
+use crate::{watches, wire};
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use std::time::Duration;
+
+pub(crate) async fn dispatch(
+    State(state): State<Shared>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let started = std::time::Instant::now();
+    let raw_path = uri.path().to_string();
+    let segments: Vec<&str> = raw_path.trim_start_matches('/').split('/').collect();
+    let parsed = routes::parse(&method, &segments, state.test_clock.is_some());
+    let label = parsed.pattern.unwrap_or("unmatched");
+    let response =
+        match edge_then_route(&state, method, &uri, headers, body, &segments, parsed).await {
+            Ok(r) => r,
+            Err(e) => e.into_response(),
+        };
+    state
+        .http
+        .count(label, response.status().as_u16(), started.elapsed());
+    response
+}
+
+/// The order of checks: Host → origin (and a CORS preflight) → token → route and method → body
+/// size and media type → the handler. Host and origin come first so a page in a browser learns
+/// nothing, not even whether a token is needed.
+async fn edge_then_route(
+    state: &Shared,
+    method: Method,
+    uri: &Uri,
+    headers: HeaderMap,
+    body: Body,
+    segments: &[&str],
+    parsed: routes::Parsed,
+) -> ApiResult<Response> {
+    let host = uri.authority().map(|a| a.as_str().to_string()).or_else(|| {
+        headers
+            .get(axum::http::header::HOST)
+            .map(|h| h.to_str().unwrap_or("?").to_string())
+    });
+    edge::check_host(&state.config, state.port, host.as_deref())?;
+    let origin = edge::check_origin(&state.config, &headers, host.as_deref().unwrap_or(""))?;
+    if let Some(r) = edge::preflight(&method, &headers, &origin) {
+        return Ok(r);
+    }
+    let mut response = route_checked(state, method, uri, headers, body, segments, parsed)
+        .await
+        .unwrap_or_else(|e| e.into_response());
+    if let Origin::Allowed(o) = &origin {
+        edge::add_cors(&mut response, o);
+    }
+    Ok(response)
+}
+
+async fn route_checked(
+    state: &Shared,
+    method: Method,
+    uri: &Uri,
+    headers: HeaderMap,
+    body: Body,
+    segments: &[&str],
+    parsed: routes::Parsed,
+) -> ApiResult<Response> {
+    // The console's page and scripts hold no data: they load without the token and then ask for
+    // it when the API answers 401. Host and Origin checks above still apply to them.
+    let identity = if parsed.public {
+        Identity::Operator
+    } else {
+        edge::identify(&state.config, &headers).ok_or_else(|| {
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "missing or wrong bearer token",
+            )
+        })?
+    };
+    let Some(pattern) = parsed.pattern else {
+        return Err(ApiError::not_found(
+            "not_found",
+            format!("no route for {}", uri.path()),
+        ));
+    };
+    let Some(route) = parsed.route else {
+        let list = parsed
+            .allowed
+            .iter()
+            .map(|m| m.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let mut r = ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            format!("{method} is not allowed for {pattern}; use {list}"),
+        )
+        .into_response();
+        if let Ok(v) = list.parse() {
+            r.headers_mut().insert(axum::http::header::ALLOW, v);
+        }
+        return Ok(r);
+    };
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            "body must be at most 1 MiB",
+        )
+    };
+    let limit = Duration::from_secs(state.config.http.body_timeout_secs);
+    let bytes = match tokio::time::timeout(
+        limit,
+        axum::body::to_bytes(body, crate::body::MAX_BODY_BYTES + 1),
+    )
+    .await
+    {
+        Err(_) => {
+            let mut r = ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                format!(
+                    "the request body did not arrive within {} s",
+                    limit.as_secs()
+                ),
+            )
+            .into_response();
+            r.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+            return Ok(r);
+        }
+        Ok(Err(_)) => return Err(too_large()),
+        Ok(Ok(b)) if b.len() > crate::body::MAX_BODY_BYTES => return Err(too_large()),
+        Ok(Ok(b)) => b,
+    };
+    edge::check_media_type(&headers, bytes.len())?;
+    let req = Req {
+        state: state.clone(),
+        method,
+        query: uri.query().map(str::to_string),
+        headers,
+        body: bytes.to_vec(),
+        identity,
+    };
+    handle(req, segments, pattern, route).await
+}
+
+/// The caller and the query of a route that has them (every route but the health probe,
+/// metrics, admin, assets and the tool list): the engine must be ready first.
+async fn caller_and_query(req: &Req) -> ApiResult<(Option<aware_core::SessionRef>, Query)> {
+    req.state.engine()?;
+    let c = caller(req).await?;
+    let q = Query::parse(req.query.as_deref())?;
+    Ok((c, q))
+}
+
+async fn handle(
+    req: Req,
+    segments: &[&str],
+    pattern: &'static str,
+    route: Route,
+) -> ApiResult<Response> {
+    match route {
+        Route::Health => status::health(&req).await,
+        Route::Metrics => {
+            operator_only(&req, pattern)?;
+            req.state.engine()?;
+            metrics::render(&req.state).await
+        }
+        Route::Admin(op) => {
+            operator_only(&req, pattern)?;
+            admin::handle(req, op).await
+        }
+        Route::Ui(path) => console::asset(&path),
+        Route::ToolList => {
+            req.state.engine()?;
+            wire::ok(tools::list())
+        }
+        Route::Wakes => {
+            let (c, q) = caller_and_query(&req).await?;
+            wakes::sse(&req, c.as_ref(), q).await
+        }
+        Route::Console(p) => {
+            let (c, q) = caller_and_query(&req).await?;
+            // The console is an operator's tool: its routes compute visibility from the caller
+            // session, so an agent token (no caller, yet not the operator) is refused outright
+            // rather than seeing everything.
+            operator_only(&req, pattern)?;
+            console::handle(&req, segments, p, c.as_ref(), q).await
+        }
+        Route::Catalog => {
+            let (c, q) = caller_and_query(&req).await?;
+            operator_only(&req, pattern)?;
+            catalog::list(&req, c.as_ref(), q).await
+        }
+        Route::CatalogContinue => {
+            let (c, q) = caller_and_query(&req).await?;
+            operator_only(&req, pattern)?;
+            q.finish()?;
+            catalog::continue_(&req, c.as_ref()).await
+        }
+        Route::ToolCall(name) => {
+            let (c, q) = caller_and_query(&req).await?;
+            q.finish()?;
+            tools::call(&req, &decode_segment(&name)?, c.as_ref()).await
+        }
+        Route::ListSessions => {
+            let (c, q) = caller_and_query(&req).await?;
+            sessions::list(&req, c.as_ref(), q).await
+        }
+        Route::CreateSession => {
+            let (c, q) = caller_and_query(&req).await?;
+            q.finish()?;
+            sessions::create(&req, c.as_ref()).await
+        }
+        Route::Session(key, op) => {
+            let (c, mut q) = caller_and_query(&req).await?;
+            let t = path_session(&req, &key, c.as_ref(), &mut q).await?;
+            session_route(&req, c.as_ref(), t, q, op).await
+        }
+    }
+}
+
+/// A `/v1/sessions/{key}/…` route, once `{key}` names a session the request may use.
+async fn session_route(
+    req: &Req,
+    c: Option<&aware_core::SessionRef>,
+    t: aware_core::SessionRef,
+    q: Query,
+    op: SessionRoute,
+) -> ApiResult<Response> {
+    use SessionRoute as S;
+    match op {
+        S::Get => sessions::get(req, t, q).await,
+        S::Delete => sessions::delete(req, t, q).await,
+        S::Reset => sessions::reset(req, t, q).await,
+        S::SetGoal => sessions::set_goal(req, c, t, q).await,
+        S::ClearGoal => sessions::clear_goal(req, c, t, q).await,
+        S::ListTurns => turns::list(req, t, q).await,
+        S::PostTurn => turns::post(req, t, q).await,
+        S::StartRun => turns::start_run(req, t, q).await,
+        S::EndRun(run) => turns::end_run(req, t, q, &run).await,
+        S::Compaction => turns::compaction(req, t, q).await,
+        S::Drain => notices::drain(req, t, q).await,
+        S::Pending => notices::pending(req, t, q).await,
+        S::Ack => notices::ack(req, t, q).await,
+        S::SystemEvent => notices::system_event(req, t, q).await,
+        S::ListWatches => watches::list(req, t, q).await,
+        S::Watchers => watches::watchers(req, t, q).await,
+        S::Watch => watches::watch(req, c, t, q).await,
+        S::Unwatch(target) => watches::unwatch(req, c, t, q, &target).await,
+    }
+}

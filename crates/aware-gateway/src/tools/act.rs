@@ -1,0 +1,179 @@
+//! The tools that act: `sessions_send` (with its reply wait), `sessions_spawn`,
+//! `sessions_unwatch`.
+
+use super::args::{b_finish, target};
+use crate::access::{check_agent, check_visible};
+use crate::body::Obj;
+use crate::error::{ApiError, ApiResult};
+use crate::request::{parse_agent, parse_key, resolve_ref, Req};
+use crate::state::{blocking, Shared};
+use crate::wire::tools::{self as answers, SendEnd};
+use aware_core::SessionRef;
+use aware_engine::Engine;
+use aware_store::SessionFilter;
+use axum::http::StatusCode;
+use serde_json::Value;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// One of the `[limits] max_reply_waiters` slots of `sessions_send` waiters; freed on drop
+/// (also when the caller goes away mid-wait).
+struct WaiterSlot(Shared);
+
+impl WaiterSlot {
+    fn take(req: &Req) -> ApiResult<Self> {
+        let max = req.state.config.limits.max_reply_waiters;
+        req.state
+            .reply_waiters
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .map_err(|_| {
+                ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "too_many_waiters",
+                    format!(
+                        "{max} sessions_send calls are already waiting for replies (the limit, \
+                         [limits] max_reply_waiters); nothing was sent: retry later, or send \
+                         with timeoutSeconds 0 and read the reply with sessions_history"
+                    ),
+                )
+            })?;
+        Ok(WaiterSlot(req.state.clone()))
+    }
+}
+
+impl Drop for WaiterSlot {
+    fn drop(&mut self) {
+        self.0.reply_waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+pub(super) async fn sessions_spawn(
+    req: &Req,
+    engine: &Engine,
+    caller: &SessionRef,
+    b: &mut Obj,
+) -> ApiResult<Value> {
+    let task = b.req_str("task")?;
+    let label = b.opt_str("label")?;
+    let agent = b
+        .opt_str("agentId")?
+        .map(|a| parse_agent("agentId", &a))
+        .transpose()?;
+    let timeout = b.opt_int(
+        "runTimeoutSeconds",
+        1..=86_400,
+        "runTimeoutSeconds must be an integer between 1 and 86400",
+    )?;
+    b_finish(b)?;
+    if let Some(a) = &agent {
+        check_agent(req, Some(caller), a)?;
+    }
+    let (e, c) = (engine.clone(), caller.clone());
+    let r =
+        blocking(move || Ok(e.spawn(&c, &task, label, agent, timeout.map(|t| t as u32))?)).await?;
+    Ok(answers::spawned(&r))
+}
+
+pub(super) async fn sessions_unwatch(
+    req: &Req,
+    engine: &Engine,
+    caller: &SessionRef,
+    b: &mut Obj,
+) -> ApiResult<Value> {
+    let t = target(req, caller, b).await?;
+    b_finish(b)?;
+    let (e, c, t2) = (engine.clone(), caller.clone(), t.clone());
+    let done = blocking(move || Ok(e.unwatch(&c, &t2)?)).await?;
+    Ok(answers::unwatched(t.key.as_str(), t.agent.as_str(), done))
+}
+
+pub(super) async fn sessions_send(
+    req: &Req,
+    engine: &Engine,
+    caller: &SessionRef,
+    b: &mut Obj,
+) -> ApiResult<Value> {
+    let message = b.req_str("message")?;
+    let timeout = b
+        .opt_int(
+            "timeoutSeconds",
+            0..=600,
+            "timeoutSeconds must be an integer between 0 and 600",
+        )?
+        .unwrap_or(30);
+    let watch = b.opt_bool("watch")?;
+    let target_ref = match (b.has("sessionKey"), b.has("label")) {
+        (true, true) | (false, false) => {
+            return Err(ApiError::invalid(
+                "give exactly one of sessionKey and label",
+            ))
+        }
+        (true, false) => target(req, caller, b).await?,
+        (false, true) => {
+            let label = b.req_str("label")?;
+            let agent = b
+                .opt_str("agentId")?
+                .map(|a| parse_agent("agentId", &a))
+                .transpose()?
+                .unwrap_or_else(|| caller.agent.clone());
+            check_visible(req, Some(caller), &label, agent.as_str())?;
+            let e = engine.clone();
+            let filter = SessionFilter {
+                agents: vec![agent.as_str().into()],
+                label: Some(label.clone()),
+                limit: 1,
+                ..Default::default()
+            };
+            let rows = blocking(move || Ok(e.list_sessions(&filter)?)).await?;
+            let s = rows.first().ok_or_else(|| {
+                ApiError::not_found(
+                    "session_not_found",
+                    format!("no session labelled {label:?} for agent \"{agent}\""),
+                )
+            })?;
+            resolve_ref(req, &parse_key(s.key())?, Some(&agent), Some(caller))?
+        }
+    };
+    b_finish(b)?;
+    // Take a waiter slot before sending, so a refused call has sent nothing.
+    let _slot = if timeout > 0 {
+        Some(WaiterSlot::take(req)?)
+    } else {
+        None
+    };
+    let (e, c, t, m) = (engine.clone(), caller.clone(), target_ref.clone(), message);
+    let sent = blocking(move || Ok(e.send_dispatch(&c, &t, &m, watch == Some(true))?)).await?;
+    let mut end = SendEnd::Sent;
+    if timeout > 0 {
+        // Registered before the first read: the writer signals this run id after the commit
+        // that records its reply or its run's end, so the waiter reads only when something
+        // may have changed, plus once at the deadline.
+        let signal = engine.watch_reply(&sent.run_id);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout as u64);
+        let mut last_read = false;
+        end = loop {
+            let (e, t, r) = (engine.clone(), target_ref.clone(), sent.run_id.clone());
+            match blocking(move || Ok(e.reply_state(&t, &r)?)).await? {
+                Some(Ok(reply)) => break SendEnd::Reply(reply),
+                Some(Err(outcome)) => break SendEnd::RunEnded(outcome.as_str()),
+                None if last_read => break SendEnd::Timeout(timeout),
+                None => {
+                    if tokio::time::timeout_at(deadline, signal.signalled())
+                        .await
+                        .is_err()
+                    {
+                        last_read = true;
+                    }
+                }
+            }
+        };
+    }
+    Ok(answers::sent(
+        &sent.run_id,
+        target_ref.key.as_str(),
+        end,
+        sent.watched,
+    ))
+}

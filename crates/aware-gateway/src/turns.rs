@@ -1,0 +1,178 @@
+//! Turns and runs of a session (03 §5.4): the transcript page and new turns, runs started and
+//! ended, and compaction.
+
+use crate::body::{Obj, Query};
+use crate::error::{ApiError, ApiResult};
+use crate::request::{decode_segment, parse_key, Req};
+use crate::state::engine_call;
+use crate::wire::{self, answers};
+use aware_core::SessionRef;
+use aware_engine::{NewTurn, Provenance, ProvenanceKind, Role, RunOutcome};
+use axum::response::Response;
+
+/// Turn texts per `GET …/turns` page: a page stops before passing it (issue 9: a long transcript
+/// must not become one huge answer); `truncated` then says so.
+const MAX_TURNS_PAGE_BYTES: usize = 4 << 20;
+
+pub(crate) async fn list(req: &Req, t: SessionRef, mut q: Query) -> ApiResult<Response> {
+    let after = q.int(
+        "after",
+        0..=i64::MAX,
+        "after must be a non-negative integer",
+    )?;
+    let limit = q
+        .int(
+            "limit",
+            1..=500,
+            "limit must be an integer between 1 and 500",
+        )?
+        .unwrap_or(100) as u32;
+    q.finish()?;
+    let (turns, more, truncated) = engine_call(&req.state, move |e| {
+        e.list_turns_capped(&t, after, limit, MAX_TURNS_PAGE_BYTES)
+    })
+    .await?;
+    wire::ok(answers::turn_page(&turns, more, truncated))
+}
+
+pub(crate) async fn post(req: &Req, t: SessionRef, q: Query) -> ApiResult<Response> {
+    q.finish()?;
+    let turn = parse_turn(&req.body)?;
+    let out = engine_call(&req.state, move |e| e.post_turn(&t, turn)).await?;
+    let body = answers::posted_turn(&out);
+    if out.duplicate {
+        wire::ok(body)
+    } else {
+        wire::created(body)
+    }
+}
+
+pub(crate) async fn start_run(req: &Req, t: SessionRef, q: Query) -> ApiResult<Response> {
+    q.finish()?;
+    let mut b = Obj::parse(&req.body, true)?;
+    let run_id = b.opt_str("runId")?;
+    let timeout = b.opt_int(
+        "timeoutSeconds",
+        1..=86_400,
+        "timeoutSeconds must be an integer between 1 and 86400",
+    )?;
+    b.finish()?;
+    let r = engine_call(&req.state, move |e| {
+        e.start_run(&t, run_id, timeout.map(|v| v as u32))
+    })
+    .await?;
+    wire::created(answers::run_started(&r))
+}
+
+pub(crate) async fn end_run(
+    req: &Req,
+    t: SessionRef,
+    q: Query,
+    raw_run_id: &str,
+) -> ApiResult<Response> {
+    q.finish()?;
+    let run_id = decode_segment(raw_run_id)?;
+    let mut b = Obj::parse(&req.body, false)?;
+    let outcome = b.req_str("outcome")?;
+    let outcome = RunOutcome::parse(&outcome)
+        .ok_or_else(|| ApiError::invalid("outcome must be one of ok, error, timeout, cancelled"))?;
+    b.finish()?;
+    let r = engine_call(&req.state, move |e| e.end_run(&t, &run_id, outcome)).await?;
+    wire::ok(answers::run_ended(&r))
+}
+
+pub(crate) async fn compaction(req: &Req, t: SessionRef, q: Query) -> ApiResult<Response> {
+    q.finish()?;
+    let mut b = Obj::parse(&req.body, false)?;
+    let op = b.req_str("operationId")?;
+    let summary = b.opt_str("summary")?;
+    b.finish()?;
+    let out = engine_call(&req.state, move |e| {
+        e.compaction(&t, &op, summary.as_deref())
+    })
+    .await?;
+    let body = answers::compaction(&out);
+    if out.duplicate {
+        wire::ok(body)
+    } else {
+        wire::created(body)
+    }
+}
+
+fn parse_turn(body: &[u8]) -> ApiResult<NewTurn> {
+    let mut b = Obj::parse(body, false)?;
+    let role = b.req_str("role")?;
+    let role = match Role::parse(&role) {
+        Some(r) if r != Role::Compaction => r,
+        _ => {
+            return Err(ApiError::invalid(
+                "role must be one of user, assistant, tool",
+            ))
+        }
+    };
+    let text = b.req_str("text")?;
+    let provenance = match b.opt_obj("provenance")? {
+        None => None,
+        Some(mut p) => {
+            let kind = match p.req_str("kind")?.as_str() {
+                "human" => ProvenanceKind::Human,
+                "inter_session" => ProvenanceKind::InterSession,
+                "internal_system" => ProvenanceKind::InternalSystem,
+                _ => {
+                    return Err(ApiError::invalid(
+                        "provenance.kind must be one of human, inter_session, internal_system",
+                    ))
+                }
+            };
+            let human_id = p.opt_str("humanId")?;
+            let source = match p.opt_str("sourceSessionKey")? {
+                Some(k) => Some(parse_key(&k)?),
+                None => None,
+            };
+            let tool = p.opt_str("sourceTool")?;
+            p.finish()
+                .map_err(|e| ApiError::invalid(format!("provenance: {}", e.message)))?;
+            if kind == ProvenanceKind::InterSession && source.is_none() {
+                return Err(ApiError::invalid(
+                    "provenance.sourceSessionKey is required when provenance.kind is inter_session",
+                ));
+            }
+            Some(Provenance {
+                kind,
+                human_id,
+                source_session_key: source,
+                source_tool: tool,
+            })
+        }
+    };
+    let channel = b.opt_str("channel")?;
+    if let Some(ch) = &channel {
+        aware_core::event::validate_channel(ch).map_err(|e| ApiError::invalid(e.to_string()))?;
+    }
+    let run_id = b.opt_str("runId")?;
+    let occurred_at = b.opt_int(
+        "occurredAt",
+        0..=i64::MAX,
+        "occurredAt must be a non-negative integer (epoch milliseconds)",
+    )?;
+    let idempotency_key = b.opt_str("idempotencyKey")?;
+    let upstream_text = b.opt_str("upstreamText")?;
+    let origin = b.opt_str("origin")?;
+    if let Some(o) = &origin {
+        if o != "import" && o != "hook" {
+            return Err(ApiError::invalid("origin must be \"import\" or \"hook\""));
+        }
+    }
+    b.finish()?;
+    Ok(NewTurn {
+        role,
+        text,
+        provenance,
+        channel,
+        run_id,
+        occurred_at,
+        idempotency_key,
+        upstream_text,
+        origin,
+    })
+}
