@@ -29,7 +29,7 @@ mod watch;
 
 pub use append::{Admission, AppendOutcome, AppendRequest, NotRecorded};
 pub use clock::{Clock, ClockBackwards, ManualClock, SystemClock};
-pub use cluster::{Leadership, RemoteWake, WakeBus};
+pub use cluster::RemoteWake;
 pub use console::{ConsoleSession, EdgeKind, Graph, GraphEdge, GraphNode};
 pub use error::{EngineError, ErrorKind, Result};
 pub use links::{
@@ -38,7 +38,7 @@ pub use links::{
 };
 pub use metrics::EngineMetrics;
 pub use model::*;
-pub use wakes::{Wake, WakeReason};
+pub use wakes::{Leadership, Wake, WakeBus, WakeReason};
 
 use aware_core::{AgentId, EventKind, RetentionPolicy};
 use aware_store::{Durability, SqliteStore, Store, StoreExt, StoreOptions, WriteTx};

@@ -91,6 +91,11 @@ async fn start_up(state: Shared, fatal: tokio::sync::oneshot::Sender<String>) {
         tokio::time::sleep(Duration::from_secs(5)).await;
     };
     state.set_phase(Phase::Starting);
+    // Before the sweep: on PostgreSQL only the gateway that leads at start-up sweeps.
+    {
+        let (st, e) = (state.clone(), engine.clone());
+        let _ = tokio::task::spawn_blocking(move || crate::cluster::attach(&st, &e)).await;
+    }
     crate::wakes::spawn_webhooks(state.clone(), engine.subscribe_wakes());
     let e2 = engine.clone();
     match tokio::task::spawn_blocking(move || e2.start()).await {
@@ -201,6 +206,11 @@ pub async fn run(
         Ok(Phase::Ready(engine)) => Some(engine),
         _ => None,
     };
+    // Leadership is released at once, so another gateway takes the singletons over.
+    {
+        let st = state.clone();
+        let _ = tokio::task::spawn_blocking(move || crate::cluster::shutdown(&st)).await;
+    }
     if let Some(engine) = ready {
         let _ = tokio::task::spawn_blocking(move || engine.close()).await;
     }
