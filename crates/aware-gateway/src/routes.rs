@@ -529,7 +529,7 @@ async fn health(req: &Req) -> ApiResult<Response> {
             let stalled = req.state.health.stalled(&engine, deadline).await;
             if stalled.is_empty() {
                 return ok(
-                    json!({"status": "ok", "version": env!("CARGO_PKG_VERSION"), "durability": req.state.config.durability.as_str(), "now": req.state.now()}),
+                    json!({"status": "ok", "version": env!("CARGO_PKG_VERSION"), "durability": engine.store().info().durability, "now": req.state.now()}),
                 );
             }
             tracing::warn!(event = "health_stalled", stalled = ?stalled, "a health probe did not answer in time");

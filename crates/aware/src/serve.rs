@@ -225,7 +225,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             "data dir {}, config file {config_text}, store {store_text}, Claude root {claude_text}, durability {durability_text}",
             config.data_dir.display(),
         );
-        tracing::info!(event = "listening", addr = %addr, durability = config.durability.as_str(), "listening on {addr}");
+        tracing::info!(event = "listening", addr = %addr, durability = durability_text, "listening on {addr}");
         if let Some(p) = &args.port_file {
             std::fs::write(p, addr.port().to_string()).with_context(|| format!("write {}", p.display()))?;
         }
