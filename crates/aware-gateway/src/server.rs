@@ -61,11 +61,18 @@ async fn start_up(state: Shared, fatal: tokio::sync::oneshot::Sender<String>) {
     let config = engine_config(&state.config);
     let engine = loop {
         let (c, clock) = (config.clone(), state.clock.clone());
-        let opened = tokio::task::spawn_blocking(move || {
-            if let Some(dir) = c.db_path.parent() {
-                let _ = create_private_dir(dir);
+        let postgres = state.config.postgres.clone();
+        let opened = tokio::task::spawn_blocking(move || match postgres {
+            // A PostgreSQL server named in `[store] url` instead of the embedded file.
+            Some(options) => aware_store_pg::PgStore::open(options)
+                .map_err(aware_engine::EngineError::Store)
+                .and_then(|store| Engine::open_with_store(std::sync::Arc::new(store), c, clock)),
+            None => {
+                if let Some(dir) = c.db_path.parent() {
+                    let _ = create_private_dir(dir);
+                }
+                Engine::open(c, clock)
             }
-            Engine::open(c, clock)
         })
         .await;
         match opened {

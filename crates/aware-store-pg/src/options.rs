@@ -169,15 +169,9 @@ impl PgOptions {
 /// The URL with any password replaced by `***`: the userinfo's `:password` of a URL, or the
 /// `password=` pair of a key-value string. Used wherever a URL may be shown.
 pub fn redact_url(url: &str) -> String {
-    if let Some(rest) = url
-        .strip_prefix("postgres://")
-        .map(|r| ("postgres://", r))
-        .or_else(|| {
-            url.strip_prefix("postgresql://")
-                .map(|r| ("postgresql://", r))
-        })
-    {
-        let (scheme, rest) = rest;
+    // Any `scheme://` URL (a mistyped scheme must not leak its password in the error either).
+    if let Some(i) = url.find("://") {
+        let (scheme, rest) = (&url[..i + 3], &url[i + 3..]);
         // The userinfo ends at the last '@' before the path.
         let authority_end = rest.find('/').unwrap_or(rest.len());
         let authority = &rest[..authority_end];
@@ -234,6 +228,7 @@ mod tests {
             "host=db user=aware password=*** dbname=aware"
         );
         assert_eq!(redact_url("postgres://db/aware"), "postgres://db/aware");
+        assert_eq!(redact_url("mysql://u:pw@h/db"), "mysql://u:***@h/db");
         let o = PgOptions::new("postgres://aware:s3cret@db:5433/x").password(Some("p2".into()));
         let shown = format!("{o:?} {}", o.location());
         assert!(
