@@ -155,3 +155,148 @@ fn migrate_round_trip_sqlite_postgres_sqlite_keeps_every_answer() {
     );
     assert_eq!(a.drain(W), b.drain(W), "the FIFO came along");
 }
+
+const CLUSTER_CONFIG: &str = "notify_on_create = false\n[retention]\nmax_age_days = 1\nprune_interval_secs = 60\n[monitor]\nenabled = false\n";
+
+/// A gateway on the PostgreSQL database `url`.
+fn gateway(url: &str) -> Server {
+    Server::with_args(CLUSTER_CONFIG, &["--store", url])
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !f() {
+        assert!(
+            std::time::Instant::now() < end,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+fn leads(s: &Server) -> bool {
+    s.get("/health").body["cluster"]["leader"] == true
+}
+
+/// A turn posted to gateway A wakes the SSE subscriber connected to gateway B, once; the
+/// webhook side stays with A (B's wake is marked remote and B publishes nothing back).
+#[test]
+fn a_turn_on_gateway_a_wakes_the_subscriber_on_gateway_b() {
+    let url = PgCluster::shared().database().expect("test database");
+    let a = gateway(&url);
+    let b = gateway(&url);
+    wait_until("both listening", || {
+        [&a, &b]
+            .iter()
+            .all(|s| s.get("/health").body["cluster"]["listening"] == true)
+    });
+    a.create(W);
+    a.create_child(C, W);
+    let wakes = Wakes::subscribe(&b, &format!("?session={}", seg(W)), None);
+    a.hdm(C);
+    wait_until("the wake on B", || {
+        wakes
+            .received
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|w| w["reason"] == "session-state" && w["sessionKey"] == W)
+    });
+    let got: Vec<Value> = wakes.received.lock().unwrap().clone();
+    let state: Vec<&Value> = got
+        .iter()
+        .filter(|w| w["reason"] == "session-state")
+        .collect();
+    assert_eq!(state.len(), 1, "one wake: {got:?}");
+    assert_eq!(state[0]["targets"][0]["sessionKey"], C);
+    assert_eq!(b.metric("aware_cluster_wakes_received_total"), Some(1.0));
+    assert!(
+        a.metric("aware_cluster_wakes_published_total")
+            .unwrap_or(0.0)
+            >= 1.0
+    );
+}
+
+/// Exactly one gateway leads; after `kill -9` of the leader the other takes over, and the
+/// singletons (here the prune interval) run there and nowhere else.
+#[test]
+fn leadership_moves_after_kill_9_of_the_leader_and_pruning_follows() {
+    let url = PgCluster::shared().database().expect("test database");
+    let mut a = gateway(&url);
+    let mut b = gateway(&url);
+    wait_until("a leader", || leads(&a) || leads(&b));
+    assert!(!(leads(&a) && leads(&b)), "two leaders");
+    if leads(&b) {
+        std::mem::swap(&mut a, &mut b);
+    }
+    assert_eq!(a.metric("aware_cluster_leader"), Some(1.0));
+    assert_eq!(b.metric("aware_cluster_leader"), Some(0.0));
+    b.create(W);
+    b.create_child(C, W);
+    b.hdm(C);
+    // Two days on, on the follower only: its timers run, but retention is the leader's.
+    let later = b.now + 2 * DAY;
+    b.set_clock(later);
+    assert!(
+        !b.seqs(C, 0).is_empty(),
+        "a follower pruned (retention is a singleton)"
+    );
+
+    let mut leader = a.child.take().expect("leader process");
+    leader.kill().expect("kill -9 the leader");
+    let _ = leader.wait();
+    wait_until("the follower to lead", || leads(&b));
+    assert_eq!(b.metric("aware_cluster_leader"), Some(1.0));
+    // The new leader's next timer tick prunes.
+    b.set_clock(later + 61_000);
+    assert!(
+        b.seqs(C, 0).is_empty(),
+        "the new leader did not prune: {:?}",
+        b.seqs(C, 0)
+    );
+}
+
+/// PostgreSQL killed: requests answer 503 `store_unavailable` at once, `/health` says
+/// degraded; PostgreSQL back: the same gateway serves again without a restart.
+#[test]
+fn a_database_outage_answers_503_and_the_gateway_recovers_by_itself() {
+    let pg = PgCluster::start_new(aware_store_pg::testing::ClusterOptions::default())
+        .expect("own cluster");
+    let url = pg.database().expect("database");
+    let s = gateway(&url);
+    s.create(W);
+    pg.kill().expect("kill -9 PostgreSQL");
+    let t = std::time::Instant::now();
+    let r = s.post("/v1/sessions", json!({"key": X}));
+    assert_eq!(
+        (r.status, r.code()),
+        (503, "store_unavailable"),
+        "{}",
+        r.body
+    );
+    let r = s.get(&format!("/v1/sessions/{}", seg(W)));
+    assert_eq!(
+        (r.status, r.code()),
+        (503, "store_unavailable"),
+        "{}",
+        r.body
+    );
+    let h = s.get("/health");
+    assert_eq!(
+        (h.status, h.body["status"].as_str()),
+        (503, Some("degraded")),
+        "{}",
+        h.body
+    );
+    eprintln!(
+        "outage answers took {:?} (reported, not asserted)",
+        t.elapsed()
+    );
+
+    pg.start().expect("restart PostgreSQL");
+    wait_until("health again", || s.get("/health").status == 200);
+    wait_until("writes again", || {
+        s.post("/v1/sessions", json!({"key": X})).status == 201
+    });
+    assert_eq!(s.get(&format!("/v1/sessions/{}", seg(W))).status, 200);
+}
