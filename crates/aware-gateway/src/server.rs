@@ -221,6 +221,23 @@ pub async fn run(
     if let Some(engine) = ready {
         let _ = tokio::task::spawn_blocking(move || engine.close()).await;
     }
+    // The last handles on the engine go on a blocking thread: a PostgreSQL store's connections
+    // block while they close, which panics on an async worker (seen aborting the process at
+    // shutdown). The start-up task (timer loop) holds one: wait until it is gone first.
+    let _ = startup.await;
+    {
+        let st = state.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            let phase = st
+                .phase
+                .write()
+                .ok()
+                .map(|mut p| std::mem::replace(&mut *p, Phase::Unavailable("stopped".into())));
+            let monitor = st.monitor.write().ok().and_then(|mut m| m.take());
+            drop((phase, monitor));
+        })
+        .await;
+    }
     match fatal {
         Some(msg) => Err(RunError::Fatal(msg)),
         None => Ok(()),
