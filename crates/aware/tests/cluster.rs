@@ -300,3 +300,23 @@ fn a_database_outage_answers_503_and_the_gateway_recovers_by_itself() {
     });
     assert_eq!(s.get(&format!("/v1/sessions/{}", seg(W))).status, 200);
 }
+
+/// SIGTERM of the leader: the process exits 0 (closing PostgreSQL connections off the async
+/// workers) and the other gateway leads.
+#[test]
+fn a_graceful_stop_of_the_leader_exits_cleanly_and_hands_leadership_over() {
+    let url = PgCluster::shared().database().expect("test database");
+    let mut a = gateway(&url);
+    let mut b = gateway(&url);
+    wait_until("a leader", || leads(&a) || leads(&b));
+    if leads(&b) {
+        std::mem::swap(&mut a, &mut b);
+    }
+    let mut leader = a.child.take().expect("leader process");
+    let _ = Command::new("kill")
+        .args(["-TERM", &leader.id().to_string()])
+        .status();
+    let status = leader.wait().expect("wait for the leader");
+    assert!(status.success(), "SIGTERM exit: {status:?}\n{}", a.logs());
+    wait_until("the other gateway to lead", || leads(&b));
+}
