@@ -124,7 +124,7 @@ fn main() {
         let gw = Gateway::start(dir.path(), None);
         rows.push((
             "1 gateway, SQLite full",
-            run(&[gw.base.clone()], turns, clients),
+            run(std::slice::from_ref(&gw.base), turns, clients),
         ));
     }
     for n in 1..=3 {
