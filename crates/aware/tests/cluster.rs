@@ -156,7 +156,7 @@ fn migrate_round_trip_sqlite_postgres_sqlite_keeps_every_answer() {
     assert_eq!(a.drain(W), b.drain(W), "the FIFO came along");
 }
 
-const CLUSTER_CONFIG: &str = "notify_on_create = false\n[retention]\nmax_age_days = 1\nprune_interval_secs = 60\n[monitor]\nenabled = false\n";
+const CLUSTER_CONFIG: &str = "notify_on_create = false\n[retention]\nmax_age_days = 1\nprune_interval_secs = 60\n[monitor]\nenabled = true\nfirst_tick_secs = 1\ninterval_secs = 1\n";
 
 /// A gateway on the PostgreSQL database `url`.
 fn gateway(url: &str) -> Server {
@@ -218,7 +218,7 @@ fn a_turn_on_gateway_a_wakes_the_subscriber_on_gateway_b() {
 }
 
 /// Exactly one gateway leads; after `kill -9` of the leader the other takes over, and the
-/// singletons (here the prune interval) run there and nowhere else.
+/// singletons (the prune interval, the upstream monitor) run there and nowhere else.
 #[test]
 fn leadership_moves_after_kill_9_of_the_leader_and_pruning_follows() {
     let url = PgCluster::shared().database().expect("test database");
@@ -241,6 +241,11 @@ fn leadership_moves_after_kill_9_of_the_leader_and_pruning_follows() {
         !b.seqs(C, 0).is_empty(),
         "a follower pruned (retention is a singleton)"
     );
+    assert_eq!(
+        b.metric("aware_monitor_ticks_total"),
+        Some(0.0),
+        "a follower ran the upstream monitor"
+    );
 
     let mut leader = a.child.take().expect("leader process");
     leader.kill().expect("kill -9 the leader");
@@ -253,6 +258,10 @@ fn leadership_moves_after_kill_9_of_the_leader_and_pruning_follows() {
         b.seqs(C, 0).is_empty(),
         "the new leader did not prune: {:?}",
         b.seqs(C, 0)
+    );
+    assert!(
+        b.metric("aware_monitor_ticks_total").unwrap_or(0.0) >= 1.0,
+        "the new leader does not run the upstream monitor"
     );
 }
 
