@@ -143,3 +143,51 @@ mod postgres_only {
         assert_eq!(info.durability, "synchronous_commit=on");
     }
 }
+
+/// A figure, not a test: appends per second through the `Store` trait (an event and its head
+/// per op, 16 threads submitting at once, group commit) on PostgreSQL (fsync on,
+/// `synchronous_commit = on`) next to SQLite (`full`) on the same machine. Run with
+/// `cargo test -p aware-store-pg --test contract --release -- --ignored --nocapture appends_per_second`.
+#[test]
+#[ignore = "a measurement; prints figures"]
+fn appends_per_second_postgres_vs_sqlite() {
+    use aware_store::{contract, SqliteStore, StoreExt, StoreOptions, WriteTx};
+    use aware_store_pg::testing::{ClusterOptions, PgCluster};
+    use std::sync::Arc;
+
+    const THREADS: usize = 16;
+    const PER_THREAD: usize = 250;
+    fn measure(store: Arc<dyn Store>) -> f64 {
+        let started = std::time::Instant::now();
+        std::thread::scope(|scope| {
+            for t in 0..THREADS {
+                let store = store.clone();
+                scope.spawn(move || {
+                    let key: &'static str = Box::leak(format!("agent:main:b{t}").into_boxed_str());
+                    for i in 0..PER_THREAD {
+                        store
+                            .write(move |tx: &mut dyn WriteTx| {
+                                let seq =
+                                    tx.insert_event(&contract::event(key, "main", i as i64))?;
+                                tx.upsert_head(key, "main", seq, i as i64)
+                            })
+                            .expect("append");
+                    }
+                });
+            }
+        });
+        (THREADS * PER_THREAD) as f64 / started.elapsed().as_secs_f64()
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sqlite = SqliteStore::open(StoreOptions::new(dir.path().join("state.db"))).expect("sqlite");
+    let sqlite_rate = measure(Arc::new(sqlite));
+    let cluster = PgCluster::start_new(ClusterOptions { fsync: true }).expect("cluster");
+    let pg = PgStore::open(PgOptions::new(cluster.database().expect("db"))).expect("pg");
+    let pg_rate = measure(Arc::new(pg));
+    println!(
+        "appends/s through the Store trait, {THREADS} threads x {PER_THREAD}: \
+         SQLite (full) {sqlite_rate:.0}, PostgreSQL (fsync on, synchronous_commit on) {pg_rate:.0} \
+         ({:.0} % of SQLite)",
+        100.0 * pg_rate / sqlite_rate
+    );
+}
