@@ -70,6 +70,55 @@ mod postgres_only {
         }
     }
 
+    /// PostgreSQL refuses every statement of a transaction after one failed until a rollback,
+    /// and turns its COMMIT into a rollback. An op that swallows a failed statement must be
+    /// answered as failed and undone alone, while the other ops of its batch commit.
+    #[test]
+    fn an_op_that_swallows_a_failed_statement_is_undone_alone() {
+        let url = PgCluster::shared().database().expect("database");
+        let store = PgStore::open(PgOptions::new(url)).expect("open");
+        store
+            .write(|tx: &mut dyn WriteTx| tx.insert_session(&contract::session("agent:main:x", "main", 1)))
+            .expect("seed");
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        // Hold the writer so the three ops form one batch.
+        store.faults().set_stall_writer(true);
+        let ops: Vec<(&str, bool)> = vec![("agent:main:a", false), ("agent:main:b", true), ("agent:main:c", false)];
+        for (key, swallow) in ops {
+            let done_tx = done_tx.clone();
+            let op: aware_store::WriteOp = Box::new(move |tx: &mut dyn WriteTx| {
+                if let Err(e) = tx.insert_session(&contract::session(key, "main", 1)) {
+                    return Some(e.to_string());
+                }
+                if swallow {
+                    // A duplicate key, its error dropped on the floor.
+                    let _ = tx.insert_session(&contract::session("agent:main:x", "main", 1));
+                }
+                None
+            });
+            store
+                .submit(op, Box::new(move |r| {
+                    let _ = done_tx.send((key, r.map_err(|e| e.is_unavailable())));
+                }))
+                .expect("submit");
+        }
+        store.faults().set_stall_writer(false);
+        drop(done_tx);
+        let mut outcomes: Vec<(&str, Result<(), bool>)> = done_rx.iter().collect();
+        outcomes.sort();
+        assert_eq!(
+            outcomes,
+            [("agent:main:a", Ok(())), ("agent:main:b", Err(true)), ("agent:main:c", Ok(()))]
+        );
+        let exists = |k: &'static str| {
+            store
+                .read(move |r: &dyn ReadTx| r.session_exists(k, "main"))
+                .expect("read")
+        };
+        assert!(exists("agent:main:a") && exists("agent:main:c"));
+        assert!(!exists("agent:main:b"), "the swallowing op's own write was committed");
+    }
+
     #[test]
     fn an_unreachable_server_fails_with_unavailable() {
         // A loopback port nobody listens on.
