@@ -78,12 +78,18 @@ mod postgres_only {
         let url = PgCluster::shared().database().expect("database");
         let store = PgStore::open(PgOptions::new(url)).expect("open");
         store
-            .write(|tx: &mut dyn WriteTx| tx.insert_session(&contract::session("agent:main:x", "main", 1)))
+            .write(|tx: &mut dyn WriteTx| {
+                tx.insert_session(&contract::session("agent:main:x", "main", 1))
+            })
             .expect("seed");
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         // Hold the writer so the three ops form one batch.
         store.faults().set_stall_writer(true);
-        let ops: Vec<(&str, bool)> = vec![("agent:main:a", false), ("agent:main:b", true), ("agent:main:c", false)];
+        let ops: Vec<(&str, bool)> = vec![
+            ("agent:main:a", false),
+            ("agent:main:b", true),
+            ("agent:main:c", false),
+        ];
         for (key, swallow) in ops {
             let done_tx = done_tx.clone();
             let op: aware_store::WriteOp = Box::new(move |tx: &mut dyn WriteTx| {
@@ -97,9 +103,12 @@ mod postgres_only {
                 None
             });
             store
-                .submit(op, Box::new(move |r| {
-                    let _ = done_tx.send((key, r.map_err(|e| e.is_unavailable())));
-                }))
+                .submit(
+                    op,
+                    Box::new(move |r| {
+                        let _ = done_tx.send((key, r.map_err(|e| e.is_unavailable())));
+                    }),
+                )
                 .expect("submit");
         }
         store.faults().set_stall_writer(false);
@@ -108,7 +117,11 @@ mod postgres_only {
         outcomes.sort();
         assert_eq!(
             outcomes,
-            [("agent:main:a", Ok(())), ("agent:main:b", Err(true)), ("agent:main:c", Ok(()))]
+            [
+                ("agent:main:a", Ok(())),
+                ("agent:main:b", Err(true)),
+                ("agent:main:c", Ok(()))
+            ]
         );
         let exists = |k: &'static str| {
             store
@@ -116,7 +129,10 @@ mod postgres_only {
                 .expect("read")
         };
         assert!(exists("agent:main:a") && exists("agent:main:c"));
-        assert!(!exists("agent:main:b"), "the swallowing op's own write was committed");
+        assert!(
+            !exists("agent:main:b"),
+            "the swallowing op's own write was committed"
+        );
     }
 
     #[test]
