@@ -11,6 +11,7 @@
 //! [`StoreError::Unreachable`] (503 `store_unavailable` above) instead of hanging.
 
 mod conn;
+pub mod migrate;
 mod options;
 mod schema;
 #[cfg(feature = "testing")]

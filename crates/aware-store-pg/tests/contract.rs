@@ -256,3 +256,147 @@ fn appends_per_second_postgres_vs_sqlite() {
         100.0 * pg_rate / sqlite_rate
     );
 }
+
+mod migration {
+    use aware_store::{
+        contract, CursorRow, ReadTx, SessionFilter, SqliteStore, Store, StoreExt, StoreOptions,
+        WriteTx,
+    };
+    use aware_store_pg::migrate::{postgres_to_sqlite, sqlite_to_postgres};
+    use aware_store_pg::testing::PgCluster;
+    use aware_store_pg::{PgOptions, PgStore};
+    use std::path::Path;
+
+    /// Everything the API can read about every session, in one snapshot.
+    fn dump(store: &dyn Store) -> String {
+        store
+            .read(|r: &dyn ReadTx| {
+                let mut out = String::new();
+                let sessions = r.list_sessions(&SessionFilter {
+                    limit: 10_000,
+                    ..Default::default()
+                })?;
+                for s in &sessions {
+                    let (k, a) = (&s.key, &s.agent_id);
+                    out += &format!("{s:?}\n{:?}\n", r.head(k, a)?);
+                    out += &format!("{:?}\n", r.events_after(k, a, 0, 10_000)?);
+                    out += &format!("{:?}\n", r.cursors_by_watcher(k)?);
+                    out += &format!("{:?}\n", r.system_events(k, a)?);
+                    out += &format!("{:?}\n", r.turns(k, a, None, 10_000)?);
+                    out += &format!("{:?}\n", r.runs_of(k, a, 10_000)?);
+                    out += &format!("{:?}\n", r.link(k, a)?);
+                }
+                out += &format!("{} {:?}", r.event_count()?, r.gauges()?);
+                Ok(out)
+            })
+            .expect("dump")
+    }
+
+    fn populate(store: &dyn Store) {
+        store
+            .write(|tx: &mut dyn WriteTx| {
+                for i in 0..30 {
+                    let key = format!("agent:main:m{}", i % 3);
+                    if i < 3 {
+                        let mut s = contract::session(&key, "main", i);
+                        s.label = Some(format!("label {i}"));
+                        tx.insert_session(&s)?;
+                    }
+                    let seq = tx.insert_event(&contract::event(&key, "main", i))?;
+                    tx.upsert_head(&key, "main", seq, i)?;
+                    tx.fifo_insert(&key, "main", &format!("line {i}"), None, i)?;
+                }
+                tx.put_cursor(&CursorRow {
+                    watcher: "agent:main:m0".into(),
+                    target_key: "agent:main:m1".into(),
+                    target_agent: "main".into(),
+                    state: aware_core::CursorState {
+                        last_seen: 2,
+                        notified: 5,
+                        material: 8,
+                        muted: false,
+                        origin: aware_core::Origin::Watch,
+                        notice_opened_at: Some(3),
+                        updated_at: 4,
+                    },
+                    created_at: 1,
+                })?;
+                Ok(())
+            })
+            .expect("populate");
+        // Prune the oldest events (the top of the log stays) and delete the newest event of
+        // m2 by deleting nothing else: watermarks must survive the copy.
+        store
+            .write(|tx: &mut dyn WriteTx| tx.prune_lowest_batch(5, 100))
+            .expect("prune");
+    }
+
+    fn sqlite(dir: &Path) -> SqliteStore {
+        SqliteStore::open(StoreOptions::new(dir.join("state.db"))).expect("sqlite")
+    }
+
+    #[test]
+    fn sqlite_to_postgres_to_sqlite_keeps_every_answer_and_sequence() {
+        let a = tempfile::tempdir().expect("tempdir");
+        let original = sqlite(a.path());
+        populate(&original);
+        let top = original
+            .write(|tx: &mut dyn WriteTx| {
+                let seq = tx.insert_event(&contract::event("agent:main:gone", "main", 1))?;
+                // The newest event is deleted: its number must still never be issued again.
+                tx.delete_session("agent:main:gone", "main")?;
+                Ok(seq)
+            })
+            .expect("top");
+        let before = dump(&original);
+        original.close();
+        drop(original);
+
+        let url = PgCluster::shared().database().expect("database");
+        let mut seen = Vec::new();
+        let report =
+            sqlite_to_postgres(a.path(), PgOptions::new(url.clone()), &mut |t, n, total| {
+                seen.push((t.to_string(), n, total))
+            })
+            .expect("sqlite → postgres");
+        assert!(report
+            .tables
+            .iter()
+            .any(|(t, n)| t == "session_state_events" && *n == 25));
+        assert!(seen
+            .iter()
+            .any(|(t, n, total)| t == "session_system_events" && n == total));
+        let pg = PgStore::open(PgOptions::new(url.clone())).expect("pg");
+        assert_eq!(dump(&pg), before, "PostgreSQL answers differ from SQLite's");
+        let next = pg
+            .write(|tx: &mut dyn WriteTx| {
+                tx.insert_event(&contract::event("agent:main:m0", "main", 200))
+            })
+            .expect("append");
+        assert!(next > top, "sequence {next} reissued at or below {top}");
+        let after_pg = dump(&pg);
+        pg.close();
+
+        // A non-empty target is refused either way, and left as it was.
+        let refused = sqlite_to_postgres(a.path(), PgOptions::new(url.clone()), &mut |_, _, _| {});
+        assert!(refused.is_err_and(|e| e.to_string().contains("not empty")));
+        let refused = postgres_to_sqlite(PgOptions::new(url.clone()), a.path(), &mut |_, _, _| {});
+        assert!(refused.is_err_and(|e| e.to_string().contains("not empty")));
+
+        let b = tempfile::tempdir().expect("tempdir");
+        postgres_to_sqlite(PgOptions::new(url), b.path(), &mut |_, _, _| {})
+            .expect("postgres → sqlite");
+        let back = sqlite(b.path());
+        assert_eq!(
+            dump(&back),
+            after_pg,
+            "SQLite answers after the round trip differ"
+        );
+        let again = back
+            .write(|tx: &mut dyn WriteTx| {
+                tx.insert_event(&contract::event("agent:main:m0", "main", 300))
+            })
+            .expect("append");
+        assert!(again > next, "sequence {again} reissued at or below {next}");
+    }
+}
