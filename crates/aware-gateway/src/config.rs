@@ -480,7 +480,8 @@ impl GatewayConfig {
     }
 }
 
-/// The PostgreSQL store, if one is named: `AWARE_STORE_URL` > `--store` > `[store] url`. The
+/// The PostgreSQL store, if one is named: `--store` > `AWARE_STORE_URL` > `[store] url` (flags
+/// win over the environment, as for every other setting). The
 /// password comes from the URL, else `[store] password_file`, else `PGPASSWORD`; `PGHOST`,
 /// `PGPORT`, `PGUSER` and `PGDATABASE` fill what the URL leaves out. Messages never show a
 /// password.
@@ -490,8 +491,10 @@ fn store_options(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Option<aware_store_pg::PgOptions>, ConfigError> {
     let fs = file.store.clone().unwrap_or_default();
-    let Some(url) = env("AWARE_STORE_URL")
-        .or(o.store_url.clone())
+    let Some(url) = o
+        .store_url
+        .clone()
+        .or_else(|| env("AWARE_STORE_URL"))
         .or(fs.url.clone())
         .filter(|u| !u.is_empty())
     else {
@@ -752,7 +755,7 @@ mod store_tests {
     }
 
     #[test]
-    fn store_url_comes_from_env_then_flag_then_file_and_never_shows_a_password() {
+    fn store_url_comes_from_flag_then_env_then_file_and_never_shows_a_password() {
         let none = |_: &str| None;
         assert!(load("", None, &none).unwrap().postgres.is_none());
         let file = "[store]\nurl = \"postgres://aware:s3cret@file-host/aware\"\n";
@@ -768,6 +771,8 @@ mod store_tests {
         let env =
             |k: &str| (k == "AWARE_STORE_URL").then(|| "postgres://env-host/aware".to_string());
         let c = load(file, Some("postgres://flag-host/aware"), &env).unwrap();
+        assert!(c.postgres.unwrap().location().contains("flag-host"));
+        let c = load(file, None, &env).unwrap();
         assert!(c.postgres.unwrap().location().contains("env-host"));
     }
 

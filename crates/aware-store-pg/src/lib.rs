@@ -11,6 +11,7 @@
 //! [`StoreError::Unreachable`] (503 `store_unavailable` above) instead of hanging.
 
 mod conn;
+pub mod migrate;
 mod options;
 mod schema;
 #[cfg(feature = "testing")]
@@ -382,9 +383,11 @@ fn writer_loop(
                 continue;
             }
         };
-        // One round trip: the transaction and the lock that orders it among all gateways.
+        // One round trip: the transaction, the lock that orders it among all gateways, and the
+        // first op's savepoint. Each op's release then travels with the next op's savepoint.
         if let Err(e) = conn.batch(&format!(
-            "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock({WRITE_LOCK})"
+            "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock({WRITE_LOCK}); \
+             SAVEPOINT op"
         )) {
             let _ = conn.batch("ROLLBACK");
             if conn.is_closed() || matches!(e, StoreError::Unreachable(_)) {
@@ -402,16 +405,13 @@ fn writer_loop(
         // Set when the transaction can no longer be used (the connection broke): ops not run
         // yet are failed without running and the batch is rolled back.
         let mut lost: Option<String> = None;
-        for job in batch {
+        let count = batch.len();
+        for (i, job) in batch.into_iter().enumerate() {
             if let Some(msg) = &lost {
                 (job.complete)(Err(StoreError::CommitFailed(msg.clone())));
                 continue;
             }
-            if let Err(e) = conn.batch("SAVEPOINT op") {
-                lost = Some(e.to_string());
-                (job.complete)(Err(StoreError::CommitFailed(e.to_string())));
-                continue;
-            }
+            let next = if i + 1 < count { "; SAVEPOINT op" } else { "" };
             let (failed, mut hooks) = {
                 let mut tx = PgTx::new(conn, faults, false);
                 let failed = (job.run)(&mut tx);
@@ -419,16 +419,19 @@ fn writer_loop(
             };
             let settled = if failed.is_some() {
                 hooks.clear();
-                conn.batch("ROLLBACK TO op; RELEASE op").map(|_| None)
+                conn.batch(&format!("ROLLBACK TO op; RELEASE op{next}"))
+                    .map(|_| None)
             } else {
-                match conn.batch("RELEASE op") {
+                match conn.batch(&format!("RELEASE op{next}")) {
                     Ok(()) => Ok(None),
                     // The op swallowed a failed statement (PostgreSQL then refuses everything
                     // until a rollback): undo the op and say so, instead of a COMMIT that
-                    // PostgreSQL would turn into a silent rollback of the whole batch.
+                    // PostgreSQL would turn into a silent rollback of the whole batch. (Had the
+                    // release worked and the next savepoint failed, this rollback fails too and
+                    // the batch is lost: the safe side.)
                     Err(e) => {
                         hooks.clear();
-                        conn.batch("ROLLBACK TO op; RELEASE op")
+                        conn.batch(&format!("ROLLBACK TO op; RELEASE op{next}"))
                             .map(|_| Some(format!("the op's writes were rolled back: {e}")))
                     }
                 }

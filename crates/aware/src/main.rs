@@ -104,6 +104,9 @@ enum Command {
     // The last of a repeated flag wins, as in most servers (a wrapper adds its own --bind).
     #[command(args_override_self = true)]
     Serve(serve::ServeArgs),
+    /// Copy the state between a data directory (SQLite) and an empty PostgreSQL database, either
+    /// way, keeping sequences; counts are verified.
+    Migrate(migrate::MigrateArgs),
     /// Status of a session (session_status); as operator without --session.
     Status {
         /// Session key (default: --session).
@@ -304,8 +307,6 @@ enum Command {
     HelpMarkdown,
     /// Walk through spawn, a human stepping in, one notice, drain and reconciliation.
     Demo(demo::DemoArgs),
-    /// Copy a whole store between SQLite (a data dir) and PostgreSQL (a postgres:// URL).
-    Migrate(migrate::MigrateArgs),
     /// Engine benchmarks, each printed next to a raw rusqlite floor run in the same process.
     Bench(bench::BenchArgs),
     /// Gateway benchmarks.
@@ -346,6 +347,7 @@ fn main() {
             .exit()
         }
         Command::Serve(args) => serve::run(args),
+        Command::Migrate(args) => migrate::run(args),
         Command::Node {
             command: NodeCommand::Serve(args),
         } => node::run(args),
@@ -369,10 +371,6 @@ fn main() {
         Command::Demo(args) => {
             init_quiet_logs();
             demo::run(args)
-        }
-        Command::Migrate(args) => {
-            init_quiet_logs();
-            migrate::run(args)
         }
         Command::Bench(args) => {
             init_quiet_logs();
