@@ -7,10 +7,14 @@
 //!   its text never starts with a machine marker;
 //! - `scan_codex_window` returns `None` exactly when there is no `\n`; otherwise the consumed
 //!   prefix ends with `\n`, the rest holds none, and the `queued` memory stays empty;
-//! - scanning the window in two ticks (split after any `\n`) counts the same turns as one tick.
+//! - scanning the window in two ticks (split after any `\n`) counts the same turns as one tick;
+//! - a paired node sends every row the classifier calls human as a `userMessage` item whose slim
+//!   row the gateway calls human with the same normalised text (docs/upstream.md §4).
 #![no_main]
 
-use aware_upstream::classify::RowClass;
+use aware_upstream::bigrow::slim_codex_row;
+use aware_upstream::classify::{normalise, RowClass};
+use aware_upstream::node::{codex_item, CodexItemBody};
 use aware_upstream::codex::classify::{classify_codex, is_machine_text, session_meta};
 use aware_upstream::codex::scan::scan_codex_window;
 use aware_upstream::scan::ScanInput;
@@ -31,6 +35,17 @@ fuzz_target!(|data: &[u8]| {
                 "human verdict from another shape"
             );
             assert!(!is_machine_text(&user_text), "machine text counted");
+            let slim = slim_codex_row(data).expect("reading a slice never fails");
+            let item = codex_item(slim).expect("a human row gives an item");
+            let CodexItemBody::UserMessage { row: slim_row } = item.body else {
+                panic!("a human row is sent as a userMessage item");
+            };
+            match classify_codex(&slim_row) {
+                RowClass::Human { user_text: sent, .. } => {
+                    assert_eq!(normalise(&sent), normalise(&user_text), "same text");
+                }
+                other => panic!("the node's item lost the human verdict: {other:?}"),
+            }
         }
     }
 

@@ -13,6 +13,7 @@ macro_rules! say {
 
 pub mod engine;
 pub mod http;
+mod prelude;
 mod raw_sqlite;
 mod report;
 pub mod stall;

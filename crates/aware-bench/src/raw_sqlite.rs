@@ -3,7 +3,10 @@
 //! it also seeds large stores directly (fill_events, fill_pending) because going through the
 //! engine would make the set-up longer than the measurement.
 
-use crate::engine::*;
+use crate::engine::setup::*;
+use crate::prelude::*;
+use crate::store_seam::*;
+use crate::util::*;
 
 pub(crate) fn sync_pragma(d: Durability) -> &'static str {
     match d {

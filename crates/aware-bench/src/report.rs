@@ -1,6 +1,7 @@
 //! Targets with PASS/FAIL, the JSON figures, and comparing two reports.
 
-use crate::engine::*;
+use crate::prelude::*;
+use crate::util::*;
 
 /// Whether a larger figure is better (throughput) or a smaller one (latency, ratio, memory).
 #[derive(Clone, Copy, PartialEq, Eq)]

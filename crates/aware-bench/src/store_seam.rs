@@ -57,9 +57,11 @@ impl CommitWatch {
         let store: Arc<dyn Store> = engine.store().clone();
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let sum = |s: &Arc<dyn Store>| s.metrics().commit_us_sum.load(Ordering::Relaxed);
+        // Read before the thread starts: on a loaded machine it may start after the first
+        // commits (callers now commit on their own threads, with no hand-off to wait for).
+        let mut last = sum(&store);
         let handle = std::thread::spawn(move || {
-            let sum = |s: &Arc<dyn Store>| s.metrics().commit_us_sum.load(Ordering::Relaxed);
-            let mut last = sum(&store);
             let mut seen = Vec::new();
             loop {
                 let done = flag.load(Ordering::Relaxed);

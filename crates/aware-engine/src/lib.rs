@@ -89,6 +89,25 @@ pub(crate) struct Inner {
     pub(crate) reply_waiters: Mutex<HashMap<String, Arc<Notify>>>,
     /// Bumped after every committed op (the console's change hint).
     pub(crate) changes: tokio::sync::watch::Sender<u64>,
+    /// Effects of committed ops waiting to be applied (see [`Engine::write`]).
+    pub(crate) effects: EffectsQueue,
+}
+
+/// Committed ops' effects, applied in commit order by the callers themselves rather than by
+/// the writer: the after-commit hook only queues them (so the writer, and every other op of
+/// its batch, does not wait for wake reads), and each caller applies the queue up to its own
+/// op before it returns. A caller's effects are therefore applied when its call returns, and
+/// never lost (engine writes are blocking calls that run to the end even when the HTTP client
+/// behind them went away); whoever applies takes every earlier entry first, in commit order,
+/// so a watcher sees its wakes in commit order.
+#[derive(Default)]
+pub(crate) struct EffectsQueue {
+    /// `(ticket, effects, now)`, tickets increasing; pushed by the after-commit hooks, which
+    /// the store runs one at a time in commit order.
+    pending: Mutex<std::collections::VecDeque<(u64, Effects, i64)>>,
+    next_ticket: std::sync::atomic::AtomicU64,
+    /// The last ticket applied; held while applying, which serialises appliers.
+    applied: Mutex<u64>,
 }
 
 /// A cheap, cloneable handle to the engine.
@@ -157,6 +176,7 @@ impl Engine {
                 last_prune_at: Mutex::new(None),
                 reply_waiters: Mutex::new(HashMap::new()),
                 changes: tokio::sync::watch::channel(0).0,
+                effects: EffectsQueue::default(),
                 config,
             }),
         })
@@ -276,13 +296,17 @@ impl Engine {
         self.inner.store.close();
     }
 
-    /// Runs `op` as one writer op and applies its effects after the commit.
+    /// Runs `op` as one writer op and applies its effects after the commit, before returning
+    /// (on this thread, in commit order; see [`EffectsQueue`]).
     pub(crate) fn write<R: Send + 'static>(
         &self,
         op: impl FnOnce(&mut dyn WriteTx, &mut Ctx) -> Result<R> + Send + 'static,
     ) -> Result<R> {
         let inner = self.inner.clone();
-        self.inner.store.write_as(move |tx| {
+        // The op's ticket, set by its after-commit hook; 0 while none (op or commit failed).
+        let ticket = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let hook_ticket = ticket.clone();
+        let result = self.inner.store.write_as(move |tx| {
             let mut ctx = Ctx {
                 now: inner.clock.now_ms(),
                 effects: Effects::default(),
@@ -292,9 +316,19 @@ impl Engine {
             let effects = std::mem::take(&mut ctx.effects);
             let hook_inner = inner.clone();
             let now = ctx.now;
-            tx.after_commit(Box::new(move || apply_effects(&hook_inner, effects, now)));
+            tx.after_commit(Box::new(move || {
+                hook_ticket.store(
+                    hook_inner.effects.push(effects, now),
+                    std::sync::atomic::Ordering::Release,
+                );
+            }));
             Ok(r)
-        })
+        });
+        let mine = ticket.load(std::sync::atomic::Ordering::Acquire);
+        if mine != 0 {
+            apply_effects_through(&self.inner, mine);
+        }
+        result
     }
 
     /// Fires every engine-clock timer that is due: run timeouts, coalesced wakes, the prune
@@ -375,6 +409,39 @@ impl Drop for ReplyWatch {
     }
 }
 
+impl EffectsQueue {
+    /// Queues one committed op's effects; returns its ticket (≥ 1).
+    fn push(&self, effects: Effects, now: i64) -> u64 {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        // Taken under the lock so tickets enter the queue in increasing order.
+        let ticket = self
+            .next_ticket
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        pending.push_back((ticket, effects, now));
+        ticket
+    }
+}
+
+/// Applies every queued effect up to and including `ticket`, in ticket (commit) order. Returns
+/// at once when another caller already applied it.
+fn apply_effects_through(inner: &Arc<Inner>, ticket: u64) {
+    let q = &inner.effects;
+    let mut applied = q.applied.lock().unwrap_or_else(|e| e.into_inner());
+    while *applied < ticket {
+        let next = q
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front();
+        let Some((t, effects, now)) = next else {
+            break;
+        };
+        *applied = t;
+        apply_effects(inner, effects, now);
+    }
+}
+
 fn apply_effects(inner: &Arc<Inner>, effects: Effects, now: i64) {
     inner.changes.send_modify(|g| *g = g.wrapping_add(1));
     let m = &inner.metrics;
@@ -438,20 +505,28 @@ pub(crate) fn request_state_wake(inner: &Arc<Inner>, watcher: &str, now: i64) {
 /// all watchers are read with one statement instead of one read (BEGIN, SELECT, COMMIT) per
 /// watcher, which was most of the sweep's time outside its transactions (profile of W6).
 pub(crate) fn request_state_wakes(inner: &Arc<Inner>, watchers: &[String], now: i64) {
-    let mut due: Vec<(&str, String)> = Vec::new();
-    for w in watchers {
-        let Some(agent) = aware_core::SessionKey::parse(w)
-            .ok()
-            .filter(|k| k.is_agent_qualified() && !k.is_subagent())
-            .and_then(|k| k.qualified_agent())
-        else {
-            continue;
-        };
-        EngineMetrics::inc(&inner.metrics.wakes_requested_session_state, 1);
-        match inner.wakes.decide(w, now) {
-            aware_core::wake::WakeDecision::DeliverNow => {
-                due.push((w.as_str(), agent.as_str().to_string()))
-            }
+    let eligible: Vec<(&str, String)> = watchers
+        .iter()
+        .filter_map(|w| {
+            let agent = aware_core::SessionKey::parse(w)
+                .ok()
+                .filter(|k| k.is_agent_qualified() && !k.is_subagent())
+                .and_then(|k| k.qualified_agent())?;
+            Some((w.as_str(), agent.as_str().to_string()))
+        })
+        .collect();
+    EngineMetrics::inc(
+        &inner.metrics.wakes_requested_session_state,
+        eligible.len() as u64,
+    );
+    // One coalescer lock for the lot rather than one per watcher.
+    let decisions = inner
+        .wakes
+        .decide_many(eligible.iter().map(|(w, _)| *w), now);
+    let mut due: Vec<(&str, String)> = Vec::with_capacity(eligible.len());
+    for ((w, agent), decision) in eligible.into_iter().zip(decisions) {
+        match decision {
+            aware_core::wake::WakeDecision::DeliverNow => due.push((w, agent)),
             _ => {
                 inner.wakes.cluster.merged(w, true);
                 EngineMetrics::inc(&inner.metrics.wakes_coalesced, 1)
@@ -461,12 +536,20 @@ pub(crate) fn request_state_wakes(inner: &Arc<Inner>, watchers: &[String], now: 
     if due.is_empty() {
         return;
     }
-    // A failed read sends the wakes without targets, as `deliver_state_wake` does.
-    let mut pending: std::collections::HashMap<String, Vec<aware_store::CursorRow>> = inner
-        .store
-        .pending_cursors_by_watcher()
-        .map(|v| v.into_iter().collect())
-        .unwrap_or_default();
+    // A failed read sends the wakes without targets, as `deliver_state_wake` does. With no
+    // subscriber (the sweep at start-up runs before anyone can subscribe) the targets would
+    // go nowhere, so they are not read: a subscriber that connects later gets catch-up wakes
+    // with its targets read then (02 §10).
+    let mut pending: std::collections::HashMap<String, Vec<aware_store::CursorRow>> =
+        if inner.wakes.has_subscribers() {
+            inner
+                .store
+                .pending_cursors_by_watcher()
+                .map(|v| v.into_iter().collect())
+                .unwrap_or_default()
+        } else {
+            std::collections::HashMap::new()
+        };
     for (watcher, agent) in due {
         let targets = pending.remove(watcher).unwrap_or_default();
         inner.wakes.emit(Wake {

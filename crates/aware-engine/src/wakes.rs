@@ -101,13 +101,31 @@ impl WakeHub {
         wake
     }
 
+    pub(crate) fn has_subscribers(&self) -> bool {
+        self.sender.receiver_count() > 0 || self.cluster.has_bus()
+    }
+
+    /// [`WakeHub::decide`] for many watchers under one lock (the restart sweep).
+    pub(crate) fn decide_many<'w>(
+        &self,
+        watchers: impl Iterator<Item = &'w str>,
+        now: i64,
+    ) -> Vec<WakeDecision> {
+        match self.coalescer.lock() {
+            Ok(mut c) => watchers.map(|w| c.request(&w.to_string(), now)).collect(),
+            Err(_) => watchers.map(|_| WakeDecision::DeliverNow).collect(),
+        }
+    }
+
     /// Sends a wake to every subscriber and, when it is this process's own, to the cluster's
-    /// bus; returns it.
-    pub(crate) fn emit(&self, mut wake: Wake) -> Wake {
+    /// bus. With no subscriber (a server at start-up, the benches), the wake only takes its id:
+    /// the broadcast would clone it into a ring nobody reads.
+    pub(crate) fn emit(&self, mut wake: Wake) {
         wake.id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let _ = self.sender.send(wake.clone());
         self.cluster.publish(&wake);
-        wake
+        if self.sender.receiver_count() > 0 {
+            let _ = self.sender.send(wake);
+        }
     }
 }
 
@@ -155,6 +173,12 @@ impl ClusterHooks {
         if let Some(bus) = bus {
             bus.publish(wake);
         }
+    }
+
+    /// Whether a bus carries this process's wakes to other processes (then a wake is worth
+    /// building even without a local subscriber).
+    pub(crate) fn has_bus(&self) -> bool {
+        self.bus.lock().is_ok_and(|b| b.is_some())
     }
 
     pub(crate) fn is_leader(&self) -> bool {

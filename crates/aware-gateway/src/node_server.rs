@@ -1,16 +1,20 @@
-//! The paired-node server of `aware node serve` (04 §2.2): this machine's Claude Code transcripts,
-//! read-only, for a gateway that lists the node in `[[nodes]]`.
+//! The paired-node server of `aware node serve` (04 §2.2): this machine's Claude Code transcripts
+//! and Codex rollouts, read-only, for a gateway that lists the node in `[[nodes]]`.
 //!
-//! Routes: `GET /health` (open), `GET /v1/node/claude/threads?limit=&cursor=` and
-//! `GET /v1/node/claude/threads/{threadId}/items?limit=N`. With a token every route but
-//! `/health` needs `Authorization: Bearer <token>`, compared in constant time (03 §5.2). File
-//! reads run on the blocking pool.
+//! Routes: `GET /health` (open), and for each catalog `C` (`claude`, `codex`)
+//! `GET /v1/node/C/threads?limit=&cursor=` and `GET /v1/node/C/threads/{threadId}/items?limit=N`
+//! or `?after=UUID&limit=N` (docs/upstream.md §4). With a token every route but `/health` needs
+//! `Authorization: Bearer <token>`, compared in constant time (03 §5.2). What each route answers
+//! is `aware_upstream::node::serve`; this file parses, checks the token and runs the file reads
+//! on the blocking pool.
 
 use crate::body::Query;
 use crate::edge::secrets_equal as constant_time_eq;
 use crate::error::{ApiError, ApiResult};
+use aware_upstream::node::serve::NodeRoots;
 use aware_upstream::node::{
-    thread_items, thread_items_after, thread_list, ITEMS_LIMIT, PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX,
+    NodeCatalog, ITEMS_LIMIT, PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX, THREADS_LIMIT_DEFAULT,
+    THREADS_LIMIT_MAX, THREAD_NOT_FOUND,
 };
 use aware_upstream::provider::ProviderError;
 use axum::extract::State;
@@ -31,6 +35,17 @@ pub struct NodeServerConfig {
     pub token: Option<String>,
     /// `~/.claude/projects` or `--claude-root`.
     pub claude_root: PathBuf,
+    /// `$CODEX_HOME` (default `~/.codex`) or `--codex-home`; `None` serves no Codex catalog.
+    pub codex_home: Option<PathBuf>,
+}
+
+impl NodeServerConfig {
+    fn roots(&self) -> NodeRoots {
+        NodeRoots {
+            claude_root: self.claude_root.clone(),
+            codex_home: self.codex_home.clone(),
+        }
+    }
 }
 
 /// Serves on an already-bound listener until `shutdown` resolves.
@@ -61,8 +76,8 @@ fn authorized(cfg: &NodeServerConfig, headers: &HeaderMap) -> bool {
 
 enum Route {
     Health,
-    Threads,
-    Items(String),
+    Threads(NodeCatalog),
+    Items(NodeCatalog, String),
 }
 
 async fn dispatch(
@@ -85,10 +100,15 @@ async fn handle(
 ) -> ApiResult<Response> {
     let path = uri.path();
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    // A catalog this node does not serve has no routes (404 `not_found`): never confused with
+    // the definitive `thread_not_found`.
+    let catalog = |c: &str| NodeCatalog::from_id(c).filter(|c| cfg.roots().serves(*c));
     let route = match segments.as_slice() {
         ["health"] => Some(Route::Health),
-        ["v1", "node", "claude", "threads"] => Some(Route::Threads),
-        ["v1", "node", "claude", "threads", id, "items"] => Some(Route::Items(id.to_string())),
+        ["v1", "node", c, "threads"] => catalog(c).map(Route::Threads),
+        ["v1", "node", c, "threads", id, "items"] => {
+            catalog(c).map(|c| Route::Items(c, id.to_string()))
+        }
         _ => None,
     };
     if !matches!(route, Some(Route::Health)) && !authorized(&cfg, &headers) {
@@ -121,17 +141,24 @@ async fn handle(
             query.finish()?;
             Ok(json_ok(json!({"status": "ok", "nodeId": cfg.node_id})))
         }
-        Route::Threads => {
+        Route::Threads(catalog) => {
+            let max = THREADS_LIMIT_MAX as i64;
             let limit = query
-                .int("limit", 1..=200, "limit must be an integer in 1..=200")?
-                .unwrap_or(50) as usize;
+                .int(
+                    "limit",
+                    1..=max,
+                    &format!("limit must be an integer in 1..={max}"),
+                )?
+                .unwrap_or(THREADS_LIMIT_DEFAULT as i64) as usize;
             let cursor = query.take("cursor")?;
             query.finish()?;
-            let root = cfg.claude_root.clone();
-            let page = blocking(move || thread_list(&root, limit, cursor.as_deref())).await?;
-            Ok(json_ok(page))
+            let roots = cfg.roots();
+            let page = blocking(move || roots.threads(catalog, limit, cursor.as_deref())).await?;
+            Ok(json_ok(serde_json::to_value(page).map_err(|e| {
+                ApiError::internal(format!("thread list not encodable: {e}"))
+            })?))
         }
-        Route::Items(raw_id) => {
+        Route::Items(catalog, raw_id) => {
             // `after` present: a page of the items after that uuid, oldest first (issue 15);
             // empty means from the start. Absent: the v1 answer, the newest items.
             let after = query.take("after")?;
@@ -152,25 +179,14 @@ async fn handle(
                 .decode_utf8()
                 .map(|c| c.into_owned())
                 .map_err(|_| ApiError::invalid("threadId is not valid UTF-8"))?;
-            let root = cfg.claude_root.clone();
-            match after {
+            let roots = cfg.roots();
+            let answer = match after {
                 Some(after) => {
-                    let page = blocking(move || {
-                        let after = Some(after.as_str()).filter(|a| !a.is_empty());
-                        thread_items_after(&root, &thread_id, after, limit)
-                    })
-                    .await?;
-                    Ok(json_ok(json!({
-                        "items": page.items,
-                        "more": page.more,
-                        "found": page.found,
-                    })))
+                    blocking(move || roots.items_after(catalog, &thread_id, &after, limit)).await?
                 }
-                None => {
-                    let items = blocking(move || thread_items(&root, &thread_id, limit)).await?;
-                    Ok(json_ok(json!({ "items": items })))
-                }
-            }
+                None => blocking(move || roots.items(catalog, &thread_id, limit)).await?,
+            };
+            Ok(json_ok(answer))
         }
     }
 }
@@ -186,7 +202,7 @@ async fn blocking<T: Send + 'static>(
     match tokio::task::spawn_blocking(f).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(ProviderError::ThreadNotFound)) => Err(ApiError::not_found(
-            "thread_not_found",
+            THREAD_NOT_FOUND,
             "transcript unavailable",
         )),
         Ok(Err(ProviderError::InvalidCursor)) => Err(ApiError::invalid("cursor is invalid")),
@@ -251,6 +267,7 @@ mod tests {
             node_id: "laptop".into(),
             token: Some("nt".into()),
             claude_root: dir.path().to_path_buf(),
+            codex_home: None,
         };
         let server = rt.spawn(run_node(listener, cfg, async {
             let _ = stop_rx.await;

@@ -120,10 +120,15 @@ pub(crate) fn new_state(config: GatewayConfig, port: u16) -> Shared {
             home.clone(),
         )));
     }
+    // One client per catalog a node can serve (issue 15): Claude and Codex threads of the node
+    // are listed, adopted and checked apart, as the local providers are.
     for n in &config.nodes {
-        let client = aware_upstream::node::NodeClient::new(&n.id, &n.url, n.token.as_deref())
-            .with_deadline(Duration::from_secs(config.monitor.provider_timeout_secs));
-        list.push(Arc::new(client));
+        for catalog in aware_upstream::node::NodeCatalog::ALL {
+            let client = aware_upstream::node::NodeClient::new(&n.id, &n.url, n.token.as_deref())
+                .for_catalog(catalog)
+                .with_deadline(Duration::from_secs(config.monitor.provider_timeout_secs));
+            list.push(Arc::new(client));
+        }
     }
     let providers = list
         .into_iter()

@@ -1,5 +1,5 @@
-//! SQLite implementation: schema, the writer thread with group commit, the reader pool, and the
-//! row primitives of [`ReadTx`]/[`WriteTx`].
+//! SQLite implementation: schema, the writer (leader-follower group commit with a writer
+//! thread), the reader pool, and the row primitives of [`ReadTx`]/[`WriteTx`].
 
 use crate::faults::FaultPlan;
 use crate::metrics::StoreMetrics;
@@ -11,10 +11,11 @@ use aware_core::event::compact_payload;
 use aware_core::{ActorType, CompactEvent, CursorState, EventKind, Origin, StoredEvent};
 use rusqlite::types::Type;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row, ToSql};
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -86,14 +87,71 @@ struct Job {
 struct Inner {
     path: PathBuf,
     durability: Durability,
-    /// Sender to the writer thread; a std mutex only so `Inner` is `Sync` on older toolchains.
-    jobs: Mutex<Option<mpsc::Sender<Job>>>,
+    writer_state: Arc<Writer>,
     writer: Mutex<Option<JoinHandle<()>>>,
     /// Reader connections; each std mutex is held for one read closure, never across `.await`.
     readers: Vec<Mutex<Connection>>,
     next_reader: AtomicUsize,
     faults: Arc<FaultPlan>,
     metrics: Arc<StoreMetrics>,
+}
+
+/// The write side: one connection and a queue, run by a leader. At most one thread leads at a
+/// time; the leader takes queued ops as one batch, commits them, answers them, and gives up the
+/// lead. A blocking caller that finds no leader and an empty queue leads itself and runs its
+/// own op on its own thread (no hand-off to another thread and back: measured, the two thread
+/// wake-ups were most of the cost of a lone write). Everything else (ops queued behind a
+/// leader, and async submitters, whose threads must not block) is led by the writer thread,
+/// which also takes over whatever queued while a caller led. Commit order is the order in
+/// which leaders take batches, and a batch's hooks run before its leader gives up the lead, so
+/// after-commit hooks still run in commit order. 01 §8 speaks of "the writer thread"; what it
+/// promises (one writing connection, ≤ 256 ops per transaction, one COMMIT, callers answered and
+/// effects emitted only after it, no waiting for more ops) holds whichever thread leads.
+struct Writer {
+    state: Mutex<WriterState>,
+    /// Signalled when ops wait and nobody leads, and on close.
+    work: Condvar,
+    /// Locked only by the leader (never contended); a mutex so `Writer` is `Sync`.
+    conn: Mutex<Connection>,
+    faults: Arc<FaultPlan>,
+    metrics: Arc<StoreMetrics>,
+}
+
+#[derive(Default)]
+struct WriterState {
+    queue: VecDeque<Job>,
+    leading: bool,
+    closed: bool,
+}
+
+impl Writer {
+    fn state(&self) -> MutexGuard<'_, WriterState> {
+        // The state is a queue and two flags, consistent at every unlock: a panic elsewhere
+        // while it was held cannot have left it half-changed.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs one batch as the leader (the caller set `leading`).
+    fn lead(&self, batch: Vec<Job>) {
+        let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        run_batch(&conn, batch, &self.faults, &self.metrics);
+    }
+}
+
+/// Gives up the lead when a caller-led batch ends (also on unwinding): the writer thread is
+/// woken if ops queued meanwhile, or to let it finish a close.
+struct CallerLead<'a>(&'a Writer);
+
+impl Drop for CallerLead<'_> {
+    fn drop(&mut self) {
+        let mut s = self.0.state();
+        s.leading = false;
+        let wake = !s.queue.is_empty() || s.closed;
+        drop(s);
+        if wake {
+            self.0.work.notify_one();
+        }
+    }
 }
 
 /// A cheap, cloneable handle to one SQLite store.
@@ -204,20 +262,25 @@ impl SqliteStore {
 
         let faults = Arc::new(FaultPlan::default());
         let metrics = Arc::new(StoreMetrics::default());
-        let (tx, rx) = mpsc::channel::<Job>();
+        let writer_state = Arc::new(Writer {
+            state: Mutex::new(WriterState::default()),
+            work: Condvar::new(),
+            conn: Mutex::new(writer_conn),
+            faults: faults.clone(),
+            metrics: metrics.clone(),
+        });
         let writer = {
-            let faults = faults.clone();
-            let metrics = metrics.clone();
+            let w = writer_state.clone();
             std::thread::Builder::new()
                 .name("aware-writer".into())
-                .spawn(move || writer_loop(writer_conn, rx, &faults, &metrics))
+                .spawn(move || writer_loop(&w))
                 .map_err(|e| StoreError::Corrupt(format!("cannot start writer thread: {e}")))?
         };
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 path,
                 durability: options.durability,
-                jobs: Mutex::new(Some(tx)),
+                writer_state,
                 writer: Mutex::new(Some(writer)),
                 readers,
                 next_reader: AtomicUsize::new(0),
@@ -251,14 +314,49 @@ impl SqliteStore {
 
 impl Store for SqliteStore {
     fn submit(&self, op: WriteOp, done: Completion) -> Result<()> {
-        let guard = self.inner.jobs.lock().map_err(|_| StoreError::WriterGone)?;
-        let sender = guard.as_ref().ok_or(StoreError::WriterGone)?;
-        sender
-            .send(Job {
-                run: op,
-                complete: done,
-            })
-            .map_err(|_| StoreError::WriterGone)
+        let w = &self.inner.writer_state;
+        let mut s = w.state();
+        if s.closed {
+            return Err(StoreError::WriterGone);
+        }
+        s.queue.push_back(Job {
+            run: op,
+            complete: done,
+        });
+        let wake = !s.leading;
+        drop(s);
+        if wake {
+            w.work.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Leads on the calling thread when the writer is idle (see [`Writer`]); otherwise queues
+    /// like [`Store::submit`]. The op has then run and `done` been called on return.
+    fn submit_blocking(&self, op: WriteOp, done: Completion) -> Result<()> {
+        let w = &self.inner.writer_state;
+        let mut s = w.state();
+        if s.closed {
+            return Err(StoreError::WriterGone);
+        }
+        let job = Job {
+            run: op,
+            complete: done,
+        };
+        if s.leading || !s.queue.is_empty() {
+            s.queue.push_back(job);
+            let wake = !s.leading;
+            drop(s);
+            if wake {
+                w.work.notify_one();
+            }
+            return Ok(());
+        }
+        s.leading = true;
+        drop(s);
+        let _lead = CallerLead(w);
+        w.lead(vec![job]);
+        Ok(())
     }
 
     fn faults(&self) -> &FaultPlan {
@@ -375,9 +473,8 @@ impl Store for SqliteStore {
     /// Stops the writer after it finished every op already queued. Later writes fail with
     /// [`StoreError::WriterGone`]. Dropping the last handle does the same.
     fn close(&self) {
-        if let Ok(mut jobs) = self.inner.jobs.lock() {
-            jobs.take();
-        }
+        self.inner.writer_state.state().closed = true;
+        self.inner.writer_state.work.notify_all();
         if let Ok(mut writer) = self.inner.writer.lock() {
             if let Some(handle) = writer.take() {
                 let _ = handle.join();
@@ -388,9 +485,8 @@ impl Store for SqliteStore {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        if let Ok(mut jobs) = self.jobs.lock() {
-            jobs.take();
-        }
+        self.writer_state.state().closed = true;
+        self.writer_state.work.notify_all();
         if let Ok(mut writer) = self.writer.lock() {
             if let Some(handle) = writer.take() {
                 let _ = handle.join();
@@ -399,16 +495,31 @@ impl Drop for Inner {
     }
 }
 
-/// The writer: wait for one op, take every op already queued (≤ 256), run them in one
-/// transaction with a savepoint each, commit once, then answer and run after-commit hooks.
-/// It never waits for more ops to arrive.
-fn writer_loop(
-    conn: Connection,
-    rx: mpsc::Receiver<Job>,
-    faults: &FaultPlan,
-    metrics: &StoreMetrics,
-) {
-    while let Ok(first) = rx.recv() {
+/// The writer thread: leads whenever ops wait and no caller leads; takes every queued op
+/// (≤ 256) as one batch. It never waits for more ops to arrive. Exits once the store is closed,
+/// nothing is queued and nobody leads.
+fn writer_loop(w: &Writer) {
+    loop {
+        let mut s = w.state();
+        while s.leading || s.queue.is_empty() {
+            if s.closed && !s.leading && s.queue.is_empty() {
+                return;
+            }
+            s = w.work.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+        s.leading = true;
+        let n = s.queue.len().min(MAX_GROUP);
+        let batch: Vec<Job> = s.queue.drain(..n).collect();
+        drop(s);
+        w.lead(batch);
+        w.state().leading = false;
+    }
+}
+
+/// One group commit: runs `batch` in one transaction with a savepoint per op, commits once,
+/// then runs each op's after-commit hooks and answers it.
+fn run_batch(conn: &Connection, batch: Vec<Job>, faults: &FaultPlan, metrics: &StoreMetrics) {
+    {
         while faults.writer_stalled() {
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -420,20 +531,13 @@ fn writer_loop(
                 tracing::warn!(event = "writer_pragma_failed", sql = %sql, error = %e, "test seam pragma failed");
             }
         }
-        let mut batch = vec![first];
-        while batch.len() < MAX_GROUP {
-            match rx.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
-            }
-        }
         let started = Instant::now();
-        if let Err(e) = run_cached(&conn, "BEGIN IMMEDIATE") {
+        if let Err(e) = run_cached(conn, "BEGIN IMMEDIATE") {
             let msg = e.to_string();
             for job in batch {
                 (job.complete)(Err(StoreError::CommitFailed(msg.clone())));
             }
-            continue;
+            return;
         }
         let mut done: Vec<(Completion, Vec<Hook>)> = Vec::with_capacity(batch.len());
         // Set when SQLite itself rolled the batch's transaction back (SQLITE_FULL, SQLITE_IOERR
@@ -446,12 +550,12 @@ fn writer_loop(
                 continue;
             }
             let mut tx = SqlTx {
-                conn: &conn,
+                conn,
                 faults,
                 reader: false,
                 hooks: Vec::new(),
             };
-            if let Err(e) = run_cached(&conn, "SAVEPOINT op") {
+            if let Err(e) = run_cached(conn, "SAVEPOINT op") {
                 (job.complete)(Err(StoreError::CommitFailed(e.to_string())));
                 continue;
             }
@@ -472,7 +576,7 @@ fn writer_loop(
             if failed.is_some() {
                 hooks.clear();
                 let _ = conn.execute_batch("ROLLBACK TO op; RELEASE op");
-            } else if run_cached(&conn, "RELEASE op").is_err() {
+            } else if run_cached(conn, "RELEASE op").is_err() {
                 hooks.clear();
             }
             done.push((complete, hooks));
@@ -482,14 +586,21 @@ fn writer_loop(
         } else if faults.take_commit_failure() {
             Err(StoreError::CommitFailed("injected commit failure".into()))
         } else {
-            run_cached(&conn, "COMMIT").map_err(|e| StoreError::CommitFailed(e.to_string()))
+            run_cached(conn, "COMMIT").map_err(|e| StoreError::CommitFailed(e.to_string()))
         };
         match commit {
             Ok(()) => {
                 metrics.record_commit(done.len() as u64, started.elapsed().as_micros() as u64);
                 for (complete, hooks) in done {
                     for hook in hooks {
-                        hook();
+                        // A panicking hook must not take the leader (a caller's thread, or
+                        // the writer thread) down with the rest of the batch unanswered.
+                        if catch_unwind(AssertUnwindSafe(hook)).is_err() {
+                            tracing::error!(
+                                event = "after_commit_hook_panicked",
+                                "an after-commit hook panicked"
+                            );
+                        }
                     }
                     complete(Ok(()));
                 }
@@ -2079,5 +2190,135 @@ mod gauge_tests {
                 "{sql} is not answered from an index: {steps:?}"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod writer_tests {
+    use super::*;
+
+    fn event(key: &str, at: i64) -> NewEvent {
+        NewEvent {
+            dedupe_key: None,
+            session_key: key.into(),
+            session_id: None,
+            agent_id: "main".into(),
+            kind: EventKind::HumanDirectMessage,
+            actor_type: ActorType::Human,
+            actor_id: None,
+            run_id: None,
+            occurred_at: at,
+            summary: "x".into(),
+            payload: None,
+        }
+    }
+
+    /// Polls a future to completion on this thread (the crate's tokio has no runtime).
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        struct Unpark(std::thread::Thread);
+        impl std::task::Wake for Unpark {
+            fn wake(self: Arc<Self>) {
+                self.0.unpark();
+            }
+        }
+        let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+        let mut cx = std::task::Context::from_waker(&waker);
+        let mut f = std::pin::pin!(f);
+        loop {
+            if let std::task::Poll::Ready(out) = f.as_mut().poll(&mut cx) {
+                return out;
+            }
+            std::thread::park();
+        }
+    }
+
+    /// Callers that lead their own commits and ops queued to the writer thread (async
+    /// submitters, and blocking callers that found a leader) mix freely: every op commits once,
+    /// none is lost or run twice, and after-commit hooks run in commit (sequence) order.
+    #[test]
+    fn caller_led_and_thread_led_commits_mix_in_commit_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(
+            StoreOptions::new(dir.path().join("w.db")).durability(Durability::Normal),
+        )
+        .unwrap();
+        let seen: Arc<Mutex<Vec<i64>>> = Arc::default();
+        let (threads, per) = (6usize, 150i64);
+        let blocking: Vec<_> = (0..threads)
+            .map(|t| {
+                let (store, seen) = (store.clone(), seen.clone());
+                std::thread::spawn(move || {
+                    for i in 0..per {
+                        let seen = seen.clone();
+                        let seq = store
+                            .write(move |tx| {
+                                let seq = tx.insert_event(&event(&format!("s{t}"), i))?;
+                                tx.after_commit(Box::new(move || seen.lock().unwrap().push(seq)));
+                                Ok(seq)
+                            })
+                            .unwrap();
+                        assert!(seq > 0);
+                    }
+                })
+            })
+            .collect();
+        block_on(async {
+            for i in 0..per {
+                let seen = seen.clone();
+                store
+                    .write_async(move |tx| {
+                        let seq = tx.insert_event(&event("async", i))?;
+                        tx.after_commit(Box::new(move || seen.lock().unwrap().push(seq)));
+                        Ok(())
+                    })
+                    .await
+                    .unwrap();
+            }
+        });
+        for h in blocking {
+            h.join().unwrap();
+        }
+        let total = (threads as u64 + 1) * per as u64;
+        assert_eq!(store.read(|r| r.event_count()).unwrap(), total);
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len() as u64, total, "every hook ran once");
+        assert!(
+            seen.windows(2).all(|w| w[0] < w[1]),
+            "hooks ran out of commit order"
+        );
+        assert_eq!(store.metrics().ops(), total);
+    }
+
+    /// A failed op rolls back only itself when it leads its own commit, and the store keeps
+    /// taking writes; close waits for queued ops, and later writes fail as WriterGone.
+    #[test]
+    fn failed_op_then_close() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(StoreOptions::new(dir.path().join("w.db"))).unwrap();
+        let failed = store.write(|tx| {
+            tx.insert_event(&event("a", 1))?;
+            Err::<(), _>(StoreError::Corrupt("no".into()))
+        });
+        assert!(failed.is_err());
+        store.write(|tx| tx.insert_event(&event("a", 2))).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        store
+            .submit(
+                Box::new(|w: &mut dyn WriteTx| {
+                    w.insert_event(&event("a", 3)).err().map(|e| e.to_string())
+                }),
+                Box::new(move |r| tx.send(r.is_ok()).unwrap()),
+            )
+            .unwrap();
+        store.close();
+        assert!(
+            rx.recv().unwrap(),
+            "an op queued before close still commits"
+        );
+        assert_eq!(store.read(|r| r.event_count()).unwrap(), 2);
+        assert!(matches!(
+            store.write(|tx| tx.insert_event(&event("a", 4))),
+            Err(StoreError::WriterGone)
+        ));
     }
 }

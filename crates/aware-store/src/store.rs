@@ -41,6 +41,13 @@ pub trait Store: Send + Sync + 'static {
     /// no longer takes writes (then neither `op` nor `done` runs).
     fn submit(&self, op: WriteOp, done: Completion) -> Result<()>;
 
+    /// [`Store::submit`] for a caller that blocks until `done` has run (the sync `write`
+    /// forms), so the backend may run the op on the calling thread (SQLite does when its
+    /// writer is idle, saving two thread hand-offs). Never called from an async task.
+    fn submit_blocking(&self, op: WriteOp, done: Completion) -> Result<()> {
+        self.submit(op, done)
+    }
+
     /// Runs `f` once on a consistent read snapshot.
     fn read_with(&self, f: &mut dyn FnMut(&dyn ReadTx) -> Result<()>) -> Result<()>;
 
@@ -88,7 +95,7 @@ pub trait StoreExt: Store {
         op: impl FnOnce(&mut dyn WriteTx) -> Result<R> + Send + 'static,
     ) -> impl Future<Output = Result<R>> + Send {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let submitted = submit_typed(self, op, move |r| {
+        let submitted = submit_typed(self, false, op, move |r| {
             let _ = tx.send(r);
         });
         async move {
@@ -112,7 +119,7 @@ pub trait StoreExt: Store {
         E: From<StoreError> + std::fmt::Display + Send + 'static,
     {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        submit_typed(self, op, move |r| {
+        submit_typed(self, true, op, move |r| {
             let _ = tx.send(r);
         })?;
         rx.recv().map_err(|_| StoreError::WriterGone)?
@@ -141,8 +148,10 @@ impl<S: Store + ?Sized> StoreExt for S {}
 
 /// Wraps a typed op into a [`WriteOp`]: its result waits in a slot the completion empties, and
 /// a panic inside it fails only this op.
+/// With `blocking`, the caller waits for `reply` (see [`Store::submit_blocking`]).
 fn submit_typed<S, R, E>(
     store: &S,
+    blocking: bool,
     op: impl FnOnce(&mut dyn WriteTx) -> Result<R, E> + Send + 'static,
     reply: impl FnOnce(Result<R, E>) + Send + 'static,
 ) -> Result<()>
@@ -173,7 +182,11 @@ where
             (Ok(()), None) => Err(E::from(StoreError::WriterGone)),
         });
     });
-    store.submit(run, done)
+    if blocking {
+        store.submit_blocking(run, done)
+    } else {
+        store.submit(run, done)
+    }
 }
 
 pub(crate) fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {

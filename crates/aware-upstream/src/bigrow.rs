@@ -95,16 +95,15 @@ fn slim_with(reader: impl Read, codex: bool) -> std::io::Result<SlimRow> {
             Err(e) => return Err(e),
         }
     }
-    let digest = p.src.hash.finalize();
-    let row_id = format!(
-        "row:{}",
-        digest
-            .iter()
-            .take(16)
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>()
-    );
+    let row_id = row_id_of_digest(&p.src.hash.finalize());
     Ok(SlimRow { row, row_id })
+}
+
+/// The row id a node gives a row without uuid: `row:` + the first 32 lowercase hex digits of
+/// the SHA-256 `digest` of its line. The one spelling of it, for short and streamed rows alike.
+pub(crate) fn row_id_of_digest(digest: &[u8]) -> String {
+    let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    format!("row:{hex}")
 }
 
 struct Hashing<R> {

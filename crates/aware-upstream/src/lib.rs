@@ -4,7 +4,8 @@
 //! - [`classify`]: the Claude row classifier (04 §9), pure.
 //! - [`scan`]: the window scanner over transcript bytes (04 §8) and node items (04 §10), pure.
 //! - [`provider`]: the catalog provider seam; [`local`]: local Claude Code transcripts;
-//!   [`node`]: paired nodes (the node's item builder and the gateway's HTTP client).
+//!   [`node`]: paired nodes, both ends of the protocol for the Claude and Codex catalogs
+//!   (protocol types, the node's item builder and answers, the gateway's check and client).
 //! - [`codex`]: Codex CLI rollouts (classifier, window scan, local provider).
 //! - [`monitor`]: the tick on the engine clock (04 §7); [`exec`]: the bounded executor that
 //!   provider calls run on.

@@ -1,5 +1,5 @@
 //! The catalog provider seam (04 §1–§2): one trait, implemented by the local Claude Code
-//! transcripts and by paired nodes, so a Codex rollout provider can be added later.
+//! transcripts, the local Codex rollouts, and a paired node's client once per catalog it serves.
 
 use aware_engine::ImportTurn;
 use serde_json::Value;

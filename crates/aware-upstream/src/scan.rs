@@ -64,11 +64,19 @@ pub fn scan_window(window: &[u8], input: &ScanInput) -> Option<(usize, ScanOutpu
 /// Feeds the complete lines of `window` to `scanner`; the bytes consumed (through the last
 /// `\n`), or `None` when the window holds no `\n` (nothing is fed then).
 pub(crate) fn scan_lines(window: &[u8], scanner: &mut Scanner) -> Option<usize> {
-    let last_newline = window.iter().rposition(|&b| b == b'\n')?;
-    let complete = window.get(..last_newline)?;
-    for line in complete.split(|&b| b == b'\n') {
+    let last_newline = memchr::memrchr(b'\n', window)?;
+    let complete = window.get(..=last_newline)?;
+    // Line ends found with memchr (vectorised) rather than a byte-at-a-time split: with the
+    // prefilter below, finding lines became a large share of the scan (perf, W7).
+    let mut start = 0;
+    for end in memchr::memchr_iter(b'\n', complete) {
+        let line = complete.get(start..end).unwrap_or_default();
+        start = end + 1;
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        if !may_classify(line) || is_tool_results_only(line) {
             continue;
         }
         let Ok(text) = std::str::from_utf8(line) else {
@@ -80,6 +88,77 @@ pub(crate) fn scan_lines(window: &[u8], scanner: &mut Scanner) -> Option<usize> 
         scanner.feed(&row);
     }
     Some(last_newline + 1)
+}
+
+/// Byte-level prefilter: whether a line can be a row the classifier gives a meaning (a `user`
+/// or `queue-operation` row), so that the other rows (assistant output, progress, attachments,
+/// snapshots: about a third of a transcript's bytes) are never parsed. Such a row's `type`
+/// value is the JSON string `"user"` or `"queue-operation"`, which appears verbatim in the line
+/// unless it is written with `\u` escapes (the only JSON escape that yields a letter), so a
+/// line with none of the three is `NotHuman` for certain. Conservative: a line that passes is
+/// parsed and classified as before.
+fn may_classify(line: &[u8]) -> bool {
+    use memchr::memmem::Finder;
+    // Built once: a finder's set-up is per needle, and this runs for every line.
+    static NEEDLES: std::sync::LazyLock<[Finder<'static>; 3]> = std::sync::LazyLock::new(|| {
+        [
+            Finder::new(b"\"user\""),
+            Finder::new(b"\"queue-operation\""),
+            Finder::new(b"\\u"),
+        ]
+    });
+    NEEDLES.iter().any(|n| n.find(line).is_some())
+}
+
+/// The fields of a `user` row that decide whether it is only tool results; every other field
+/// is skipped without being built. Any mismatch (a duplicate key, a field of another type, a
+/// `content` that is a string) fails the parse, and the row takes the full path.
+#[derive(serde::Deserialize)]
+struct UserRowProbe<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow)]
+    message: Option<MessageProbe<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct MessageProbe<'a> {
+    #[serde(borrow)]
+    content: Option<Vec<BlockProbe<'a>>>,
+}
+
+#[derive(serde::Deserialize)]
+struct BlockProbe<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<std::borrow::Cow<'a, str>>,
+    is_error: Option<bool>,
+}
+
+/// Whether a line is, for certain, a `user` row whose content blocks hold at least one tool
+/// result, no `text` block and no `is_error: true` result (no rejection feedback): rule 4 gives
+/// it no candidate and a tool result, so it is `NotHuman`. Such rows (tool output) are most of
+/// a transcript's `user` bytes, and this parse skips their contents instead of building them
+/// (profile of W7: building `Value`s was most of the scan). `false` means "parse it".
+fn is_tool_results_only(line: &[u8]) -> bool {
+    let Ok(row) = serde_json::from_slice::<UserRowProbe>(line) else {
+        return false;
+    };
+    if row.kind.as_deref() != Some("user") {
+        return false;
+    }
+    let Some(blocks) = row.message.and_then(|m| m.content) else {
+        return false;
+    };
+    let mut tool_result = false;
+    for block in &blocks {
+        match block.kind.as_deref() {
+            Some("tool_result") if block.is_error == Some(true) => return false,
+            Some("tool_result") => tool_result = true,
+            Some("text") => return false,
+            _ => {}
+        }
+    }
+    tool_result
 }
 
 /// Scans rows already parsed, oldest first: the paired-node check feeds the rows built by
@@ -209,6 +288,20 @@ impl<'a> Scanner<'a> {
         }
     }
 
+    /// Counts one Codex rollout row (docs/codex-rows.md): the Codex classifier and the echo
+    /// rule; Codex has no queue rows.
+    pub(crate) fn feed_codex(&mut self, row: &Value) {
+        if let RowClass::Human {
+            user_text,
+            occurred_at,
+        } = crate::codex::classify::classify_codex(row)
+        {
+            if !self.is_echo(&normalise(&user_text)) {
+                self.count(occurred_at);
+            }
+        }
+    }
+
     /// Exact match on normalised text (04 §6); an empty text (image only) is never an echo.
     fn is_echo(&self, text: &str) -> bool {
         !text.is_empty() && self.own_recent_user_texts.iter().any(|own| own == text)
@@ -296,6 +389,89 @@ mod tests {
 
     fn scan_text(text: &str, input: &ScanInput) -> Option<(usize, ScanOutput)> {
         scan_window(text.as_bytes(), input)
+    }
+
+    // --- Prefilter ------------------------------------------------------------------------------
+
+    /// A row whose `type` is written with `\u` escapes is still a user (or queue) row: the
+    /// byte-level prefilter must let it through to the classifier.
+    #[test]
+    fn escaped_type_values_pass_the_prefilter() {
+        let text = "{\"type\":\"\\u0075ser\",\"message\":{\"role\":\"user\",\"content\":\"typed\"}}\n\
+                    {\"type\":\"queue-\\u006fperation\",\"operation\":\"enqueue\",\"content\":\"later\"}\n";
+        let (_, out) = scan_text(text, &input(&[], &[])).unwrap();
+        assert_eq!(out.human_turns, 2);
+    }
+
+    /// The tool-result probe skips plain tool output only: a rejected tool's result (which may
+    /// carry the human's feedback) and a row with a text block are parsed in full.
+    #[test]
+    fn tool_result_probe_skips_plain_tool_output_only() {
+        let plain = br#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":"big output"}]}]}}"#;
+        assert!(is_tool_results_only(plain));
+        let rejected = br#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","is_error":true,"content":"x"}]}}"#;
+        assert!(!is_tool_results_only(rejected));
+        let with_text = br#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","content":"x"},{"type":"text","text":"and this"}]}}"#;
+        assert!(!is_tool_results_only(with_text));
+        let duplicate =
+            br#"{"type":"user","type":"assistant","message":{"content":[{"type":"tool_result"}]}}"#;
+        assert!(!is_tool_results_only(duplicate));
+    }
+
+    /// Over every row of the vendored Claude Code fixtures, a line the prefilter skips is one
+    /// the classifier calls `NotHuman`: skipping never changes a count.
+    #[test]
+    fn prefilter_skips_only_rows_that_cannot_count() {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/claude-code");
+        let mut skipped = 0;
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let bytes = std::fs::read(entry.path()).unwrap();
+            for line in bytes.split(|&b| b == b'\n') {
+                let Ok(row) = serde_json::from_slice::<Value>(line) else {
+                    continue;
+                };
+                if !may_classify(line) || is_tool_results_only(line) {
+                    skipped += 1;
+                    assert_eq!(classify(&row), RowClass::NotHuman, "{row}");
+                }
+            }
+        }
+        assert!(skipped > 0, "the fixtures have rows the prefilter skips");
+    }
+
+    proptest! {
+        /// Any line the prefilter skips classifies as `NotHuman`, whatever its shape.
+        #[test]
+        fn prefilter_agrees_with_classifier(
+            ty in prop::sample::select(vec!["user", "assistant", "queue-operation", "progress", "\\u0075ser", "us\\u0065r"]),
+            role in prop::sample::select(vec!["user", "assistant"]),
+            text in "[a-z <>\\[\\]]{0,20}",
+            op in prop::sample::select(vec!["enqueue", "remove", "popAll"]),
+            blocks in prop::collection::vec((
+                prop::sample::select(vec!["tool_result", "text", "image", "thinking"]),
+                prop::sample::select(vec!["", ",\"is_error\":true", ",\"is_error\":false", ",\"is_error\":1"]),
+                prop::sample::select(vec!["ok", "no\\nthe user said:\\nstop", "[Request interrupted by user]"]),
+            ), 0..4),
+        ) {
+            let blocks: Vec<String> = blocks
+                .iter()
+                .map(|(kind, err, body)| {
+                    format!("{{\"type\":\"{kind}\"{err},\"content\":\"{body}\",\"text\":\"{body}\"}}")
+                })
+                .collect();
+            let blocks = blocks.join(",");
+            for line in [
+                format!("{{\"type\":\"{ty}\",\"message\":{{\"role\":\"{role}\",\"content\":[{blocks}]}}}}"),
+                format!("{{\"type\":\"{ty}\",\"message\":{{\"role\":\"{role}\",\"content\":\"{text}\"}}}}"),
+                format!("{{\"type\":\"{ty}\",\"operation\":\"{op}\",\"content\":\"{text}\"}}"),
+            ] {
+                let row: Value = serde_json::from_str(&line).unwrap();
+                if !may_classify(line.as_bytes()) || is_tool_results_only(line.as_bytes()) {
+                    prop_assert_eq!(classify(&row), RowClass::NotHuman, "{}", line);
+                }
+            }
+        }
     }
 
     // --- S139 ---------------------------------------------------------------------------------

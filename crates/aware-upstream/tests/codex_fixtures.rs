@@ -267,6 +267,38 @@ fn every_real_rollout_has_exactly_its_hand_counted_prompts() {
     }
 }
 
+/// A paired node sends each row as an item (docs/upstream.md §4): the prompts the gateway finds
+/// among the items of every real rollout are exactly the hand-counted ones, with the same text.
+#[test]
+fn a_node_sends_every_hand_counted_prompt_as_an_item() {
+    use aware_upstream::node::{codex_item, CodexItemBody};
+    for e in EXPECTED {
+        let bytes = read(e.file);
+        let mut human = Vec::new();
+        for (i, line) in bytes.split(|b| *b == b'\n').enumerate() {
+            if line.is_empty() {
+                continue;
+            }
+            let slim = aware_upstream::bigrow::slim_codex_row(line).expect("in memory");
+            let Some(item) = codex_item(slim) else {
+                continue;
+            };
+            assert!(item.uuid.starts_with("row:") && item.uuid.len() == 36);
+            if let CodexItemBody::UserMessage { row } = item.body {
+                if let RowClass::Human { user_text, .. } = classify_codex(&row) {
+                    human.push((i + 1, user_text));
+                }
+            }
+        }
+        let lines: Vec<usize> = human.iter().map(|(l, _)| *l).collect();
+        let want: Vec<usize> = e.human.iter().map(|(l, _)| *l).collect();
+        assert_eq!(lines, want, "{}: human items", e.file);
+        for ((_, got), (line, start)) in human.iter().zip(e.human) {
+            assert!(got.starts_with(start), "{}:{line}: {got:?}", e.file);
+        }
+    }
+}
+
 #[test]
 fn the_response_item_twin_of_each_prompt_is_not_counted_again() {
     // In every envelope rollout the prompt event is preceded by a user message with the same

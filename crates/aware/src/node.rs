@@ -1,4 +1,5 @@
-//! `aware node serve`: a paired node exposing this machine's Claude Code transcripts (04 §2.2).
+//! `aware node serve`: a paired node exposing this machine's Claude Code transcripts and Codex
+//! CLI rollouts (04 §2.2, docs/upstream.md §4).
 
 use anyhow::{Context, Result};
 use aware_gateway::{run_node, NodeServerConfig};
@@ -16,6 +17,12 @@ pub struct NodeServeArgs {
     /// Claude Code projects directory (default ~/.claude/projects).
     #[arg(long)]
     claude_root: Option<PathBuf>,
+    /// Codex home whose sessions/ the node serves (default $CODEX_HOME, else ~/.codex).
+    #[arg(long, conflicts_with = "no_codex")]
+    codex_home: Option<PathBuf>,
+    /// Serve no Codex catalog (its routes answer 404 not_found).
+    #[arg(long)]
+    no_codex: bool,
     /// Node id reported by /health (default: the host name, else "node").
     #[arg(long)]
     node_id: Option<String>,
@@ -72,6 +79,11 @@ pub fn run(args: NodeServeArgs) -> Result<()> {
         claude_root: args
             .claude_root
             .unwrap_or_else(aware_gateway::config::default_claude_root),
+        codex_home: (!args.no_codex).then(|| {
+            args.codex_home.unwrap_or_else(|| {
+                aware_gateway::config::default_codex_home(&|k| std::env::var(k).ok())
+            })
+        }),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -82,7 +94,7 @@ pub fn run(args: NodeServeArgs) -> Result<()> {
             .await
             .with_context(|| format!("bind {bind}"))?;
         let addr = listener.local_addr()?;
-        tracing::info!(event = "listening", addr = %addr, node_id = %cfg.node_id, root = %cfg.claude_root.display(), "listening on {addr}");
+        tracing::info!(event = "listening", addr = %addr, node_id = %cfg.node_id, root = %cfg.claude_root.display(), codex_home = ?cfg.codex_home, "listening on {addr}");
         if let Some(p) = &args.port_file {
             std::fs::write(p, addr.port().to_string())
                 .with_context(|| format!("write {}", p.display()))?;

@@ -73,7 +73,12 @@ struct Node {
 }
 
 impl Node {
+    /// A node serving Claude root `root` and no Codex catalog.
     fn start(root: &Path, token: Option<&str>) -> Node {
+        Self::start_with(root, None, token)
+    }
+
+    fn start_with(root: &Path, codex_home: Option<&Path>, token: Option<&str>) -> Node {
         let dir = tempfile::tempdir().unwrap();
         let port_file = dir.path().join("port");
         let mut cmd = Command::new(bin());
@@ -96,6 +101,10 @@ impl Node {
         if let Some(t) = token {
             cmd.arg("--token").arg(t);
         }
+        match codex_home {
+            Some(home) => cmd.arg("--codex-home").arg(home),
+            None => cmd.arg("--no-codex"),
+        };
         let mut child = cmd.spawn().expect("start aware node serve");
         let logs = Arc::new(Mutex::new(String::new()));
         let (stderr, l2) = (child.stderr.take().unwrap(), logs.clone());
@@ -899,4 +908,216 @@ fn a_node_serves_nothing_outside_its_root() {
         );
         assert!(!body.to_string().contains("secret prompt"));
     }
+}
+
+// --- Codex threads on a paired node (issue 15) ----------------------------------------------------
+
+/// The vendored Codex 0.130.0 rollout (13 rows; one typed prompt on line 6, its response-item
+/// twin on line 5, an assistant message on line 10).
+const CODEX_FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../aware-upstream/tests/fixtures/codex/scribe-rollout-transcript.jsonl"
+);
+const CODEX_THREAD: &str = "019e2b97-a47a-7e42-b8a3-c4364f6098d9";
+
+/// `row:` + the first 32 hex digits of SHA-256 of a rollout line (without its `\n`).
+fn row_id(line: &str) -> String {
+    format!("row:{}", &sha256_hex(line.as_bytes())[..32])
+}
+
+#[test]
+fn a_codex_thread_on_a_node_is_adopted_monitored_and_goes_missing() {
+    let home = tempfile::tempdir().unwrap();
+    let day = home.path().join("sessions/2026/05/15");
+    std::fs::create_dir_all(&day).unwrap();
+    let file = day.join(format!("rollout-2026-05-15T12-24-44-{CODEX_THREAD}.jsonl"));
+    let fixture = std::fs::read_to_string(CODEX_FIXTURE).unwrap();
+    std::fs::write(&file, &fixture).unwrap();
+    let claude_root = tempfile::tempdir().unwrap();
+    let node = Node::start_with(claude_root.path(), Some(home.path()), Some(NODE_TOKEN));
+    // No local Codex on the gateway: the codex catalog exists through the node alone.
+    let mut s = Server::with_config(&format!(
+        "{}[codex]\nenabled = false\n",
+        config(&node.url(), NODE_TOKEN)
+    ));
+    s.create(X);
+    let key = format!(
+        "agent:main:claude:{}",
+        sha256_hex(format!("{HOST}\0{CODEX_THREAD}").as_bytes())
+    );
+
+    // The node's Codex catalog through the gateway.
+    let r = s.get("/v1/catalog?catalogId=codex&hostId=node:laptop");
+    assert_eq!(r.status, 200, "{}", r.body);
+    let items = r.body["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{}", r.body);
+    assert_eq!(items[0]["threadId"], CODEX_THREAD);
+    assert_eq!(items[0]["catalogId"], "codex");
+    assert_eq!(items[0]["hostId"], HOST);
+    assert_eq!(
+        items[0]["title"],
+        "Analyze this project and make feedback and suggestion how to improve it or in ca"
+    );
+    assert_eq!(items[0]["cwd"], "/tmp/scribe-codex-fixture/Projects/scribe");
+
+    // Adoption: the typed prompt and the assistant message are the history; the marker is the
+    // newest item, the assistant message of line 10 (tool calls and events give no item).
+    let r = s.post(
+        "/v1/catalog/continue",
+        json!({"catalogId":"codex","hostId":HOST,"threadId":CODEX_THREAD}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        r.body,
+        json!({"sessionKey":key,"agentId":"main","created":true,"linked":true})
+    );
+    let lines: Vec<&str> = fixture.lines().collect();
+    let upstream = s.get(&format!("/v1/sessions/{}", seg(&key))).body["upstream"].clone();
+    assert_eq!(
+        upstream,
+        json!({"catalogId":"codex","hostId":HOST,"threadId":CODEX_THREAD,"linked":true,
+            "marker":{"uuid": row_id(lines[9])}})
+    );
+    let t = turns(&s, &key);
+    let got: Vec<(&str, &str)> = t
+        .iter()
+        .map(|t| (t["role"].as_str().unwrap(), t["text"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("user", "Analyze this project and make feedback and suggestion how to improve it or in case you find back report it"),
+            ("assistant", "I\u{2019}m treating this as a code review of the repository: first I\u{2019}ll map the project structure, entry points, and test surface, then I\u{2019}ll read the core modules for correctness, risks, and improvement opportunities."),
+        ]
+    );
+    let db = rusqlite::Connection::open_with_flags(
+        s.db_path(),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    let (kind, link_ref): (String, String) = db
+        .query_row(
+            "SELECT upstream_kind, upstream_ref_json FROM session_upstream_links",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(kind, "codex-cli");
+    assert_eq!(
+        serde_json::from_str::<Value>(&link_ref).unwrap(),
+        json!({"nodeId":"laptop","threadId":CODEX_THREAD})
+    );
+    let w = s.watch(X, &key);
+    assert!(w.status == 200 || w.status == 201, "{}", w.body);
+    let hdm = |s: &Server| -> Vec<Value> {
+        s.status(X, &key, 0)["stateChanges"]["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["kind"] == "human_direct_message")
+            .cloned()
+            .collect()
+    };
+    s.set_clock(T0 + 15_000);
+    assert!(hdm(&s).is_empty());
+
+    // A typed prompt as Codex writes it: injected environment context, the response-item twin
+    // and the prompt event. Counted exactly once.
+    let typed = [
+        r#"{"timestamp":"2026-01-01T00:00:20.000Z","type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"<environment_context>\n  <cwd>/tmp</cwd>\n</environment_context>"}]}}"#,
+        r#"{"timestamp":"2026-01-01T00:00:20.000Z","type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"also check the tests"}]}}"#,
+        r#"{"timestamp":"2026-01-01T00:00:20.000Z","type":"event_msg","payload":{"type":"user_message","message":"also check the tests","images":[]}}"#,
+        r#"{"timestamp":"2026-01-01T00:00:21.000Z","type":"event_msg","payload":{"type":"token_count","info":null}}"#,
+    ];
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&file)
+        .unwrap();
+    for l in typed {
+        writeln!(f, "{l}").unwrap();
+    }
+    drop(f);
+    s.set_clock(T0 + 75_000);
+    let ev = hdm(&s);
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!(ev[0]["summary"], "human message via codex");
+    assert_eq!(ev[0]["occurredAt"], T0 + 20_000);
+    assert!(ev[0].get("payload").is_none(), "one turn: {}", ev[0]);
+    let marker = s.get(&format!("/v1/sessions/{}", seg(&key))).body["upstream"]["marker"].clone();
+    assert_eq!(marker, json!({"uuid": row_id(typed[2])}));
+    assert_eq!(s.notice_texts(X), vec![nt(&key, 1)]);
+    s.set_clock(T0 + 135_000);
+    assert_eq!(hdm(&s).len(), 1, "counted once");
+
+    // 250 typed prompts (each with its twin) between two ticks: more than one page of items,
+    // all counted in one event.
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&file)
+        .unwrap();
+    let mut last = String::new();
+    for i in 1..=250 {
+        let twin = format!(
+            r#"{{"timestamp":"2026-01-01T00:02:30.000Z","type":"response_item","payload":{{"type":"message","role":"user","content":[{{"type":"input_text","text":"burst {i}"}}]}}}}"#
+        );
+        last = format!(
+            r#"{{"timestamp":"2026-01-01T00:02:30.000Z","type":"event_msg","payload":{{"type":"user_message","message":"burst {i}","images":[]}}}}"#
+        );
+        writeln!(f, "{twin}\n{last}").unwrap();
+    }
+    drop(f);
+    s.set_clock(T0 + 195_000);
+    let ev = hdm(&s);
+    assert_eq!(ev.len(), 2, "{ev:?}");
+    assert_eq!(ev[1]["payload"], json!({"turns": 250}));
+    let marker = s.get(&format!("/v1/sessions/{}", seg(&key))).body["upstream"]["marker"].clone();
+    assert_eq!(marker, json!({"uuid": row_id(&last)}));
+
+    // The rollout is deleted: the node answers `thread_not_found`, three ticks make it missing.
+    std::fs::remove_file(&file).unwrap();
+    let (status, body) = node.get(
+        &format!("/v1/node/codex/threads/{CODEX_THREAD}/items?after="),
+        Some(NODE_TOKEN),
+    );
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (404, Some("thread_not_found")),
+        "{body}"
+    );
+    let missing = |s: &Server| -> Vec<Value> {
+        s.status(X, &key, 0)["stateChanges"]["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["kind"] == "upstream_missing")
+            .cloned()
+            .collect()
+    };
+    for n in 0..2 {
+        s.set_clock(T0 + 255_000 + n * 60_000);
+        assert!(missing(&s).is_empty());
+    }
+    s.set_clock(T0 + 375_000);
+    let m = missing(&s);
+    assert_eq!(m.len(), 1, "{m:?}");
+    assert_eq!(m[0]["payload"], json!({"channel": "codex"}));
+}
+
+#[test]
+fn a_node_started_with_no_codex_has_no_codex_routes() {
+    // `--no-codex`: the Codex routes do not exist (404 `not_found`), which the client never takes
+    // for a deletion (only `thread_not_found` is).
+    let root = tempfile::tempdir().unwrap();
+    let node = Node::start(root.path(), Some(NODE_TOKEN));
+    let (status, body) = node.get(
+        &format!("/v1/node/codex/threads/{CODEX_THREAD}/items"),
+        Some(NODE_TOKEN),
+    );
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (404, Some("not_found")),
+        "{body}"
+    );
+    let (status, _) = node.get("/v1/node/codex/threads", None);
+    assert_eq!(status, 401, "the token is checked first");
 }

@@ -1,6 +1,11 @@
 //! W3: concurrent appenders against the serial one-transaction-per-event floor.
 
-use super::*;
+use super::setup::*;
+use crate::prelude::*;
+use crate::raw_sqlite::*;
+use crate::report::*;
+use crate::store_seam::*;
+use crate::util::*;
 
 /// W3: `writers` concurrent callers. The engine group-commits; the floor is the same callers
 /// sharing one connection behind a mutex, one `BEGIN IMMEDIATE` ... `COMMIT` (one fsync at

@@ -1,6 +1,11 @@
 //! W1 and W2: appends with watchers, and reads of the signal log (listSince pages).
 
-use super::*;
+use super::setup::*;
+use crate::prelude::*;
+use crate::raw_sqlite::*;
+use crate::report::*;
+use crate::store_seam::*;
+use crate::util::*;
 
 /// W1: appends round-robin over `sessions` children, each watched by its parent; one caller.
 pub(crate) fn w1(plan: &Plan) -> Result<Outcome> {

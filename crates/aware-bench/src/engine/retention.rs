@@ -1,6 +1,11 @@
 //! W4, W5 and W6: listSince at size, prune to the cap, and the restart sweep.
 
-use super::*;
+use super::setup::*;
+use crate::prelude::*;
+use crate::raw_sqlite::*;
+use crate::report::*;
+use crate::store_seam::*;
+use crate::util::*;
 
 /// W4: listSince pages at `events` retained rows: a 50-event page of one of ~1,000 streams
 /// (50 events each) and a 200-event page of one hot stream (1,000 events).

@@ -1,6 +1,8 @@
 //! W7: the transcript scanners (Claude, Codex, rows of any size) next to a newline count.
 
-use super::*;
+use super::setup::*;
+use crate::prelude::*;
+use crate::report::*;
 
 /// W7: the Claude transcript scanner over ~100 MB built from the real fixtures vendored in
 /// `crates/aware-upstream/tests/fixtures/claude-code` (synthetic rows if absent), in 1 MiB windows exactly

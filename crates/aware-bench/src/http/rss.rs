@@ -1,6 +1,14 @@
 //! Workload 3: gateway RSS with 10,000 sessions and 100,000 cursors.
 
-use super::*;
+use super::setup::*;
+use crate::raw_sqlite::count_rows;
+use crate::report::*;
+use crate::util::*;
+use anyhow::{bail, Context, Result};
+use aware_gateway::GatewayConfig;
+use aware_store::Durability;
+use serde_json::json;
+use std::time::{Duration, Instant};
 
 pub(crate) fn w3(plan: &Plan) -> Result<Vec<Outcome>> {
     let durability = Durability::Normal;

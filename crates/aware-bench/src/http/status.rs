@@ -1,6 +1,16 @@
 //! Workload 1: session_status changesSince, one keep-alive client.
 
-use super::*;
+use super::setup::*;
+use crate::raw_sqlite::count_rows;
+use crate::report::*;
+use crate::util::*;
+use anyhow::{anyhow, bail, Context, Result};
+use aware_core::SessionRef;
+use aware_engine::{CreateSession, Engine, NewTurn};
+use aware_gateway::GatewayConfig;
+use aware_store::Durability;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
 
 /// One child stream of workload 1: its parent (the caller), its key, the sequence of its
 /// `child_spawned` event (the `changesSince` that returns exactly the 50 human turns).

@@ -1,6 +1,20 @@
 //! Workload 2: concurrent human turns, over HTTP and in-process.
 
-use super::*;
+use super::rss::ProcStatus;
+use super::setup::*;
+use crate::report::*;
+use crate::store_seam::*;
+use crate::util::*;
+use anyhow::{anyhow, bail, Result};
+use aware_client::{seg, Client};
+use aware_core::{SessionKey, SessionRef};
+use aware_engine::{CreateSession, NewTurn};
+use aware_gateway::GatewayConfig;
+use aware_store::Durability;
+use serde_json::json;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
 
 pub(crate) fn w2(plan: &Plan, turns: u64, clients: usize) -> Result<Vec<Outcome>> {
     let mut lines = Vec::new();

@@ -91,6 +91,23 @@ pub fn classify_codex(row: &Value) -> RowClass {
     }
 }
 
+/// Whether `row` has a shape [`classify_codex`] may call human: a prompt event (`user_message`,
+/// `item_completed`) or a pre-envelope user message. A paired node sends exactly these rows to
+/// the gateway, which classifies them with its own rules (docs/upstream.md §4).
+pub fn may_be_prompt(row: &Value) -> bool {
+    let Some(obj) = row.as_object() else {
+        return false;
+    };
+    match (obj.get("type").and_then(Value::as_str), obj.get("payload")) {
+        (Some("event_msg"), Some(Value::Object(p))) => matches!(
+            p.get("type").and_then(Value::as_str),
+            Some("user_message" | "item_completed")
+        ),
+        (Some("message"), None) => obj.get("role").and_then(Value::as_str) == Some("user"),
+        _ => false,
+    }
+}
+
 fn classify_event(p: &Map<String, Value>, occurred_at: Option<i64>) -> RowClass {
     match p.get("type").and_then(Value::as_str) {
         Some("user_message") => {

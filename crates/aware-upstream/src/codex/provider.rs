@@ -7,7 +7,7 @@ use super::classify::{classify_codex, session_meta, SessionMeta};
 use super::scan::{feed_codex_row, scan_codex_window};
 use crate::bigrow::slim_codex_row;
 use crate::classify::{normalise, RowClass};
-use crate::local::{is_uuid, mtime_ms, read_at, rows};
+use crate::local::{is_uuid, mtime_ms, open_in_root, read_at, rows, OpenRefused};
 use crate::provider::{CatalogItem, Outcome, Probe, Provider, ProviderError, ThreadInfo};
 use crate::scan::{ScanInput, ScanOutput, WINDOW_BYTES};
 use aware_engine::{ImportTurn, Role};
@@ -83,7 +83,7 @@ fn id_from_file_name(path: &Path) -> Option<String> {
 }
 
 /// The text of an assistant message: an envelope `response_item` or a pre-envelope bare item.
-fn assistant_text(row: &Value) -> Option<String> {
+pub(crate) fn assistant_text(row: &Value) -> Option<String> {
     let item = match row.get("payload") {
         Some(p) if row.get("type").and_then(Value::as_str) == Some("response_item") => p,
         Some(_) => return None,
@@ -203,45 +203,90 @@ impl LocalCodex {
         head
     }
 
-    /// Every rollout of a top-level thread, the newest file per thread id. Sub-agent rollouts
-    /// are left out: no human types into them.
-    fn rollouts(&self) -> Vec<Rollout> {
-        let Some(root) = self.root() else {
-            return Vec::new();
-        };
+    /// The rollout at `path` (canonical, under the root), unless it is not a regular file, is a
+    /// sub-agent's (no human types into it) or names no thread.
+    fn rollout_at(path: PathBuf) -> Option<Rollout> {
+        let (mut file, meta) = open_regular(&path).ok()?;
+        let head = Self::read_head(&mut file, meta.len(), false);
+        if head.meta.as_ref().is_some_and(|m| m.subagent) {
+            return None;
+        }
+        let id = head
+            .meta
+            .as_ref()
+            .map(|m| m.id.clone())
+            .or_else(|| id_from_file_name(&path))?;
+        Some(Rollout {
+            id,
+            path,
+            meta,
+            head,
+        })
+    }
+
+    /// The newest rollout of each thread id among `paths`.
+    fn newest_per_thread(paths: Vec<PathBuf>) -> Vec<Rollout> {
         let mut found: std::collections::HashMap<String, Rollout> = Default::default();
-        for path in Self::files(&root) {
-            let Ok((mut file, meta)) = open_regular(&path) else {
-                continue;
-            };
-            let head = Self::read_head(&mut file, meta.len(), false);
-            if head.meta.as_ref().is_some_and(|m| m.subagent) {
-                continue;
-            }
-            let Some(id) = head
-                .meta
-                .as_ref()
-                .map(|m| m.id.clone())
-                .or_else(|| id_from_file_name(&path))
-            else {
-                continue;
-            };
+        for r in paths.into_iter().filter_map(Self::rollout_at) {
             let newer = found
-                .get(&id)
-                .is_none_or(|r| mtime_ms(&meta) > mtime_ms(&r.meta));
+                .get(&r.id)
+                .is_none_or(|old| mtime_ms(&r.meta) > mtime_ms(&old.meta));
             if newer {
-                found.insert(
-                    id.clone(),
-                    Rollout {
-                        id,
-                        path,
-                        meta,
-                        head,
-                    },
-                );
+                found.insert(r.id.clone(), r);
             }
         }
         found.into_values().collect()
+    }
+
+    /// Every rollout of a top-level thread, the newest file per thread id.
+    fn rollouts(&self) -> Vec<Rollout> {
+        match self.root() {
+            Some(root) => Self::newest_per_thread(Self::files(&root)),
+            None => Vec::new(),
+        }
+    }
+
+    /// The sessions root and the canonical path of thread `thread_id`'s rollout, for a paired
+    /// node's answers. Files named `rollout-*-<id>.jsonl` are looked at first (one open each);
+    /// the whole tree only when none of them is that thread (a rollout whose metadata names
+    /// another id than its file). The id is only compared, never put in a path.
+    ///
+    /// "Thread not found" is definitive for the gateway (`upstream_missing`), so a sessions root
+    /// that cannot be read is an I/O error, never a deletion.
+    pub(crate) fn find_rollout(
+        &self,
+        thread_id: &str,
+    ) -> Result<(PathBuf, PathBuf), ProviderError> {
+        let sessions = self.home.join("sessions");
+        let unreadable = |e: std::io::Error| {
+            ProviderError::Io(format!(
+                "the Codex sessions root {} cannot be read: {e}",
+                sessions.display()
+            ))
+        };
+        let root = std::fs::canonicalize(&sessions).map_err(unreadable)?;
+        std::fs::read_dir(&root).map_err(unreadable)?;
+        let files = Self::files(&root);
+        let suffix = format!("-{}.jsonl", thread_id.to_ascii_lowercase());
+        let named: Vec<PathBuf> = files
+            .iter()
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.to_ascii_lowercase().ends_with(&suffix))
+            })
+            .cloned()
+            .collect();
+        let pick = |paths: Vec<PathBuf>| {
+            Self::newest_per_thread(paths)
+                .into_iter()
+                .find(|r| r.id == thread_id)
+                .map(|r| r.path)
+        };
+        let path = pick(named)
+            .or_else(|| pick(files))
+            .ok_or(ProviderError::ThreadNotFound)?;
+        Ok((root, path))
     }
 
     fn history(path: &Path) -> Vec<ImportTurn> {
@@ -294,22 +339,17 @@ impl LocalCodex {
         };
         let root = self.root()?;
         // The adopted rollout resolved under the root; a path that now resolves elsewhere (the
-        // file was replaced by a symlink) is not the rollout we adopted.
-        let canonical = match std::fs::canonicalize(path) {
-            Ok(c) => c,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(missing),
-            Err(_) => return None,
-        };
-        if !canonical.starts_with(&root) {
-            tracing::warn!(event = "codex_rollout_outside_root", session = %probe.session_key,
-                "the adopted rollout now resolves outside the Codex sessions root; counted as missing");
-            return Some(missing);
-        }
-        let (mut file, meta) = match open_regular(&canonical) {
+        // file was replaced by a symlink, also between the check and the open) or is no longer
+        // a regular file is not the rollout we adopted. The same open as Claude transcripts.
+        let (mut file, meta) = match open_in_root(&root, path) {
             Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(missing),
-            Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => return Some(missing),
-            Err(_) => return None,
+            Err(OpenRefused::OutsideRoot) => {
+                tracing::warn!(event = "codex_rollout_outside_root", session = %probe.session_key,
+                    "the adopted rollout now resolves outside the Codex sessions root; counted as missing");
+                return Some(missing);
+            }
+            Err(OpenRefused::NotFound | OpenRefused::NotRegular) => return Some(missing),
+            Err(OpenRefused::Io(_)) => return None,
         };
         let size = meta.len();
         if size == offset {
