@@ -329,3 +329,90 @@ fn a_graceful_stop_of_the_leader_exits_cleanly_and_hands_leadership_over() {
     assert!(status.success(), "SIGTERM exit: {status:?}\n{}", a.logs());
     wait_until("the other gateway to lead", || leads(&b));
 }
+
+/// A webhook receiver that answers 200 and keeps every body it got.
+fn webhook_receiver() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let bodies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let got = bodies.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().map_while(Result::ok) {
+            let got = got.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+                let mut len = 0usize;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        len = v.trim().parse().unwrap_or(0);
+                    }
+                }
+                let mut body = vec![0; len];
+                let _ = reader.read_exact(&mut body);
+                got.lock()
+                    .expect("bodies")
+                    .push(String::from_utf8_lossy(&body).into_owned());
+                let mut s = stream;
+                let _ = s.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                );
+            });
+        }
+    });
+    (port, bodies)
+}
+
+/// Both gateways configure the agent's webhook; a wake produced on A reaches B's SSE subscriber,
+/// and the webhook gets it once (from A), not once per gateway.
+#[test]
+fn a_webhook_is_delivered_once_per_wake_across_the_cluster() {
+    let (port, bodies) = webhook_receiver();
+    let config = format!(
+        "{CLUSTER_CONFIG}[agents.main.wake_webhook]\nurl = \"http://127.0.0.1:{port}/hook\"\n"
+    );
+    let url = PgCluster::shared().database().expect("test database");
+    let a = Server::with_args(&config, &["--store", &url]);
+    let b = Server::with_args(&config, &["--store", &url]);
+    wait_until("both listening", || {
+        [&a, &b]
+            .iter()
+            .all(|s| s.get("/health").body["cluster"]["listening"] == true)
+    });
+    a.create(W);
+    a.create_child(C, W);
+    let wakes = Wakes::subscribe(&b, &format!("?session={}", seg(W)), None);
+    a.hdm(C);
+    wait_until("the wake on B", || {
+        wakes
+            .received
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|w| w["reason"] == "session-state")
+    });
+    let state_hooks = || {
+        bodies
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|b| b.contains("session-state"))
+            .count()
+    };
+    wait_until("the webhook from A", || state_hooks() >= 1);
+    // A marker through B's webhook lane: B offered the remote wake to its lane before the marker
+    // (broadcast order), so a wrong second delivery would be there by the time the marker is.
+    wakes.settle();
+    wait_until("the marker through B's webhook", || {
+        bodies
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|b| b.contains("aware-test-fence"))
+    });
+    assert_eq!(state_hooks(), 1, "bodies: {:?}", bodies.lock().unwrap());
+}
