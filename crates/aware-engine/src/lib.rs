@@ -11,6 +11,7 @@
 
 mod append;
 mod clock;
+mod cluster;
 mod console;
 mod error;
 mod fifo;
@@ -28,6 +29,7 @@ mod watch;
 
 pub use append::{Admission, AppendOutcome, AppendRequest, NotRecorded};
 pub use clock::{Clock, ClockBackwards, ManualClock, SystemClock};
+pub use cluster::RemoteWake;
 pub use console::{ConsoleSession, EdgeKind, Graph, GraphEdge, GraphNode};
 pub use error::{EngineError, ErrorKind, Result};
 pub use links::{
@@ -36,7 +38,7 @@ pub use links::{
 };
 pub use metrics::EngineMetrics;
 pub use model::*;
-pub use wakes::{Wake, WakeReason};
+pub use wakes::{Leadership, Wake, WakeBus, WakeReason};
 
 use aware_core::{AgentId, EventKind, RetentionPolicy};
 use aware_store::{Durability, SqliteStore, Store, StoreExt, StoreOptions, WriteTx};
@@ -180,8 +182,12 @@ impl Engine {
         })
     }
 
-    /// Start-up work (02 §12): the restart sweep, then a prune pass.
+    /// Start-up work (02 §12): the restart sweep, then a prune pass. In a cluster only the
+    /// leader does it: a gateway joining a running cluster is no restart of the store.
     pub fn start(&self) -> Result<(SweepReport, Option<PruneReport>)> {
+        if !self.is_leader() {
+            return Ok((SweepReport::default(), None));
+        }
         let sweep = self.restart_sweep()?;
         let prune = self.prune_pass();
         Ok((sweep, prune))
@@ -251,6 +257,7 @@ impl Engine {
                     run_id: None,
                     from: None,
                     at: now,
+                    remote: false,
                 }),
             );
         }
@@ -328,9 +335,17 @@ impl Engine {
     /// interval. Hosts call it on a timer, and test mode after moving the clock.
     pub fn run_timers(&self) -> Result<()> {
         let now = self.now();
-        self.expire_runs(now)?;
+        // Run timeouts and retention are cluster singletons; coalesced wakes are per process.
+        let leader = self.is_leader();
+        if leader {
+            self.expire_runs(now)?;
+        }
         for (watcher, _due) in self.inner.wakes.take_due(now) {
-            deliver_state_wake(&self.inner, &watcher, now, true);
+            let remote = self.inner.wakes.cluster.take_merged_remote_only(&watcher);
+            deliver_state_wake_from(&self.inner, &watcher, now, true, remote);
+        }
+        if !leader {
+            return Ok(());
         }
         let interval_ms =
             (self.inner.config.retention.prune_interval_secs as i64).saturating_mul(1000);
@@ -479,7 +494,10 @@ pub(crate) fn request_state_wake(inner: &Arc<Inner>, watcher: &str, now: i64) {
         aware_core::wake::WakeDecision::DeliverNow => {
             deliver_state_wake(inner, watcher, now, false);
         }
-        _ => EngineMetrics::inc(&inner.metrics.wakes_coalesced, 1),
+        _ => {
+            inner.wakes.cluster.merged(watcher, true);
+            EngineMetrics::inc(&inner.metrics.wakes_coalesced, 1)
+        }
     }
 }
 
@@ -509,7 +527,10 @@ pub(crate) fn request_state_wakes(inner: &Arc<Inner>, watchers: &[String], now: 
     for ((w, agent), decision) in eligible.into_iter().zip(decisions) {
         match decision {
             aware_core::wake::WakeDecision::DeliverNow => due.push((w, agent)),
-            _ => EngineMetrics::inc(&inner.metrics.wakes_coalesced, 1),
+            _ => {
+                inner.wakes.cluster.merged(w, true);
+                EngineMetrics::inc(&inner.metrics.wakes_coalesced, 1)
+            }
         }
     }
     if due.is_empty() {
@@ -543,6 +564,7 @@ pub(crate) fn request_state_wakes(inner: &Arc<Inner>, watchers: &[String], now: 
             run_id: None,
             from: None,
             at: now,
+            remote: false,
         });
         EngineMetrics::inc(&inner.metrics.wakes_delivered, 1);
     }
@@ -551,11 +573,24 @@ pub(crate) fn request_state_wakes(inner: &Arc<Inner>, watchers: &[String], now: 
 /// Sends one `session-state` wake listing the watcher's pending targets. A scheduled (merged)
 /// delivery is dropped when nothing is pending any more.
 pub(crate) fn deliver_state_wake(inner: &Arc<Inner>, watcher: &str, now: i64, scheduled: bool) {
+    deliver_state_wake_from(inner, watcher, now, scheduled, false)
+}
+
+/// [`deliver_state_wake`]; `remote` marks a delivery only other processes asked for (it reaches
+/// this process's SSE subscribers and neither the bus nor webhooks).
+pub(crate) fn deliver_state_wake_from(
+    inner: &Arc<Inner>,
+    watcher: &str,
+    now: i64,
+    scheduled: bool,
+    remote: bool,
+) {
     let pending = inner
         .store
         .read_as(|r| r.pending_by_watcher(watcher))
         .unwrap_or_default();
-    if pending.is_empty() && scheduled {
+    // A remote wake that finds nothing pending was drained meanwhile (on any gateway).
+    if pending.is_empty() && (scheduled || remote) {
         return;
     }
     if scheduled {
@@ -578,6 +613,7 @@ pub(crate) fn deliver_state_wake(inner: &Arc<Inner>, watcher: &str, now: i64, sc
         run_id: None,
         from: None,
         at: now,
+        remote,
     });
     EngineMetrics::inc(&inner.metrics.wakes_delivered, 1);
 }

@@ -22,6 +22,10 @@ pub struct EngineMetrics {
     pub prune_deleted_age: AtomicU64,
     pub prune_deleted_cap: AtomicU64,
     pub cursors_expired: AtomicU64,
+    /// Wakes other gateways published and this one delivered to its own subscribers.
+    pub wakes_remote_received: AtomicU64,
+    /// Watchers woken by the periodic repair check (a lost cross-gateway notification).
+    pub wakes_repaired: AtomicU64,
 }
 
 fn kind_index(kind: EventKind) -> usize {

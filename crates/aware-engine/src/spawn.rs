@@ -68,6 +68,7 @@ impl Engine {
                 run_id: Some(run2.clone()),
                 from: Some(caller.key.as_str().into()),
                 at: ctx.now,
+                remote: false,
             });
             Ok(())
         })?;
@@ -136,6 +137,7 @@ impl Engine {
                 run_id: Some(r.clone()),
                 from: Some(c.key.as_str().into()),
                 at: ctx.now,
+                remote: false,
             });
             Ok(watched)
         })?;

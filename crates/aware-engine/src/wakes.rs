@@ -2,8 +2,9 @@
 //! point to is durable, so a lost wake loses nothing.
 
 use aware_core::wake::{Coalescer, WakeDecision};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use tokio::sync::broadcast;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +36,9 @@ pub struct Wake {
     pub run_id: Option<String>,
     pub from: Option<String>,
     pub at: i64,
+    /// Published by another process of the cluster: delivered to this process's SSE
+    /// subscribers only, never to webhooks (the producing process delivers those).
+    pub remote: bool,
 }
 
 /// Coalescing state and the broadcast of delivered wakes.
@@ -43,6 +47,7 @@ pub(crate) struct WakeHub {
     coalescer: Mutex<Coalescer<String>>,
     next_id: AtomicU64,
     sender: broadcast::Sender<Wake>,
+    pub(crate) cluster: ClusterHooks,
 }
 
 impl WakeHub {
@@ -52,6 +57,7 @@ impl WakeHub {
             coalescer: Mutex::new(Coalescer::new(window_ms)),
             next_id: AtomicU64::new(1),
             sender,
+            cluster: Default::default(),
         }
     }
 
@@ -96,7 +102,7 @@ impl WakeHub {
     }
 
     pub(crate) fn has_subscribers(&self) -> bool {
-        self.sender.receiver_count() > 0
+        self.sender.receiver_count() > 0 || self.cluster.has_bus()
     }
 
     /// [`WakeHub::decide`] for many watchers under one lock (the restart sweep).
@@ -111,12 +117,90 @@ impl WakeHub {
         }
     }
 
-    /// Sends a wake to every subscriber. With none (a server at start-up, the benches), the
-    /// wake only takes its id: the broadcast would clone it into a ring nobody reads.
+    /// Sends a wake to every subscriber and, when it is this process's own, to the cluster's
+    /// bus. With no subscriber (a server at start-up, the benches), the wake only takes its id:
+    /// the broadcast would clone it into a ring nobody reads.
     pub(crate) fn emit(&self, mut wake: Wake) {
         wake.id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.cluster.publish(&wake);
         if self.sender.receiver_count() > 0 {
             let _ = self.sender.send(wake);
         }
+    }
+}
+
+// The cluster hooks live here, beside the hub that calls them (cluster.rs builds on both).
+
+/// Publishes this process's wakes to the other processes of a cluster.
+pub trait WakeBus: Send + Sync + 'static {
+    /// Called once per wake this process delivered (never for remote or catch-up wakes). Must
+    /// not block: a bus queues and sends on its own thread.
+    fn publish(&self, wake: &Wake);
+}
+
+/// Tells whether this process runs the cluster's singletons now.
+pub trait Leadership: Send + Sync + 'static {
+    fn is_leader(&self) -> bool;
+}
+
+/// The cluster state an engine keeps: its hooks and the bookkeeping of the repair check.
+#[derive(Default)]
+pub(crate) struct ClusterHooks {
+    pub(crate) bus: Mutex<Option<Arc<dyn WakeBus>>>,
+    pub(crate) leadership: Mutex<Option<Arc<dyn Leadership>>>,
+    /// Watchers with a merged `session-state` delivery scheduled, and whether a local request
+    /// merged into it (then its delivery is published and goes to webhooks; a delivery only
+    /// remote requests asked for stays local to this process's SSE subscribers).
+    pub(crate) merged_local: Mutex<HashMap<String, bool>>,
+    /// Watchers that got a `session-state` wake here since the last repair check.
+    pub(crate) woken: Mutex<HashSet<String>>,
+    /// Per watcher with pending notices at the last repair check: its highest `notified`.
+    /// `None` before the first check.
+    pub(crate) last_check: Mutex<Option<HashMap<String, i64>>>,
+}
+
+impl ClusterHooks {
+    pub(crate) fn publish(&self, wake: &Wake) {
+        if wake.reason == WakeReason::SessionState {
+            if let Ok(mut w) = self.woken.lock() {
+                w.insert(wake.session_key.clone());
+            }
+        }
+        if wake.remote {
+            return;
+        }
+        let bus = self.bus.lock().ok().and_then(|b| b.clone());
+        if let Some(bus) = bus {
+            bus.publish(wake);
+        }
+    }
+
+    /// Whether a bus carries this process's wakes to other processes (then a wake is worth
+    /// building even without a local subscriber).
+    pub(crate) fn has_bus(&self) -> bool {
+        self.bus.lock().is_ok_and(|b| b.is_some())
+    }
+
+    pub(crate) fn is_leader(&self) -> bool {
+        let l = self.leadership.lock().ok().and_then(|l| l.clone());
+        l.is_none_or(|l| l.is_leader())
+    }
+
+    /// Records that a request of this origin merged into the watcher's scheduled delivery.
+    pub(crate) fn merged(&self, watcher: &str, local: bool) {
+        if let Ok(mut m) = self.merged_local.lock() {
+            let e = m.entry(watcher.to_string()).or_insert(false);
+            *e |= local;
+        }
+    }
+
+    /// Whether the scheduled delivery now firing for `watcher` was asked for by remote requests
+    /// only (then it is not published again and goes to no webhook).
+    pub(crate) fn take_merged_remote_only(&self, watcher: &str) -> bool {
+        self.merged_local
+            .lock()
+            .ok()
+            .and_then(|mut m| m.remove(watcher))
+            .is_some_and(|local| !local)
     }
 }

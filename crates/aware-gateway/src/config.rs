@@ -154,6 +154,9 @@ pub struct GatewayConfig {
     pub nodes: Vec<NodeSettings>,
     pub limits: Limits,
     pub http: HttpSettings,
+    /// `[store] url` (`--store`, `AWARE_STORE_URL`): a PostgreSQL server instead of the
+    /// embedded SQLite file. Its `Debug` never shows the password.
+    pub postgres: Option<aware_store_pg::PgOptions>,
 }
 
 /// Flags of `aware serve` that override the file.
@@ -168,6 +171,8 @@ pub struct Overrides {
     pub durability: Option<String>,
     pub test_clock: bool,
     pub test_clock_start: Option<i64>,
+    /// `--store`.
+    pub store_url: Option<String>,
 }
 
 pub fn default_data_dir() -> PathBuf {
@@ -209,6 +214,7 @@ impl GatewayConfig {
             nodes: Vec::new(),
             limits: Limits::default(),
             http: HttpSettings::default(),
+            postgres: None,
         }
     }
 
@@ -413,6 +419,7 @@ impl GatewayConfig {
                 return Err(bad("limits.health_deadline_ms must be at least 1"));
             }
         }
+        c.postgres = store_options(o, &file, env)?;
         if o.test_clock {
             c.test_clock_start = Some(o.test_clock_start.unwrap_or_else(wall_ms));
         }
@@ -471,6 +478,51 @@ impl GatewayConfig {
     pub fn bind_is_loopback(&self) -> bool {
         self.bind.ip().is_loopback()
     }
+}
+
+/// The PostgreSQL store, if one is named: `--store` > `AWARE_STORE_URL` > `[store] url` (flags
+/// win over the environment, as for every other setting). The
+/// password comes from the URL, else `[store] password_file`, else `PGPASSWORD`; `PGHOST`,
+/// `PGPORT`, `PGUSER` and `PGDATABASE` fill what the URL leaves out. Messages never show a
+/// password.
+fn store_options(
+    o: &Overrides,
+    file: &FileConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<aware_store_pg::PgOptions>, ConfigError> {
+    let fs = file.store.clone().unwrap_or_default();
+    let Some(url) = o
+        .store_url
+        .clone()
+        .or_else(|| env("AWARE_STORE_URL"))
+        .or(fs.url.clone())
+        .filter(|u| !u.is_empty())
+    else {
+        if fs.password_file.is_some() {
+            return Err(bad(
+                "store.password_file is set but no store.url names a server",
+            ));
+        }
+        return Ok(None);
+    };
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(bad(format!(
+            "store url must be a postgres:// or postgresql:// URL (got {}); leave it out for the embedded SQLite store",
+            aware_store_pg::redact_url(&url)
+        )));
+    }
+    let password = fs
+        .password_file
+        .as_ref()
+        .map(|p| read_token_file("store.password_file", p))
+        .transpose()?;
+    let options = aware_store_pg::PgOptions::new(url)
+        .password(password)
+        .with_env(|k| env(k));
+    options
+        .validate()
+        .map_err(|e| bad(format!("store url: {e}")))?;
+    Ok(Some(options))
 }
 
 fn apply_http(d: &mut HttpSettings, h: &FileHttp) -> Result<(), ConfigError> {
@@ -673,5 +725,92 @@ mod codex_tests {
         };
         let e = GatewayConfig::load(&o, &|_| None).unwrap_err();
         assert!(e.to_string().contains("root"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod store_tests {
+    use super::*;
+
+    fn load(
+        toml: &str,
+        flag: Option<&str>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<GatewayConfig, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        std::fs::write(
+            &path,
+            toml.replace("DIR", &dir.path().display().to_string()),
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("pw"), "from-file\n").unwrap();
+        let o = Overrides {
+            data_dir: Some(dir.path().to_path_buf()),
+            config: Some(path),
+            store_url: flag.map(str::to_string),
+            ..Overrides::default()
+        };
+        GatewayConfig::load(&o, env)
+    }
+
+    #[test]
+    fn store_url_comes_from_flag_then_env_then_file_and_never_shows_a_password() {
+        let none = |_: &str| None;
+        assert!(load("", None, &none).unwrap().postgres.is_none());
+        let file = "[store]\nurl = \"postgres://aware:s3cret@file-host/aware\"\n";
+        let c = load(file, None, &none).unwrap();
+        let pg = c.postgres.as_ref().expect("postgres");
+        assert!(pg
+            .location()
+            .starts_with("postgres://aware@file-host:5432/aware"));
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("s3cret"), "password in Debug: {shown}");
+        let c = load(file, Some("postgres://flag-host/aware"), &none).unwrap();
+        assert!(c.postgres.unwrap().location().contains("flag-host"));
+        let env =
+            |k: &str| (k == "AWARE_STORE_URL").then(|| "postgres://env-host/aware".to_string());
+        let c = load(file, Some("postgres://flag-host/aware"), &env).unwrap();
+        assert!(c.postgres.unwrap().location().contains("flag-host"));
+        let c = load(file, None, &env).unwrap();
+        assert!(c.postgres.unwrap().location().contains("env-host"));
+    }
+
+    #[test]
+    fn store_password_from_the_file_then_pgpassword() {
+        let pgpass = |k: &str| (k == "PGPASSWORD").then(|| "from-env".to_string());
+        let c = load(
+            "[store]\nurl = \"postgres://aware@h/aware\"\npassword_file = \"DIR/pw\"\n",
+            None,
+            &pgpass,
+        )
+        .unwrap();
+        assert_eq!(c.postgres.unwrap().password.as_deref(), Some("from-file"));
+        let c = load(
+            "[store]\nurl = \"postgres://aware@h/aware\"\n",
+            None,
+            &pgpass,
+        )
+        .unwrap();
+        assert_eq!(c.postgres.unwrap().password.as_deref(), Some("from-env"));
+    }
+
+    #[test]
+    fn bad_store_settings_are_refused_without_echoing_the_password() {
+        let none = |_: &str| None;
+        let e = load("[store]\nurl = \"mysql://u:s3cret@h/db\"\n", None, &none).unwrap_err();
+        assert!(e.to_string().contains("postgres://"), "{e}");
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+        let e = load("[store]\npassword_file = \"DIR/pw\"\n", None, &none).unwrap_err();
+        assert!(e.to_string().contains("store.url"), "{e}");
+        let e = load(
+            "[store]\nurl = \"postgres://u:s3cret@h:port/db\"\n",
+            None,
+            &none,
+        )
+        .unwrap_err();
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+        let e = load("[store]\nuri = \"postgres://h/db\"\n", None, &none).unwrap_err();
+        assert!(e.to_string().contains("uri"), "{e}");
     }
 }

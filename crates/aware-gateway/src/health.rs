@@ -17,6 +17,9 @@ pub(crate) struct PartProbe {
     since: Arc<Mutex<Option<Instant>>>,
     /// Bumped each time a probe of this part finishes.
     finished: Arc<watch::Sender<u64>>,
+    /// Whether the last finished probe failed (the store answered with an error: a database
+    /// that is unreachable answers quickly, so it is not stalled but degraded).
+    failing: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Default for PartProbe {
@@ -24,6 +27,7 @@ impl Default for PartProbe {
         PartProbe {
             since: Arc::new(Mutex::new(None)),
             finished: Arc::new(watch::channel(0).0),
+            failing: Default::default(),
         }
     }
 }
@@ -33,7 +37,7 @@ impl PartProbe {
     /// started when none is).
     async fn answers<F>(&self, deadline: Duration, start: impl FnOnce() -> F) -> bool
     where
-        F: Future<Output = ()> + Send + 'static,
+        F: Future<Output = bool> + Send + 'static,
     {
         // Subscribe before looking, so a probe that finishes in between is seen.
         let mut rx = self.finished.subscribe();
@@ -46,10 +50,15 @@ impl PartProbe {
                 None => {
                     let now = Instant::now();
                     *slot = Some(now);
-                    let (fut, since, finished) =
-                        (start(), self.since.clone(), self.finished.clone());
+                    let (fut, since, finished, failing) = (
+                        start(),
+                        self.since.clone(),
+                        self.finished.clone(),
+                        self.failing.clone(),
+                    );
                     tokio::spawn(async move {
-                        fut.await;
+                        let ok = fut.await;
+                        failing.store(!ok, std::sync::atomic::Ordering::SeqCst);
                         if let Ok(mut s) = since.lock() {
                             *s = None;
                         }
@@ -77,10 +86,13 @@ impl HealthProbes {
         let (e1, e2) = (engine.clone(), engine.clone());
         let writer = self.writer.answers(deadline, move || async move {
             // An empty op: it needs the writer thread to take a batch and commit, nothing else.
-            let _ = e1.store().write_async(|_| Ok(())).await;
+            e1.store().write_async(|_| Ok(())).await.is_ok()
         });
         let reader = self.reader.answers(deadline, move || async move {
-            let _ = tokio::task::spawn_blocking(move || e2.store().read(|_| Ok(()))).await;
+            matches!(
+                tokio::task::spawn_blocking(move || e2.store().read(|_| Ok(()))).await,
+                Ok(Ok(()))
+            )
         });
         let (w, r) = tokio::join!(writer, reader);
         let mut out = Vec::new();
@@ -88,6 +100,20 @@ impl HealthProbes {
             out.push("writer");
         }
         if !r {
+            out.push("reader");
+        }
+        out
+    }
+
+    /// The parts whose last finished probe failed: `writer`, `reader`. Read after
+    /// [`HealthProbes::stalled`], which waits for the probes.
+    pub(crate) fn failing(&self) -> Vec<&'static str> {
+        let f = |p: &PartProbe| p.failing.load(std::sync::atomic::Ordering::SeqCst);
+        let mut out = Vec::new();
+        if f(&self.writer) {
+            out.push("writer");
+        }
+        if f(&self.reader) {
             out.push("reader");
         }
         out

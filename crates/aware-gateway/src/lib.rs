@@ -17,6 +17,7 @@ mod access;
 mod admin;
 mod body;
 mod catalog;
+mod cluster;
 pub mod config;
 mod conn;
 mod console;

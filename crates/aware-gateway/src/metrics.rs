@@ -480,6 +480,7 @@ pub(crate) async fn render(state: &Shared) -> ApiResult<Response> {
         line(&mut o, name, help, kind);
         let _ = writeln!(o, "{name} {value}");
     }
+    crate::cluster::metrics(state, &mut o);
     Ok((
         StatusCode::OK,
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],

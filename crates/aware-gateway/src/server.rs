@@ -61,11 +61,18 @@ async fn start_up(state: Shared, fatal: tokio::sync::oneshot::Sender<String>) {
     let config = engine_config(&state.config);
     let engine = loop {
         let (c, clock) = (config.clone(), state.clock.clone());
-        let opened = tokio::task::spawn_blocking(move || {
-            if let Some(dir) = c.db_path.parent() {
-                let _ = create_private_dir(dir);
+        let postgres = state.config.postgres.clone();
+        let opened = tokio::task::spawn_blocking(move || match postgres {
+            // A PostgreSQL server named in `[store] url` instead of the embedded file.
+            Some(options) => aware_store_pg::PgStore::open(options)
+                .map_err(aware_engine::EngineError::Store)
+                .and_then(|store| Engine::open_with_store(std::sync::Arc::new(store), c, clock)),
+            None => {
+                if let Some(dir) = c.db_path.parent() {
+                    let _ = create_private_dir(dir);
+                }
+                Engine::open(c, clock)
             }
-            Engine::open(c, clock)
         })
         .await;
         match opened {
@@ -91,6 +98,11 @@ async fn start_up(state: Shared, fatal: tokio::sync::oneshot::Sender<String>) {
         tokio::time::sleep(Duration::from_secs(5)).await;
     };
     state.set_phase(Phase::Starting);
+    // Before the sweep: on PostgreSQL only the gateway that leads at start-up sweeps.
+    {
+        let (st, e) = (state.clone(), engine.clone());
+        let _ = tokio::task::spawn_blocking(move || crate::cluster::attach(&st, &e)).await;
+    }
     crate::wakes::spawn_webhooks(state.clone(), engine.subscribe_wakes());
     let e2 = engine.clone();
     match tokio::task::spawn_blocking(move || e2.start()).await {
@@ -201,8 +213,30 @@ pub async fn run(
         Ok(Phase::Ready(engine)) => Some(engine),
         _ => None,
     };
+    // Leadership is released at once, so another gateway takes the singletons over.
+    {
+        let st = state.clone();
+        let _ = tokio::task::spawn_blocking(move || crate::cluster::shutdown(&st)).await;
+    }
     if let Some(engine) = ready {
         let _ = tokio::task::spawn_blocking(move || engine.close()).await;
+    }
+    // The last handles on the engine go on a blocking thread: a PostgreSQL store's connections
+    // block while they close, which panics on an async worker (seen aborting the process at
+    // shutdown). The start-up task (timer loop) holds one: wait until it is gone first.
+    let _ = startup.await;
+    {
+        let st = state.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            let phase = st
+                .phase
+                .write()
+                .ok()
+                .map(|mut p| std::mem::replace(&mut *p, Phase::Unavailable("stopped".into())));
+            let monitor = st.monitor.write().ok().and_then(|mut m| m.take());
+            drop((phase, monitor));
+        })
+        .await;
     }
     match fatal {
         Some(msg) => Err(RunError::Fatal(msg)),

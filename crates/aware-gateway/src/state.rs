@@ -59,6 +59,8 @@ pub struct AppState {
     pub(crate) reply_waiters: std::sync::atomic::AtomicUsize,
     /// Single-flight writer and reader probes of `/health`.
     pub(crate) health: HealthProbes,
+    /// The cluster threads (wakes across gateways, leadership) on a PostgreSQL store.
+    pub(crate) cluster: std::sync::OnceLock<aware_cluster::Cluster>,
 }
 
 pub type Shared = Arc<AppState>;
@@ -151,6 +153,7 @@ pub(crate) fn new_state(config: GatewayConfig, port: u16) -> Shared {
         webhooks: Default::default(),
         reply_waiters: Default::default(),
         health: Default::default(),
+        cluster: std::sync::OnceLock::new(),
     })
 }
 
@@ -160,6 +163,10 @@ pub(crate) fn monitor(state: &AppState) -> Option<Arc<aware_upstream::monitor::M
 
 /// Runs the monitor's tick when it fell due on the engine clock.
 pub(crate) async fn run_monitor(state: &AppState) {
+    // A cluster singleton: only the leader ticks (always true on SQLite).
+    if state.engine().is_ok_and(|e| !e.is_leader()) {
+        return;
+    }
     if let Some(m) = monitor(state) {
         m.run_due(state.now()).await;
     }

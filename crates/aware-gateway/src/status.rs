@@ -16,9 +16,24 @@ pub(crate) async fn health(req: &Req) -> ApiResult<Response> {
             let deadline =
                 std::time::Duration::from_millis(req.state.config.limits.health_deadline_ms);
             let stalled = req.state.health.stalled(&engine, deadline).await;
+            let failing = req.state.health.failing();
+            if stalled.is_empty() && failing.is_empty() {
+                let durability = engine.store().info().durability;
+                let mut body = answers::health_ok(&durability, req.state.now());
+                if req.state.cluster.get().is_some() {
+                    body["cluster"] = crate::cluster::health(&req.state);
+                }
+                return wire::ok(body);
+            }
             if stalled.is_empty() {
-                let durability = req.state.config.durability.as_str();
-                return wire::ok(answers::health_ok(durability, req.state.now()));
+                // The store answers, with errors: PostgreSQL restarting or unreachable. Requests
+                // get 503 `store_unavailable` meanwhile; the gateway recovers by itself.
+                tracing::warn!(event = "health_degraded", failing = ?failing, "the store answers health probes with errors");
+                let mut body = answers::health_degraded(&failing);
+                if req.state.cluster.get().is_some() {
+                    body["cluster"] = crate::cluster::health(&req.state);
+                }
+                return Ok((StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response());
             }
             tracing::warn!(event = "health_stalled", stalled = ?stalled, "a health probe did not answer in time");
             answers::health_stalled(&stalled)

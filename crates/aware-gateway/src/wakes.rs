@@ -164,6 +164,10 @@ pub(crate) fn spawn_webhooks(state: Shared, mut rx: broadcast::Receiver<Wake>) {
                 }
                 Err(broadcast::error::RecvError::Closed) => break,
             };
+            // Another gateway produced it and delivers its webhook: once per wake per cluster.
+            if wake.remote {
+                continue;
+            }
             let Some(hook) = state
                 .config
                 .agents

@@ -24,6 +24,13 @@ pub enum StoreError {
     Corrupt(String),
     #[error("operation panicked: {0}")]
     Panicked(String),
+    /// A PostgreSQL statement failed on the server (not a connection problem).
+    #[error("postgres: {message} (SQLSTATE {sqlstate})")]
+    Postgres { sqlstate: String, message: String },
+    /// The database server cannot be reached, the connection broke, or a statement ran past its
+    /// timeout: the op did not happen, a retry later may succeed.
+    #[error("database unreachable: {0}")]
+    Unreachable(String),
 }
 
 impl StoreError {
@@ -31,7 +38,10 @@ impl StoreError {
     pub fn is_unavailable(&self) -> bool {
         matches!(
             self,
-            StoreError::CommitFailed(_) | StoreError::WriterGone | StoreError::Open { .. }
+            StoreError::CommitFailed(_)
+                | StoreError::WriterGone
+                | StoreError::Open { .. }
+                | StoreError::Unreachable(_)
         )
     }
 }

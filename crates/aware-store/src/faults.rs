@@ -42,7 +42,9 @@ impl FaultPlan {
     pub fn set_stall_writer(&self, on: bool) {
         self.stall_writer.store(on, Ordering::SeqCst);
     }
-    pub(crate) fn writer_stalled(&self) -> bool {
+    /// For store backends; not for use above the store.
+    #[doc(hidden)]
+    pub fn writer_stalled(&self) -> bool {
         self.stall_writer.load(Ordering::SeqCst)
     }
     pub fn clear(&self) {
@@ -54,7 +56,9 @@ impl FaultPlan {
         self.fail_next_commits(0);
     }
 
-    pub(crate) fn append_fails(&self, session_key: &str) -> bool {
+    /// For store backends; not for use above the store.
+    #[doc(hidden)]
+    pub fn append_fails(&self, session_key: &str) -> bool {
         self.fail_appends.load(Ordering::SeqCst)
             || self
                 .fail_appends_for
@@ -62,24 +66,32 @@ impl FaultPlan {
                 .map(|k| k.as_deref() == Some(session_key))
                 .unwrap_or(false)
     }
-    pub(crate) fn reads_fail(&self) -> bool {
+    /// For store backends; not for use above the store.
+    #[doc(hidden)]
+    pub fn reads_fail(&self) -> bool {
         self.fail_reads.load(Ordering::SeqCst)
     }
     pub fn link_settles_fail(&self) -> bool {
         self.fail_link_settles.load(Ordering::SeqCst)
     }
-    pub(crate) fn queue_writer_pragma(&self, sql: String) {
+    /// For store backends; not for use above the store.
+    #[doc(hidden)]
+    pub fn queue_writer_pragma(&self, sql: String) {
         if let Ok(mut q) = self.writer_pragmas.lock() {
             q.push(sql);
         }
     }
-    pub(crate) fn take_writer_pragmas(&self) -> Vec<String> {
+    /// For store backends; not for use above the store.
+    #[doc(hidden)]
+    pub fn take_writer_pragmas(&self) -> Vec<String> {
         self.writer_pragmas
             .lock()
             .map(|mut q| std::mem::take(&mut *q))
             .unwrap_or_default()
     }
-    pub(crate) fn take_commit_failure(&self) -> bool {
+    /// For store backends; not for use above the store.
+    #[doc(hidden)]
+    pub fn take_commit_failure(&self) -> bool {
         self.fail_commits
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_ok()

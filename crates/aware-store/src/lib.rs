@@ -8,6 +8,8 @@
 //! Architecture invariant: this crate makes no decisions of the spec (who is notified, what a
 //! notice says); it stores and returns rows. Cursor states come from `aware_core::cursor`.
 
+#[cfg(feature = "contract")]
+pub mod contract;
 mod error;
 mod faults;
 mod metrics;

@@ -21,7 +21,8 @@ pub struct StoreMetrics {
 }
 
 impl StoreMetrics {
-    pub(crate) fn record_commit(&self, ops: u64, micros: u64) {
+    /// Called by a backend's writer after each commit.
+    pub fn record_commit(&self, ops: u64, micros: u64) {
         self.commits.fetch_add(1, Ordering::Relaxed);
         self.ops.fetch_add(ops, Ordering::Relaxed);
         self.max_group.fetch_max(ops, Ordering::Relaxed);

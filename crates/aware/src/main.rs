@@ -27,6 +27,7 @@ mod failure;
 mod hook;
 mod init;
 mod mcp;
+mod migrate;
 mod node;
 mod serve;
 
@@ -103,6 +104,9 @@ enum Command {
     // The last of a repeated flag wins, as in most servers (a wrapper adds its own --bind).
     #[command(args_override_self = true)]
     Serve(serve::ServeArgs),
+    /// Copy the state between a data directory (SQLite) and an empty PostgreSQL database, either
+    /// way, keeping sequences; counts are verified.
+    Migrate(migrate::MigrateArgs),
     /// Status of a session (session_status); as operator without --session.
     Status {
         /// Session key (default: --session).
@@ -343,6 +347,7 @@ fn main() {
             .exit()
         }
         Command::Serve(args) => serve::run(args),
+        Command::Migrate(args) => migrate::run(args),
         Command::Node {
             command: NodeCommand::Serve(args),
         } => node::run(args),

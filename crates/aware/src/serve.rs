@@ -1,4 +1,4 @@
-//! `aware serve`: the gateway on the embedded SQLite store.
+//! `aware serve`: the gateway on the embedded SQLite store or a PostgreSQL server.
 
 use anyhow::{Context, Result};
 use aware_gateway::{check_bind_policy, GatewayConfig, Overrides};
@@ -46,6 +46,11 @@ pub struct ServeArgs {
     /// show in `ps`.
     #[arg(long, env = "AWARE_TOKEN_FILE", value_name = "FILE")]
     token_file: Option<PathBuf>,
+    /// PostgreSQL server to keep the state in instead of the embedded SQLite file, e.g.
+    /// postgres://aware@db:5432/aware (password from [store] password_file or PGPASSWORD; the
+    /// URL's own password is never logged).
+    #[arg(long, value_name = "URL")]
+    store: Option<String>,
     /// Durability of commits [default: full].
     #[arg(long, value_enum)]
     durability: Option<DurabilityArg>,
@@ -164,6 +169,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         }),
         test_clock: args.test_clock,
         test_clock_start: args.test_clock_start,
+        store_url: args.store,
     };
     // clap has already read AWARE_DATA_DIR, AWARE_BIND and AWARE_TOKEN into the flags, below a
     // flag given on the command line; the loader must not let them win over the flags again.
@@ -206,14 +212,20 @@ pub fn run(args: ServeArgs) -> Result<()> {
             .claude_root
             .as_ref()
             .map_or_else(|| "disabled".to_string(), |p| p.display().to_string());
+        // The PostgreSQL location is rebuilt from the parsed URL and never has a password.
+        let (store_text, durability_text) = match &config.postgres {
+            Some(pg) => (pg.location(), "synchronous_commit=on"),
+            None => (
+                config.data_dir.join("state.db").display().to_string(),
+                config.durability.as_str(),
+            ),
+        };
         tracing::info!(
             event = "starting",
-            "data dir {}, config file {config_text}, store {}, Claude root {claude_text}, durability {}",
+            "data dir {}, config file {config_text}, store {store_text}, Claude root {claude_text}, durability {durability_text}",
             config.data_dir.display(),
-            config.data_dir.join("state.db").display(),
-            config.durability.as_str()
         );
-        tracing::info!(event = "listening", addr = %addr, durability = config.durability.as_str(), "listening on {addr}");
+        tracing::info!(event = "listening", addr = %addr, durability = durability_text, "listening on {addr}");
         if let Some(p) = &args.port_file {
             std::fs::write(p, addr.port().to_string()).with_context(|| format!("write {}", p.display()))?;
         }

@@ -25,6 +25,15 @@ pub(super) struct FileConfig {
     pub(super) codex: Option<FileCodex>,
     pub(super) nodes: Option<Vec<FileNode>>,
     pub(super) limits: Option<FileLimits>,
+    pub(super) store: Option<FileStore>,
+}
+
+/// `[store]`: where the state lives. Without `url`, the embedded SQLite file in the data dir.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileStore {
+    pub(super) url: Option<String>,
+    pub(super) password_file: Option<PathBuf>,
 }
 
 /// `[limits]`: bounds that keep slow callers and a stuck store from stalling the gateway.

@@ -170,6 +170,11 @@ pub fn health_ok(durability: &str, now: i64) -> Value {
     json!({"status": "ok", "version": env!("CARGO_PKG_VERSION"), "durability": durability, "now": now})
 }
 
+/// `/health` when the store answers the probes with errors (a database outage).
+pub fn health_degraded(failing: &[&str]) -> Value {
+    json!({"status": "degraded", "failing": failing})
+}
+
 pub fn health_stalled(stalled: &[&str]) -> Value {
     json!({"status": "stalled", "stalled": stalled})
 }

@@ -1,0 +1,499 @@
+//! Several gateways on one PostgreSQL: the engine's cluster hooks ([`aware_engine::WakeBus`],
+//! [`aware_engine::Leadership`]) implemented on PostgreSQL.
+//!
+//! - **Wakes.** Every wake a gateway delivers is published with `pg_notify` on one channel from a
+//!   publisher thread (its own connection, so a slow publish never holds the writer). Every
+//!   gateway `LISTEN`s on a dedicated connection and hands other gateways' wakes to
+//!   [`aware_engine::Engine::deliver_remote_wake`] (its SSE subscribers only; webhooks stay with
+//!   the producer). Notifications are hints: one lost to a crash between the commit and the
+//!   publish, or to a dropped listener connection, is repaired by the SSE catch-up on reconnect
+//!   and by [`aware_engine::Engine::repair_wakes`], which the listener runs every few seconds and
+//!   right after it reconnects.
+//! - **Leadership.** A session-level `pg_try_advisory_lock` held on a dedicated connection, tried
+//!   every `retry` while not held and checked with a round trip (deadline) while held. A failed
+//!   check drops leadership at once: PostgreSQL releases the lock when that session ends, so after
+//!   `kill -9` of the leader (its socket closes) another gateway takes it on its next try.
+//!
+//! Architecture invariant: nothing here writes the store; correctness never depends on a
+//! notification arriving.
+
+use aware_engine::{Engine, Leadership, RemoteWake, Wake, WakeBus, WakeReason};
+use postgres::fallible_iterator::FallibleIterator;
+use postgres::Client;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The advisory lock key of the singletons ("aware" in ASCII, then "lead"): one per database.
+pub const LEADER_LOCK_KEY: i64 = 0x6177_6172_6500_6c64;
+/// The notification channel of wakes.
+pub const WAKE_CHANNEL: &str = "aware_wakes";
+/// PostgreSQL refuses `NOTIFY` payloads of 8000 bytes or more.
+const MAX_PAYLOAD: usize = 7900;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("cannot start the cluster thread {0}: {1}")]
+    Thread(&'static str, std::io::Error),
+}
+
+/// Opens a new connection to the store's database (the store's own settings: password,
+/// timeouts, keep-alives). Each cluster thread owns the connections it opens.
+pub type Connect = Arc<dyn Fn() -> Result<Client, String> + Send + Sync>;
+
+/// Settings of [`Cluster::start`].
+#[derive(Clone)]
+pub struct ClusterOptions {
+    pub connect: Connect,
+    /// The advisory lock of leadership ([`LEADER_LOCK_KEY`]; tests sharing a database use
+    /// their own).
+    pub lock_key: i64,
+    /// Pause between leadership attempts and between reconnects.
+    pub retry: Duration,
+    /// Interval of the repair check of lost notifications.
+    pub repair_every: Duration,
+    /// Deadline of one liveness round trip of the leader's and the listener's connections.
+    pub check_timeout: Duration,
+    /// How long [`Cluster::start`] waits for the first leadership attempt, so the gateway that
+    /// starts a cluster sweeps at start.
+    pub first_attempt_wait: Duration,
+}
+
+impl ClusterOptions {
+    pub fn new(connect: Connect) -> Self {
+        ClusterOptions {
+            connect,
+            lock_key: LEADER_LOCK_KEY,
+            retry: Duration::from_secs(1),
+            repair_every: Duration::from_secs(5),
+            check_timeout: Duration::from_secs(2),
+            first_attempt_wait: Duration::from_secs(3),
+        }
+    }
+
+    /// Connections made from a driver configuration as it is (tests, tools).
+    pub fn from_config(config: postgres::Config) -> Self {
+        Self::new(Arc::new(move || {
+            config.connect(postgres::NoTls).map_err(|e| e.to_string())
+        }))
+    }
+}
+
+/// What this gateway knows of the cluster, for `/health` and `/metrics`.
+#[derive(Debug, Default)]
+pub struct ClusterStatus {
+    /// This process's id in the cluster (random per start).
+    pub node_id: String,
+    leader: AtomicBool,
+    listening: AtomicBool,
+    /// Times this process became leader.
+    pub leader_acquired: AtomicU64,
+    /// Times this process lost leadership (its lock connection failed).
+    pub leader_lost: AtomicU64,
+    pub published: AtomicU64,
+    /// Wakes not published: the queue was full or PostgreSQL unreachable (repair covers them).
+    pub publish_dropped: AtomicU64,
+    pub received: AtomicU64,
+    /// Listener reconnects after a lost connection.
+    pub listener_reconnects: AtomicU64,
+}
+
+impl ClusterStatus {
+    pub fn is_leader(&self) -> bool {
+        self.leader.load(Ordering::SeqCst)
+    }
+    /// Whether the listener connection is up (remote wakes arrive).
+    pub fn is_listening(&self) -> bool {
+        self.listening.load(Ordering::SeqCst)
+    }
+    fn set_leader(&self, on: bool) {
+        let was = self.leader.swap(on, Ordering::SeqCst);
+        if on && !was {
+            self.leader_acquired.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(event = "cluster_leader_acquired", node = %self.node_id,
+                "this gateway now runs the singletons (retention, run timeouts, monitor)");
+        } else if !on && was {
+            self.leader_lost.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(event = "cluster_leader_lost", node = %self.node_id,
+                "leadership lost (lock connection failed); singletons stop here");
+        }
+    }
+}
+
+struct StatusLeadership(Arc<ClusterStatus>);
+
+impl Leadership for StatusLeadership {
+    fn is_leader(&self) -> bool {
+        self.0.is_leader()
+    }
+}
+
+struct PgBus {
+    status: Arc<ClusterStatus>,
+    tx: SyncSender<String>,
+}
+
+impl WakeBus for PgBus {
+    fn publish(&self, wake: &Wake) {
+        let payload = encode(&self.status.node_id, wake);
+        if payload.len() > MAX_PAYLOAD {
+            // Keys are bounded far below this; a wake that still does not fit is left to repair.
+            self.status.publish_dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        match self.tx.try_send(payload) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                self.status.publish_dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// The running cluster threads of one gateway. Dropping it stops them (leadership is released
+/// when the lock connection closes).
+pub struct Cluster {
+    status: Arc<ClusterStatus>,
+    stop: Arc<AtomicBool>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Cluster {
+    /// Starts the leadership, listener and publisher threads and sets the engine's hooks. Waits
+    /// up to `first_attempt_wait` for the first leadership attempt. Never fails for an
+    /// unreachable database: the threads keep retrying.
+    pub fn start(engine: &Engine, opts: ClusterOptions) -> Result<Cluster, ClusterError> {
+        let status = Arc::new(ClusterStatus {
+            node_id: uuid::Uuid::new_v4().simple().to_string()[..12].to_string(),
+            ..Default::default()
+        });
+        let stop = Arc::new(AtomicBool::new(false));
+        let config = opts.connect.clone();
+        engine.set_leadership(Arc::new(StatusLeadership(status.clone())));
+        let (tx, rx) = sync_channel::<String>(4096);
+        engine.set_wake_bus(Arc::new(PgBus {
+            status: status.clone(),
+            tx,
+        }));
+        let mut threads = Vec::new();
+        let (first_tx, first_rx) = sync_channel::<()>(1);
+        {
+            let (s, st, c, o) = (status.clone(), stop.clone(), config.clone(), opts.clone());
+            threads.push(spawn("leader", move || leader_loop(s, st, c, o, first_tx))?);
+        }
+        {
+            let (s, st, c, o, e) = (
+                status.clone(),
+                stop.clone(),
+                config.clone(),
+                opts.clone(),
+                engine.clone(),
+            );
+            threads.push(spawn("listener", move || listener_loop(s, st, c, o, e))?);
+        }
+        {
+            let (s, st, c, o) = (status.clone(), stop.clone(), config, opts.clone());
+            threads.push(spawn("publisher", move || publisher_loop(s, st, c, o, rx))?);
+        }
+        let _ = first_rx.recv_timeout(opts.first_attempt_wait);
+        Ok(Cluster {
+            status,
+            stop,
+            threads: Mutex::new(threads),
+        })
+    }
+
+    pub fn status(&self) -> &Arc<ClusterStatus> {
+        &self.status
+    }
+
+    /// Stops the threads and waits for them (at most about one retry interval).
+    pub fn shutdown(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let threads = self
+            .threads
+            .lock()
+            .map(|mut t| std::mem::take(&mut *t))
+            .unwrap_or_default();
+        for t in threads {
+            let _ = t.join();
+        }
+        self.status.set_leader(false);
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+fn spawn(
+    name: &'static str,
+    f: impl FnOnce() + Send + 'static,
+) -> Result<JoinHandle<()>, ClusterError> {
+    std::thread::Builder::new()
+        .name(format!("aware-cluster-{name}"))
+        .spawn(f)
+        .map_err(|e| ClusterError::Thread(name, e))
+}
+
+/// Sleeps `d` in small steps so a stop request is seen quickly.
+fn pause(stop: &AtomicBool, d: Duration) {
+    let end = Instant::now() + d;
+    while !stop.load(Ordering::SeqCst) {
+        let now = Instant::now();
+        if now >= end {
+            break;
+        }
+        std::thread::sleep((end - now).min(Duration::from_millis(100)));
+    }
+}
+
+fn connect(config: &Connect, what: &str) -> Option<Client> {
+    match config() {
+        Ok(c) => Some(c),
+        Err(e) => {
+            tracing::debug!(event = "cluster_connect_failed", connection = what, error = %e,
+                "cluster connection failed; retrying");
+            None
+        }
+    }
+}
+
+fn leader_loop(
+    status: Arc<ClusterStatus>,
+    stop: Arc<AtomicBool>,
+    config: Connect,
+    opts: ClusterOptions,
+    first: SyncSender<()>,
+) {
+    let mut client: Option<Client> = None;
+    let mut first = Some(first);
+    while !stop.load(Ordering::SeqCst) {
+        if client.as_ref().is_none_or(|c| c.is_closed()) {
+            status.set_leader(false);
+            client = connect(&config, "leader");
+        }
+        if let Some(c) = client.as_mut() {
+            let ok = if status.is_leader() {
+                // Holding: a round trip with a deadline proves the session (and its lock) lives.
+                c.is_valid(opts.check_timeout).is_ok()
+            } else {
+                match c.query_one("SELECT pg_try_advisory_lock($1)", &[&opts.lock_key]) {
+                    Ok(row) => {
+                        let got: bool = row.try_get(0).unwrap_or(false);
+                        if got {
+                            status.set_leader(true);
+                        }
+                        true
+                    }
+                    Err(_) => false,
+                }
+            };
+            if !ok {
+                status.set_leader(false);
+                client = None;
+            }
+        }
+        if let Some(f) = first.take() {
+            let _ = f.try_send(());
+        }
+        pause(&stop, opts.retry);
+    }
+    status.set_leader(false);
+}
+
+fn listener_loop(
+    status: Arc<ClusterStatus>,
+    stop: Arc<AtomicBool>,
+    config: Connect,
+    opts: ClusterOptions,
+    engine: Engine,
+) {
+    let mut client: Option<Client> = None;
+    let mut last_repair = Instant::now();
+    let mut connected_once = false;
+    while !stop.load(Ordering::SeqCst) {
+        if client.as_ref().is_none_or(|c| c.is_closed()) {
+            status.listening.store(false, Ordering::SeqCst);
+            client = connect(&config, "listener").and_then(|mut c| {
+                c.batch_execute(&format!("LISTEN {WAKE_CHANNEL}")).ok()?;
+                Some(c)
+            });
+            match client {
+                Some(_) => {
+                    status.listening.store(true, Ordering::SeqCst);
+                    if connected_once {
+                        status.listener_reconnects.fetch_add(1, Ordering::Relaxed);
+                    }
+                    connected_once = true;
+                    // Notifications sent while we were away are gone: look at the cursors now.
+                    repair(&engine);
+                    last_repair = Instant::now();
+                }
+                None => {
+                    pause(&stop, opts.retry);
+                    continue;
+                }
+            }
+        }
+        let Some(c) = client.as_mut() else { continue };
+        let mut failed = false;
+        {
+            let mut n = c.notifications();
+            let mut it = n.timeout_iter(Duration::from_millis(250));
+            loop {
+                match it.next() {
+                    Ok(Some(note)) => {
+                        if let Some((origin, wake)) = decode(note.payload()) {
+                            if origin != status.node_id {
+                                status.received.fetch_add(1, Ordering::Relaxed);
+                                engine.deliver_remote_wake(wake);
+                            }
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(_) => {
+                        failed = true;
+                        break;
+                    }
+                }
+            }
+        }
+        if failed || c.is_closed() {
+            client = None;
+            continue;
+        }
+        if last_repair.elapsed() >= opts.repair_every {
+            // The round trip also proves the connection: a dead one is found within one period.
+            if c.is_valid(opts.check_timeout).is_err() {
+                client = None;
+                continue;
+            }
+            repair(&engine);
+            last_repair = Instant::now();
+        }
+    }
+    status.listening.store(false, Ordering::SeqCst);
+}
+
+fn repair(engine: &Engine) {
+    match engine.repair_wakes() {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(
+            event = "cluster_wakes_repaired",
+            watchers = n,
+            "woke watchers whose notices opened without a wake reaching this gateway"
+        ),
+        Err(e) => tracing::debug!(event = "cluster_repair_failed", error = %e,
+            "repair check failed; next period retries"),
+    }
+}
+
+fn publisher_loop(
+    status: Arc<ClusterStatus>,
+    stop: Arc<AtomicBool>,
+    config: Connect,
+    opts: ClusterOptions,
+    rx: Receiver<String>,
+) {
+    let mut client: Option<Client> = None;
+    while !stop.load(Ordering::SeqCst) {
+        let first = match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(p) => p,
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        // Everything already queued goes in one round trip.
+        let mut batch = vec![first];
+        while batch.len() < 256 {
+            match rx.try_recv() {
+                Ok(p) => batch.push(p),
+                Err(_) => break,
+            }
+        }
+        if client.as_ref().is_none_or(|c| c.is_closed()) {
+            client = connect(&config, "publisher");
+        }
+        let sent = client.as_mut().is_some_and(|c| {
+            c.execute(
+                "SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p",
+                &[&WAKE_CHANNEL, &batch],
+            )
+            .is_ok()
+        });
+        if sent {
+            status
+                .published
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        } else {
+            // Hints only: the repair check on the other gateways finds these notices.
+            status
+                .publish_dropped
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            client = None;
+            pause(&stop, opts.retry.min(Duration::from_millis(500)));
+        }
+    }
+}
+
+/// The notification payload: the publishing node and the wake (no targets: the receiver reads
+/// them from the store).
+pub fn encode(node: &str, wake: &Wake) -> String {
+    serde_json::json!({
+        "node": node,
+        "sessionKey": wake.session_key,
+        "agentId": wake.agent_id,
+        "reason": wake.reason.as_str(),
+        "runId": wake.run_id,
+        "from": wake.from,
+        "at": wake.at,
+    })
+    .to_string()
+}
+
+/// Reads a payload written by [`encode`]; `None` for anything else (ignored: another program
+/// may share the channel name).
+pub fn decode(payload: &str) -> Option<(String, RemoteWake)> {
+    let v: serde_json::Value = serde_json::from_str(payload).ok()?;
+    let s = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
+    Some((
+        s("node")?,
+        RemoteWake {
+            session_key: s("sessionKey")?,
+            agent_id: s("agentId")?,
+            reason: WakeReason::parse(v.get("reason")?.as_str()?)?,
+            run_id: s("runId"),
+            from: s("from"),
+            at: v.get("at")?.as_i64()?,
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payload_round_trip() {
+        let w = Wake {
+            id: 9,
+            session_key: "agent:main:x".into(),
+            agent_id: "main".into(),
+            reason: WakeReason::Message,
+            targets: vec![("agent:main:y".into(), "main".into())],
+            run_id: Some("r1".into()),
+            from: Some("agent:main:z".into()),
+            at: 42,
+            remote: false,
+        };
+        let (node, r) = decode(&encode("n1", &w)).expect("decodes");
+        assert_eq!(node, "n1");
+        assert_eq!(r, aware_engine::RemoteWake::of(&w));
+        assert!(decode("{\"node\":\"n\"}").is_none());
+        assert!(decode("not json").is_none());
+    }
+}

@@ -1,0 +1,219 @@
+//! The cluster hooks with two engines on one store (what two gateways on one PostgreSQL are to
+//! the engine), joined by an in-process bus: remote wakes, their coalescing, the repair check of
+//! lost notifications, and the singletons gated on leadership.
+
+mod common;
+
+use aware_engine::*;
+use aware_store::{SqliteStore, Store, StoreOptions};
+use common::*;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Forwards published wakes to the peer engine (when `up`), and records them.
+#[derive(Default)]
+struct Bus {
+    peer: Mutex<Option<Engine>>,
+    up: AtomicBool,
+    published: Mutex<Vec<Wake>>,
+}
+
+impl WakeBus for Bus {
+    fn publish(&self, wake: &Wake) {
+        self.published.lock().unwrap().push(wake.clone());
+        if !self.up.load(Ordering::SeqCst) {
+            return;
+        }
+        let peer = self.peer.lock().unwrap().clone();
+        if let Some(peer) = peer {
+            peer.deliver_remote_wake(RemoteWake::of(wake));
+        }
+    }
+}
+
+struct Lead(AtomicBool);
+impl Leadership for Lead {
+    fn is_leader(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+struct Pair {
+    _dir: tempfile::TempDir,
+    clock: Arc<ManualClock>,
+    a: Engine,
+    b: Engine,
+    bus_a: Arc<Bus>,
+    bus_b: Arc<Bus>,
+    lead_a: Arc<Lead>,
+    lead_b: Arc<Lead>,
+}
+
+fn pair() -> Pair {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = EngineConfig::new(dir.path().join("state.db"));
+    config.notify_on_create = false;
+    config.retention.prune_interval_secs = 31_536_000;
+    let store: Arc<dyn Store> =
+        Arc::new(SqliteStore::open(StoreOptions::new(&config.db_path)).unwrap());
+    let clock = Arc::new(ManualClock::new(T0));
+    let a = Engine::open_with_store(store.clone(), config.clone(), clock.clone()).unwrap();
+    let b = Engine::open_with_store(store, config, clock.clone()).unwrap();
+    let (bus_a, bus_b) = (Arc::new(Bus::default()), Arc::new(Bus::default()));
+    *bus_a.peer.lock().unwrap() = Some(b.clone());
+    *bus_b.peer.lock().unwrap() = Some(a.clone());
+    bus_a.up.store(true, Ordering::SeqCst);
+    bus_b.up.store(true, Ordering::SeqCst);
+    let lead_a = Arc::new(Lead(AtomicBool::new(true)));
+    let lead_b = Arc::new(Lead(AtomicBool::new(false)));
+    a.set_wake_bus(bus_a.clone());
+    b.set_wake_bus(bus_b.clone());
+    a.set_leadership(lead_a.clone());
+    b.set_leadership(lead_b.clone());
+    a.start().unwrap();
+    b.start().unwrap();
+    for s in [W, X] {
+        a.create_session(CreateSession::new(key(s))).unwrap();
+    }
+    a.create_session(CreateSession::new(key(C)).parent(key(W)))
+        .unwrap();
+    Pair {
+        _dir: dir,
+        clock,
+        a,
+        b,
+        bus_a,
+        bus_b,
+        lead_a,
+        lead_b,
+    }
+}
+
+fn hdm(e: &Engine, s: &str) {
+    e.post_turn(&sref(s), NewTurn::user("hello").channel("telegram"))
+        .unwrap();
+}
+
+#[test]
+fn a_wake_produced_on_one_engine_reaches_the_others_subscribers_as_remote() {
+    let p = pair();
+    let mut on_a = p.a.subscribe_wakes();
+    let mut on_b = p.b.subscribe_wakes();
+    hdm(&p.a, C);
+    let local = on_a.try_recv().unwrap();
+    assert!(
+        !local.remote,
+        "the producer's own wake goes to its webhooks"
+    );
+    let remote = on_b.try_recv().unwrap();
+    assert_eq!(
+        (remote.reason, remote.session_key.as_str(), remote.remote),
+        (WakeReason::SessionState, W, true)
+    );
+    assert_eq!(
+        remote.targets,
+        vec![(C.to_string(), "main".to_string())],
+        "targets are read from the shared store"
+    );
+    assert!(on_b.try_recv().is_err(), "exactly one wake on B");
+    assert!(
+        p.bus_b.published.lock().unwrap().is_empty(),
+        "a remote wake is never published again"
+    );
+
+    // `message` wakes cross too, at once.
+    let sent = p.a.send_dispatch(&sref(X), &sref(C), "hi", false).unwrap();
+    let w = on_b.try_recv().unwrap();
+    assert_eq!(
+        (w.reason, w.session_key.as_str(), w.run_id, w.remote),
+        (WakeReason::Message, C, Some(sent.run_id), true)
+    );
+}
+
+#[test]
+fn remote_state_wakes_coalesce_per_watcher_on_the_receiver() {
+    let p = pair();
+    let mut on_b = p.b.subscribe_wakes();
+    hdm(&p.a, C);
+    assert!(on_b.try_recv().is_ok());
+    // Two more requests inside the window (e.g. from two other gateways): merged.
+    let req = RemoteWake {
+        session_key: W.into(),
+        agent_id: "main".into(),
+        reason: WakeReason::SessionState,
+        run_id: None,
+        from: None,
+        at: T0,
+    };
+    p.clock.set(T0 + 1_000).unwrap();
+    p.b.deliver_remote_wake(req.clone());
+    p.b.deliver_remote_wake(req);
+    assert!(on_b.try_recv().is_err(), "inside the window: merged");
+    p.clock.set(T0 + 20_000).unwrap();
+    p.b.run_timers().unwrap();
+    let merged = on_b.try_recv().unwrap();
+    assert_eq!((merged.session_key.as_str(), merged.remote), (W, true));
+    assert!(on_b.try_recv().is_err(), "one merged delivery");
+    assert!(
+        p.bus_b.published.lock().unwrap().is_empty(),
+        "a delivery only remote requests asked for is not published again"
+    );
+}
+
+#[test]
+fn the_repair_check_wakes_a_watcher_whose_notification_was_lost() {
+    let p = pair();
+    let mut on_b = p.b.subscribe_wakes();
+    assert_eq!(
+        p.b.repair_wakes().unwrap(),
+        0,
+        "the first check only records"
+    );
+    p.bus_a.up.store(false, Ordering::SeqCst);
+    hdm(&p.a, C);
+    assert!(on_b.try_recv().is_err(), "the notification was lost");
+    assert_eq!(p.b.repair_wakes().unwrap(), 1);
+    let w = on_b.try_recv().unwrap();
+    assert_eq!(
+        (w.reason, w.session_key.as_str(), w.remote),
+        (WakeReason::SessionState, W, true)
+    );
+    assert_eq!(p.b.repair_wakes().unwrap(), 0, "nothing new since");
+
+    // A notification that did arrive needs no repair.
+    p.a.drain(&sref(W)).unwrap();
+    p.bus_a.up.store(true, Ordering::SeqCst);
+    p.clock.set(T0 + 60_000).unwrap();
+    hdm(&p.a, C);
+    assert!(on_b.try_recv().is_ok());
+    assert_eq!(p.b.repair_wakes().unwrap(), 0);
+}
+
+#[test]
+fn only_the_leader_runs_the_singletons() {
+    let p = pair();
+    p.a.start_run(&sref(C), None, Some(60)).unwrap();
+    let before = p.a.version(&sref(C));
+    p.clock.set(T0 + 61_000).unwrap();
+    p.b.run_timers().unwrap();
+    assert_eq!(
+        p.a.version(&sref(C)),
+        before,
+        "a follower leaves run timeouts to the leader"
+    );
+    let follower_start = p.b.start().unwrap();
+    assert_eq!(
+        follower_start,
+        (SweepReport::default(), None),
+        "a follower joining a running cluster neither sweeps nor prunes"
+    );
+    // Leadership moves (the leader died): the new leader's next timer tick does the work.
+    p.lead_a.0.store(false, Ordering::SeqCst);
+    p.lead_b.0.store(true, Ordering::SeqCst);
+    assert!(!p.a.is_leader() && p.b.is_leader());
+    p.b.run_timers().unwrap();
+    assert!(
+        p.a.version(&sref(C)) > before,
+        "the new leader timed the run out (its end is recorded)"
+    );
+}

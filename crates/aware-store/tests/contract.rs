@@ -1,0 +1,24 @@
+//! The backend contract suite against SQLite.
+
+use aware_store::{SqliteStore, Store, StoreOptions};
+
+/// A fresh store on a temporary directory, removed when dropped.
+struct Fixture {
+    store: SqliteStore,
+    _dir: tempfile::TempDir,
+}
+
+impl std::ops::Deref for Fixture {
+    type Target = dyn Store;
+    fn deref(&self) -> &Self::Target {
+        &self.store
+    }
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = SqliteStore::open(StoreOptions::new(dir.path().join("state.db"))).expect("open");
+    Fixture { store, _dir: dir }
+}
+
+aware_store::contract_suite!(fixture);

@@ -1,0 +1,418 @@
+//! Several gateways on one PostgreSQL, black-box (the real `aware serve` and `aware migrate` on
+//! the throw-away test cluster of `aware_store_pg::testing`).
+
+mod common;
+
+use aware_store_pg::testing::PgCluster;
+use common::*;
+use serde_json::{json, Value};
+use std::process::Command;
+
+const MIGRATE_CONFIG: &str = "notify_on_create = false\n[retention]\nmax_age_days = 1\nprune_interval_secs = 31536000\n[monitor]\nenabled = false\n";
+
+fn migrate(from: &str, to: &str) -> std::process::Output {
+    Command::new(bin())
+        .args(["migrate", "--from", from, "--to", to])
+        .output()
+        .expect("run aware migrate")
+}
+
+/// Every answer a client can get about every session: the list, and per session its status
+/// with `changesSince 0` (as the operator's main session sees it), pending notices, watches,
+/// watchers and turns.
+fn snapshot(s: &Server) -> Value {
+    let list = s.get("/v1/sessions");
+    assert_eq!(list.status, 200, "{}", list.body);
+    let mut keys: Vec<String> = list.body["sessions"]
+        .as_array()
+        .expect("sessions")
+        .iter()
+        .map(|x| x["key"].as_str().expect("key").to_string())
+        .collect();
+    keys.sort();
+    let mut per = serde_json::Map::new();
+    for k in &keys {
+        let p = |suffix: &str| s.get(&format!("/v1/sessions/{}{suffix}", seg(k))).body;
+        per.insert(
+            k.clone(),
+            json!({
+                "session": p(""),
+                "status": s.status(W, k, 0),
+                "pending": p("/pending"),
+                "watches": p("/watches"),
+                "watchers": p("/watchers"),
+                "turns": p("/turns"),
+            }),
+        );
+    }
+    json!({"list": list.body, "sessions": per})
+}
+
+/// SQLite → PostgreSQL → SQLite keeps every answer, the FIFO, the pruned watermarks and the
+/// sequence counter (the next event gets the number the original store would give it).
+#[test]
+fn migrate_round_trip_sqlite_postgres_sqlite_keeps_every_answer() {
+    let mut a = Server::with_config(MIGRATE_CONFIG);
+    a.create(W);
+    a.create_child(C, W);
+    a.create(X);
+    assert_eq!(a.watch(X, C).status, 200);
+    a.hdm(C);
+    let r = a.put(
+        &format!("/v1/sessions/{}/goal", seg(C)),
+        json!({"text": "ship it"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = a.post(
+        &format!("/v1/sessions/{}/runs", seg(C)),
+        json!({"runId": "r1"}),
+    );
+    assert_eq!(r.status, 201, "{}", r.body);
+    let r = a.post(
+        &format!("/v1/sessions/{}/runs/r1/end", seg(C)),
+        json!({"outcome": "ok"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    // Two days later: everything so far is past `max_age_days`; prune leaves watermarks.
+    let later = a.now + 2 * DAY;
+    a.set_clock(later);
+    a.hdm(X);
+    let pruned = a.prune();
+    assert!(
+        pruned["deletedByAge"].as_i64().unwrap_or(0) > 0,
+        "the prune deleted events: {pruned}"
+    );
+    a.hdm(C);
+    // After the prune, which expires FIFO entries older than a day.
+    let r = a.post(
+        &format!("/v1/sessions/{}/system-events", seg(W)),
+        json!({"text": "deploy finished", "contextKey": "deploy"}),
+    );
+    assert!(r.status == 200 || r.status == 201, "{}", r.body);
+    // The highest sequence issued is then no longer stored: its session is deleted.
+    a.create_child(D, W);
+    let top = a.hdm_seq(D);
+    assert_eq!(a.delete(&format!("/v1/sessions/{}", seg(D))).status, 200);
+    let before = snapshot(&a);
+    assert_eq!(
+        before["sessions"][W]["pending"]["systemEvents"][0]["text"],
+        "deploy finished"
+    );
+    a.stop();
+
+    let pg = PgCluster::shared().database().expect("test database");
+    let data = a.data_dir().to_str().expect("utf-8 path").to_string();
+    let out = migrate(&data, &pg);
+    assert!(
+        out.status.success(),
+        "migrate to PostgreSQL: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let progress = String::from_utf8_lossy(&out.stderr);
+    assert!(progress.contains("counts verified"), "{progress}");
+
+    // A second copy into the now non-empty database is refused, and nothing changes.
+    let again = migrate(&data, &pg);
+    assert!(!again.status.success());
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("not empty"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+
+    // And back into a fresh data dir.
+    let back = tempfile::tempdir().expect("tempdir");
+    let back_dir = back.path().join("data");
+    let out = migrate(&pg, back_dir.to_str().expect("utf-8"));
+    assert!(
+        out.status.success(),
+        "migrate to SQLite: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The original and the round-tripped store answer alike, at the same test time.
+    a.restart();
+    let mut b = Server::with_args(MIGRATE_CONFIG, &[]);
+    b.stop();
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", b.db_path().display()));
+    }
+    std::fs::copy(back_dir.join("state.db"), b.db_path()).expect("copy the migrated store");
+    b.now = a.now;
+    b.restart();
+    // (Both restarted at the same time, so both restart sweeps re-froze the same notices.)
+    let (sa, sb) = (snapshot(&a), snapshot(&b));
+    for (key, va) in sa["sessions"].as_object().expect("sessions") {
+        assert_eq!(va, &sb["sessions"][key], "the round trip changed {key}");
+    }
+    assert_eq!(sa, sb);
+    // The counters came along: the next event has the same sequence on both.
+    assert_eq!(a.hdm_seq(C), top + 1);
+    assert_eq!(
+        b.hdm_seq(C),
+        top + 1,
+        "a deleted session's sequence was issued again"
+    );
+    assert_eq!(a.drain(W), b.drain(W), "the FIFO came along");
+}
+
+const CLUSTER_CONFIG: &str = "notify_on_create = false\n[retention]\nmax_age_days = 1\nprune_interval_secs = 60\n[monitor]\nenabled = true\nfirst_tick_secs = 1\ninterval_secs = 1\n";
+
+/// A gateway on the PostgreSQL database `url`.
+fn gateway(url: &str) -> Server {
+    Server::with_args(CLUSTER_CONFIG, &["--store", url])
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !f() {
+        assert!(
+            std::time::Instant::now() < end,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+fn leads(s: &Server) -> bool {
+    s.get("/health").body["cluster"]["leader"] == true
+}
+
+/// A turn posted to gateway A wakes the SSE subscriber connected to gateway B, once; the
+/// webhook side stays with A (B's wake is marked remote and B publishes nothing back).
+#[test]
+fn a_turn_on_gateway_a_wakes_the_subscriber_on_gateway_b() {
+    let url = PgCluster::shared().database().expect("test database");
+    let a = gateway(&url);
+    let b = gateway(&url);
+    wait_until("both listening", || {
+        [&a, &b]
+            .iter()
+            .all(|s| s.get("/health").body["cluster"]["listening"] == true)
+    });
+    a.create(W);
+    a.create_child(C, W);
+    let wakes = Wakes::subscribe(&b, &format!("?session={}", seg(W)), None);
+    a.hdm(C);
+    wait_until("the wake on B", || {
+        wakes
+            .received
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|w| w["reason"] == "session-state" && w["sessionKey"] == W)
+    });
+    let got: Vec<Value> = wakes.received.lock().unwrap().clone();
+    let state: Vec<&Value> = got
+        .iter()
+        .filter(|w| w["reason"] == "session-state")
+        .collect();
+    assert_eq!(state.len(), 1, "one wake: {got:?}");
+    assert_eq!(state[0]["targets"][0]["sessionKey"], C);
+    assert_eq!(b.metric("aware_cluster_wakes_received_total"), Some(1.0));
+    assert!(
+        a.metric("aware_cluster_wakes_published_total")
+            .unwrap_or(0.0)
+            >= 1.0
+    );
+}
+
+/// Exactly one gateway leads; after `kill -9` of the leader the other takes over, and the
+/// singletons (the prune interval, the upstream monitor) run there and nowhere else.
+#[test]
+fn leadership_moves_after_kill_9_of_the_leader_and_pruning_follows() {
+    let url = PgCluster::shared().database().expect("test database");
+    let mut a = gateway(&url);
+    let mut b = gateway(&url);
+    wait_until("a leader", || leads(&a) || leads(&b));
+    assert!(!(leads(&a) && leads(&b)), "two leaders");
+    if leads(&b) {
+        std::mem::swap(&mut a, &mut b);
+    }
+    assert_eq!(a.metric("aware_cluster_leader"), Some(1.0));
+    assert_eq!(b.metric("aware_cluster_leader"), Some(0.0));
+    b.create(W);
+    b.create_child(C, W);
+    b.hdm(C);
+    // Two days on, on the follower only: its timers run, but retention is the leader's.
+    let later = b.now + 2 * DAY;
+    b.set_clock(later);
+    assert!(
+        !b.seqs(C, 0).is_empty(),
+        "a follower pruned (retention is a singleton)"
+    );
+    assert_eq!(
+        b.metric("aware_monitor_ticks_total"),
+        Some(0.0),
+        "a follower ran the upstream monitor"
+    );
+
+    let mut leader = a.child.take().expect("leader process");
+    leader.kill().expect("kill -9 the leader");
+    let _ = leader.wait();
+    wait_until("the follower to lead", || leads(&b));
+    assert_eq!(b.metric("aware_cluster_leader"), Some(1.0));
+    // The new leader's next timer tick prunes.
+    b.set_clock(later + 61_000);
+    assert!(
+        b.seqs(C, 0).is_empty(),
+        "the new leader did not prune: {:?}",
+        b.seqs(C, 0)
+    );
+    assert!(
+        b.metric("aware_monitor_ticks_total").unwrap_or(0.0) >= 1.0,
+        "the new leader does not run the upstream monitor"
+    );
+}
+
+/// PostgreSQL killed: requests answer 503 `store_unavailable` at once, `/health` says
+/// degraded; PostgreSQL back: the same gateway serves again without a restart.
+#[test]
+fn a_database_outage_answers_503_and_the_gateway_recovers_by_itself() {
+    let pg = PgCluster::start_new(aware_store_pg::testing::ClusterOptions::default())
+        .expect("own cluster");
+    let url = pg.database().expect("database");
+    let s = gateway(&url);
+    s.create(W);
+    pg.kill().expect("kill -9 PostgreSQL");
+    let t = std::time::Instant::now();
+    let r = s.post("/v1/sessions", json!({"key": X}));
+    assert_eq!(
+        (r.status, r.code()),
+        (503, "store_unavailable"),
+        "{}",
+        r.body
+    );
+    let r = s.get(&format!("/v1/sessions/{}", seg(W)));
+    assert_eq!(
+        (r.status, r.code()),
+        (503, "store_unavailable"),
+        "{}",
+        r.body
+    );
+    let h = s.get("/health");
+    assert_eq!(
+        (h.status, h.body["status"].as_str()),
+        (503, Some("degraded")),
+        "{}",
+        h.body
+    );
+    eprintln!(
+        "outage answers took {:?} (reported, not asserted)",
+        t.elapsed()
+    );
+
+    pg.start().expect("restart PostgreSQL");
+    wait_until("health again", || s.get("/health").status == 200);
+    wait_until("writes again", || {
+        s.post("/v1/sessions", json!({"key": X})).status == 201
+    });
+    assert_eq!(s.get(&format!("/v1/sessions/{}", seg(W))).status, 200);
+}
+
+/// SIGTERM of the leader: the process exits 0 (closing PostgreSQL connections off the async
+/// workers) and the other gateway leads.
+#[test]
+fn a_graceful_stop_of_the_leader_exits_cleanly_and_hands_leadership_over() {
+    let url = PgCluster::shared().database().expect("test database");
+    let mut a = gateway(&url);
+    let mut b = gateway(&url);
+    wait_until("a leader", || leads(&a) || leads(&b));
+    if leads(&b) {
+        std::mem::swap(&mut a, &mut b);
+    }
+    let mut leader = a.child.take().expect("leader process");
+    let _ = Command::new("kill")
+        .args(["-TERM", &leader.id().to_string()])
+        .status();
+    let status = leader.wait().expect("wait for the leader");
+    assert!(status.success(), "SIGTERM exit: {status:?}\n{}", a.logs());
+    wait_until("the other gateway to lead", || leads(&b));
+}
+
+/// A webhook receiver that answers 200 and keeps every body it got.
+fn webhook_receiver() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let bodies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let got = bodies.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().map_while(Result::ok) {
+            let got = got.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+                let mut len = 0usize;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        len = v.trim().parse().unwrap_or(0);
+                    }
+                }
+                let mut body = vec![0; len];
+                let _ = reader.read_exact(&mut body);
+                got.lock()
+                    .expect("bodies")
+                    .push(String::from_utf8_lossy(&body).into_owned());
+                let mut s = stream;
+                let _ = s.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                );
+            });
+        }
+    });
+    (port, bodies)
+}
+
+/// Both gateways configure the agent's webhook; a wake produced on A reaches B's SSE subscriber,
+/// and the webhook gets it once (from A), not once per gateway.
+#[test]
+fn a_webhook_is_delivered_once_per_wake_across_the_cluster() {
+    let (port, bodies) = webhook_receiver();
+    let config = format!(
+        "{CLUSTER_CONFIG}[agents.main.wake_webhook]\nurl = \"http://127.0.0.1:{port}/hook\"\n"
+    );
+    let url = PgCluster::shared().database().expect("test database");
+    let a = Server::with_args(&config, &["--store", &url]);
+    let b = Server::with_args(&config, &["--store", &url]);
+    wait_until("both listening", || {
+        [&a, &b]
+            .iter()
+            .all(|s| s.get("/health").body["cluster"]["listening"] == true)
+    });
+    a.create(W);
+    a.create_child(C, W);
+    let wakes = Wakes::subscribe(&b, &format!("?session={}", seg(W)), None);
+    a.hdm(C);
+    wait_until("the wake on B", || {
+        wakes
+            .received
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|w| w["reason"] == "session-state")
+    });
+    let state_hooks = || {
+        bodies
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|b| b.contains("session-state"))
+            .count()
+    };
+    wait_until("the webhook from A", || state_hooks() >= 1);
+    // A marker through B's webhook lane: B offered the remote wake to its lane before the marker
+    // (broadcast order), so a wrong second delivery would be there by the time the marker is.
+    wakes.settle();
+    wait_until("the marker through B's webhook", || {
+        bodies
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|b| b.contains("aware-test-fence"))
+    });
+    assert_eq!(state_hooks(), 1, "bodies: {:?}", bodies.lock().unwrap());
+}
