@@ -1,0 +1,660 @@
+//! `ReadTx` on SQLite: every read primitive of the seam.
+
+use crate::faults::FaultPlan;
+use crate::metrics::StoreMetrics;
+use crate::rows::*;
+use crate::store::{Completion, Store, StoreExt, StoreInfo, WriteOp};
+use crate::tx::{ReadTx, WriteTx};
+use crate::{Result, StoreError};
+use aware_core::event::compact_payload;
+use aware_core::{ActorType, CompactEvent, CursorState, EventKind, Origin, StoredEvent};
+use rusqlite::types::Type;
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row, ToSql};
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use super::mapping::*;
+use super::schema::*;
+use super::sqltx::*;
+
+impl ReadTx for SqlTx<'_> {
+    fn session(&self, key: &str, agent: &str) -> Result<Option<SessionRow>> {
+        self.query_opt(
+            &format!(
+                "SELECT {SESSION_COLS} FROM sessions WHERE session_key = ?1 AND agent_id = ?2"
+            ),
+            &[&key, &agent],
+            session_from_row,
+        )
+    }
+
+    fn session_exists(&self, key: &str, agent: &str) -> Result<bool> {
+        Ok(self
+            .query_opt(
+                "SELECT 1 FROM sessions WHERE session_key = ?1 AND agent_id = ?2",
+                &[&key, &agent],
+                |_| Ok(()),
+            )?
+            .is_some())
+    }
+
+    fn session_by_label(&self, agent: &str, label: &str) -> Result<Option<SessionRow>> {
+        self.query_opt(
+            &format!("SELECT {SESSION_COLS} FROM sessions WHERE agent_id = ?1 AND label = ?2"),
+            &[&agent, &label],
+            session_from_row,
+        )
+    }
+
+    fn list_sessions(&self, f: &SessionFilter) -> Result<Vec<SessionRow>> {
+        let mut sql = format!("SELECT {SESSION_COLS} FROM sessions WHERE 1=1");
+        let mut args: Vec<Box<dyn ToSql>> = Vec::new();
+        let in_list =
+            |sql: &mut String, col: &str, values: &[String], args: &mut Vec<Box<dyn ToSql>>| {
+                if values.is_empty() {
+                    return;
+                }
+                let marks: Vec<String> = values
+                    .iter()
+                    .map(|v| {
+                        args.push(Box::new(v.clone()));
+                        format!("?{}", args.len())
+                    })
+                    .collect();
+                sql.push_str(&format!(" AND {col} IN ({})", marks.join(",")));
+            };
+        in_list(&mut sql, "agent_id", &f.agents, &mut args);
+        in_list(&mut sql, "kind", &f.kinds, &mut args);
+        if let Some(parent) = &f.parent_key {
+            args.push(Box::new(parent.clone()));
+            sql.push_str(&format!(" AND parent_session_key = ?{}", args.len()));
+        }
+        if let Some(label) = &f.label {
+            args.push(Box::new(label.clone()));
+            sql.push_str(&format!(" AND label = ?{}", args.len()));
+        }
+        if let Some(since) = f.updated_since {
+            args.push(Box::new(since));
+            sql.push_str(&format!(" AND updated_at >= ?{}", args.len()));
+        }
+        if let Some(kind) = &f.kind_not {
+            args.push(Box::new(kind.clone()));
+            sql.push_str(&format!(" AND kind <> ?{}", args.len()));
+        }
+        args.push(Box::new(i64::from(f.limit)));
+        let limit_at = args.len();
+        args.push(Box::new(f.offset as i64));
+        sql.push_str(&format!(
+            " ORDER BY updated_at DESC, session_key, agent_id LIMIT ?{limit_at} OFFSET ?{}",
+            args.len()
+        ));
+        let refs: Vec<&dyn ToSql> = args.iter().map(|b| b.as_ref()).collect();
+        self.live()?;
+        let mut stmt = self.conn.prepare(&sql)?;
+        let rows = stmt.query_map(refs.as_slice(), session_from_row)?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+
+    fn console_sessions(&self, f: &ConsoleFilter) -> Result<(Vec<ConsoleRow>, u64)> {
+        let mut filter = String::from(" WHERE 1=1");
+        let mut args: Vec<Box<dyn ToSql>> = Vec::new();
+        if !f.agents.is_empty() {
+            let marks: Vec<String> = f
+                .agents
+                .iter()
+                .map(|a| {
+                    args.push(Box::new(a.clone()));
+                    format!("?{}", args.len())
+                })
+                .collect();
+            filter.push_str(&format!(" AND agent_id IN ({})", marks.join(",")));
+        }
+        if let Some(kind) = &f.kind {
+            args.push(Box::new(kind.clone()));
+            filter.push_str(&format!(" AND kind = ?{}", args.len()));
+        }
+        if let Some(text) = &f.text {
+            args.push(Box::new(text.to_lowercase()));
+            let n = args.len();
+            filter.push_str(&format!(
+                " AND (instr(lower(session_key), ?{n}) > 0 OR instr(lower(coalesce(label, '')), ?{n}) > 0)"
+            ));
+        }
+        if !f.keys.is_empty() {
+            let marks: Vec<String> = f
+                .keys
+                .iter()
+                .map(|(k, a)| {
+                    args.push(Box::new(k.clone()));
+                    args.push(Box::new(a.clone()));
+                    format!("(?{}, ?{})", args.len() - 1, args.len())
+                })
+                .collect();
+            // Driven by the primary key: a row-value IN over the whole table would scan it.
+            filter.push_str(&format!(
+                " AND rowid IN (SELECT s2.rowid FROM (VALUES {}) v \
+                 JOIN sessions s2 ON s2.session_key = v.column1 AND s2.agent_id = v.column2)",
+                marks.join(",")
+            ));
+        }
+        self.live()?;
+        let refs: Vec<&dyn ToSql> = args.iter().map(|b| b.as_ref()).collect();
+        let total: i64 = self.conn.query_row(
+            &format!("SELECT COUNT(*) FROM sessions{filter}"),
+            refs.as_slice(),
+            |r| r.get(0),
+        )?;
+        // The page is chosen first (only the sort key is computed for every matching row), then
+        // the shown columns are computed for the page's rows alone by index lookups.
+        const HEAD: &str = "(SELECT h.last_sequence FROM session_state_heads h \
+             WHERE h.session_key = sessions.session_key AND h.agent_id = sessions.agent_id)";
+        const HEAD_AT: &str = "(SELECT h.updated_at FROM session_state_heads h \
+             WHERE h.session_key = sessions.session_key AND h.agent_id = sessions.agent_id)";
+        const AS_WATCHER: &str = "(SELECT COUNT(*) FROM session_watch_cursors c \
+             WHERE c.watcher_session_key = sessions.session_key AND c.muted = 0 \
+             AND c.notified_sequence > c.last_seen_sequence)";
+        const AS_TARGET: &str = "(SELECT COUNT(*) FROM session_watch_cursors c \
+             WHERE c.target_session_key = sessions.session_key \
+             AND c.target_agent_id = sessions.agent_id AND c.muted = 0 \
+             AND c.notified_sequence > c.last_seen_sequence)";
+        let order = match f.sort {
+            ConsoleSort::Updated => "updated_at",
+            ConsoleSort::Key => "session_key",
+            ConsoleSort::Agent => "agent_id",
+            ConsoleSort::Kind => "kind",
+            ConsoleSort::LastEvent => HEAD_AT,
+            ConsoleSort::StateVersion => HEAD,
+            ConsoleSort::PendingAsWatcher => AS_WATCHER,
+            ConsoleSort::PendingAsTarget => AS_TARGET,
+        };
+        let dir = if f.descending { "DESC" } else { "ASC" };
+        args.push(Box::new(i64::from(f.limit)));
+        let limit_at = args.len();
+        args.push(Box::new(f.offset.min(i64::MAX as u64) as i64));
+        let offset_at = args.len();
+        // Agents are watchers by key only (a watcher key is agent-qualified), so the count as
+        // watcher matches on the key alone, as `pending_by_watcher` does.
+        let sql = format!(
+            "SELECT {SESSION_COLS}, {HEAD}, \
+             (SELECT e.occurred_at FROM session_state_events e WHERE e.sequence = {HEAD}), \
+             (SELECT e.kind FROM session_state_events e WHERE e.sequence = {HEAD}), \
+             {AS_WATCHER}, {AS_TARGET}, \
+             (SELECT MAX(e.occurred_at) FROM session_state_events e \
+              WHERE e.session_key = sessions.session_key AND e.agent_id = sessions.agent_id \
+              AND e.actor_type = 'human'), \
+             (SELECT l.last_scanned_at FROM session_upstream_links l \
+              WHERE l.session_key = sessions.session_key AND l.agent_id = sessions.agent_id) \
+             FROM (SELECT rowid AS rid, {order} AS sort_key FROM sessions{filter} \
+                   ORDER BY sort_key {dir}, session_key, agent_id \
+                   LIMIT ?{limit_at} OFFSET ?{offset_at}) page \
+             JOIN sessions ON sessions.rowid = page.rid \
+             ORDER BY page.sort_key {dir}, session_key, agent_id"
+        );
+        let refs: Vec<&dyn ToSql> = args.iter().map(|b| b.as_ref()).collect();
+        let mut stmt = self.conn.prepare(&sql)?;
+        let rows = stmt.query_map(refs.as_slice(), |r| {
+            Ok(ConsoleRow {
+                session: session_from_row(r)?,
+                state_version: r.get::<_, Option<i64>>(17)?.unwrap_or(0),
+                last_event_at: r.get(18)?,
+                last_event_kind: r.get(19)?,
+                pending_as_watcher: r.get::<_, i64>(20)?.max(0) as u64,
+                pending_as_target: r.get::<_, i64>(21)?.max(0) as u64,
+                last_human_at: r.get(22)?,
+                link_last_scanned_at: r.get(23)?,
+            })
+        })?;
+        let rows = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok((rows, total.max(0) as u64))
+    }
+
+    fn console_cursors_held_by(&self, watchers: &[String]) -> Result<Vec<CursorRow>> {
+        if watchers.is_empty() {
+            return Ok(Vec::new());
+        }
+        let marks: Vec<String> = (1..=watchers.len()).map(|i| format!("?{i}")).collect();
+        let args: Vec<&dyn ToSql> = watchers.iter().map(|w| w as &dyn ToSql).collect();
+        // Plain SQL (an IN list on the primary key's leading column) that another backend can
+        // run with its own placeholders. Filtering the targets here as well (a row-value IN
+        // over the node set) was slower: SQLite then probes the whole primary key once per
+        // (watcher, target) pair, 90,000 probes at 300 nodes.
+        let sql = format!(
+            "SELECT {CURSOR_COLS} FROM session_watch_cursors \
+             WHERE watcher_session_key IN ({}) \
+             ORDER BY watcher_session_key, target_session_key, target_agent_id",
+            marks.join(", ")
+        );
+        self.live()?;
+        // Not the statement cache: the text differs with the number of watchers, and a few
+        // hundred variants would evict the hot statements.
+        let mut stmt = self.conn.prepare(&sql)?;
+        let rows = stmt.query_map(args.as_slice(), cursor_from_row)?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+
+    fn head(&self, key: &str, agent: &str) -> Result<Option<HeadRow>> {
+        self.check_log_read()?;
+        self.query_opt(
+            "SELECT last_sequence, pruned_max_sequence, updated_at FROM session_state_heads \
+             WHERE session_key = ?1 AND agent_id = ?2",
+            &[&key, &agent],
+            |r| {
+                Ok(HeadRow {
+                    last_sequence: r.get(0)?,
+                    pruned_max_sequence: r.get(1)?,
+                    updated_at: r.get(2)?,
+                })
+            },
+        )
+    }
+
+    fn heads(&self, pairs: &[(String, String)]) -> Result<Vec<Option<HeadRow>>> {
+        pairs.iter().map(|(k, a)| self.head(k, a)).collect()
+    }
+
+    fn events_after(
+        &self,
+        key: &str,
+        agent: &str,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredEvent>> {
+        self.check_log_read()?;
+        self.query_vec(
+            &format!(
+                "SELECT {EVENT_COLS} FROM session_state_events WHERE session_key = ?1 AND agent_id = ?2 \
+                 AND sequence > ?3 ORDER BY sequence LIMIT ?4"
+            ),
+            &[&key, &agent, &after, &i64::from(limit)],
+            event_from_row,
+        )
+    }
+
+    fn events_before(
+        &self,
+        key: &str,
+        agent: &str,
+        before: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredEvent>> {
+        self.check_log_read()?;
+        self.query_vec(
+            &format!(
+                "SELECT {EVENT_COLS} FROM session_state_events WHERE session_key = ?1 AND agent_id = ?2 \
+                 AND sequence < ?3 ORDER BY sequence DESC LIMIT ?4"
+            ),
+            &[&key, &agent, &before, &i64::from(limit)],
+            event_from_row,
+        )
+    }
+
+    fn earliest_sequence(&self, key: &str, agent: &str) -> Result<Option<i64>> {
+        self.check_log_read()?;
+        self.query_opt(
+            "SELECT sequence FROM session_state_events WHERE session_key = ?1 AND agent_id = ?2 \
+                 ORDER BY sequence LIMIT 1",
+            &[&key, &agent],
+            |r| r.get(0),
+        )
+    }
+
+    fn event_by_dedupe(&self, dedupe_key: &str) -> Result<Option<StoredEvent>> {
+        self.query_opt(
+            &format!("SELECT {EVENT_COLS} FROM session_state_events WHERE dedupe_key = ?1"),
+            &[&dedupe_key],
+            event_from_row,
+        )
+    }
+
+    fn event_by_sequence(&self, sequence: i64) -> Result<Option<StoredEvent>> {
+        self.query_opt(
+            &format!("SELECT {EVENT_COLS} FROM session_state_events WHERE sequence = ?1"),
+            &[&sequence],
+            event_from_row,
+        )
+    }
+
+    fn event_count(&self) -> Result<u64> {
+        let n: i64 = self
+            .query_opt("SELECT COUNT(*) FROM session_state_events", &[], |r| {
+                r.get(0)
+            })?
+            .unwrap_or(0);
+        Ok(n.max(0) as u64)
+    }
+
+    fn cursor(
+        &self,
+        watcher: &str,
+        target_key: &str,
+        target_agent: &str,
+    ) -> Result<Option<CursorRow>> {
+        self.query_opt(
+            &format!(
+                "SELECT {CURSOR_COLS} FROM session_watch_cursors WHERE watcher_session_key = ?1 \
+                 AND target_session_key = ?2 AND target_agent_id = ?3"
+            ),
+            &[&watcher, &target_key, &target_agent],
+            cursor_from_row,
+        )
+    }
+
+    fn cursors_by_watcher(&self, watcher: &str) -> Result<Vec<CursorRow>> {
+        self.query_vec(
+            &format!(
+                "SELECT {CURSOR_COLS} FROM session_watch_cursors WHERE watcher_session_key = ?1 \
+                 ORDER BY target_session_key, target_agent_id"
+            ),
+            &[&watcher],
+            cursor_from_row,
+        )
+    }
+
+    fn cursors_by_target(&self, target_key: &str, target_agent: &str) -> Result<Vec<CursorRow>> {
+        self.query_vec(
+            &format!(
+                "SELECT {CURSOR_COLS} FROM session_watch_cursors WHERE target_session_key = ?1 \
+                 AND target_agent_id = ?2 ORDER BY watcher_session_key"
+            ),
+            &[&target_key, &target_agent],
+            cursor_from_row,
+        )
+    }
+
+    fn live_watchers_of(&self, target_key: &str, target_agent: &str) -> Result<Vec<String>> {
+        self.query_vec(
+            "SELECT watcher_session_key FROM session_watch_cursors WHERE target_session_key = ?1 \
+             AND target_agent_id = ?2 AND muted = 0 ORDER BY watcher_session_key",
+            &[&target_key, &target_agent],
+            |r| r.get(0),
+        )
+    }
+
+    fn pending_by_watcher(&self, watcher: &str) -> Result<Vec<CursorRow>> {
+        self.query_vec(
+            &format!(
+                "SELECT {CURSOR_COLS} FROM session_watch_cursors WHERE watcher_session_key = ?1 \
+                 AND muted = 0 AND notified_sequence > last_seen_sequence \
+                 ORDER BY notified_sequence, target_session_key, target_agent_id"
+            ),
+            &[&watcher],
+            cursor_from_row,
+        )
+    }
+
+    fn watchers_with_pending(&self) -> Result<Vec<String>> {
+        self.query_vec(
+            "SELECT DISTINCT watcher_session_key FROM session_watch_cursors WHERE muted = 0 \
+             AND notified_sequence > last_seen_sequence ORDER BY watcher_session_key",
+            &[],
+            |r| r.get(0),
+        )
+    }
+
+    fn count_pending(&self) -> Result<u64> {
+        let n: i64 = self
+            .query_opt(COUNT_PENDING_SQL, &[], |r| r.get(0))?
+            .unwrap_or(0);
+        Ok(n.max(0) as u64)
+    }
+
+    fn gauges(&self) -> Result<StoreGauges> {
+        // Each COUNT is answered from an index, never the cursor table itself: sessions from
+        // its narrowest index, watchers from the primary key (watcher first, so DISTINCT is a
+        // sequential index scan), pending from the partial index `session_watch_cursors_pending_watcher`
+        // that holds only pending rows. At 10,000 sessions and 100,000 cursors this is a few ms.
+        let count = |sql: &str| -> Result<u64> {
+            let n: i64 = self.query_opt(sql, &[], |r| r.get(0))?.unwrap_or(0);
+            Ok(n.max(0) as u64)
+        };
+        Ok(StoreGauges {
+            sessions: count(COUNT_SESSIONS_SQL)?,
+            watchers: count(COUNT_WATCHERS_SQL)?,
+            pending: self.count_pending()?,
+        })
+    }
+
+    fn system_events_limit(
+        &self,
+        key: &str,
+        agent: &str,
+        limit: u32,
+    ) -> Result<Vec<SystemEventRow>> {
+        self.query_vec(
+            "SELECT id, text, context_key, enqueued_at FROM session_system_events \
+             WHERE session_key = ?1 AND agent_id = ?2 ORDER BY id LIMIT ?3",
+            &[&key, &agent, &i64::from(limit)],
+            |r| {
+                Ok(SystemEventRow {
+                    id: r.get(0)?,
+                    text: r.get(1)?,
+                    context_key: r.get(2)?,
+                    enqueued_at: r.get(3)?,
+                })
+            },
+        )
+    }
+
+    fn pending_by_watcher_limit(&self, watcher: &str, limit: u32) -> Result<Vec<CursorRow>> {
+        self.query_vec(
+            &format!(
+                "SELECT {CURSOR_COLS} FROM session_watch_cursors WHERE watcher_session_key = ?1 \
+                 AND muted = 0 AND notified_sequence > last_seen_sequence \
+                 ORDER BY notified_sequence, target_session_key, target_agent_id LIMIT ?2"
+            ),
+            &[&watcher, &i64::from(limit)],
+            cursor_from_row,
+        )
+    }
+
+    fn turns_within(
+        &self,
+        key: &str,
+        agent: &str,
+        after: Option<i64>,
+        limit: u32,
+        max_bytes: usize,
+    ) -> Result<(Vec<TurnRow>, bool)> {
+        self.live()?;
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {TURN_COLS} FROM turns WHERE session_key = ?1 AND agent_id = ?2 AND idx > ?3 \
+             ORDER BY idx LIMIT ?4"
+        ))?;
+        let params: [&dyn ToSql; 4] = [&key, &agent, &after.unwrap_or(-1), &i64::from(limit)];
+        let mut rows = stmt.query(&params[..])?;
+        let (mut out, mut used) = (Vec::new(), 0usize);
+        while let Some(row) = rows.next()? {
+            let turn = turn_from_row(row)?;
+            let size = turn.text.len() + turn.upstream_text.as_ref().map_or(0, String::len);
+            if !out.is_empty() && used.saturating_add(size) > max_bytes {
+                return Ok((out, true));
+            }
+            used = used.saturating_add(size);
+            out.push(turn);
+        }
+        Ok((out, false))
+    }
+
+    fn turns_page(
+        &self,
+        key: &str,
+        agent: &str,
+        from: Option<i64>,
+        include_tools: bool,
+        limit: u32,
+        max_chars: u32,
+    ) -> Result<Vec<TurnRow>> {
+        // TURN_COLS with both texts cut in SQL, so a long transcript never loads in full.
+        const CUT_COLS: &str = "id, idx, role, substr(text, 1, ?4), at, actor_type, actor_id, \
+             provenance_json, channel, run_id, origin, substr(upstream_text, 1, ?4), idempotency_key";
+        let cut = i64::from(max_chars) + 1;
+        let filter = "session_key = ?1 AND agent_id = ?2 AND (?3 OR role <> 'tool')";
+        match from {
+            Some(from) => self.query_vec(
+                &format!(
+                    "SELECT {CUT_COLS} FROM turns WHERE {filter} AND idx >= ?5 ORDER BY idx LIMIT ?6"
+                ),
+                &[&key, &agent, &include_tools, &cut, &from, &i64::from(limit)],
+                turn_from_row,
+            ),
+            None => {
+                let mut rows = self.query_vec(
+                    &format!(
+                        "SELECT {CUT_COLS} FROM turns WHERE {filter} ORDER BY idx DESC LIMIT ?5"
+                    ),
+                    &[&key, &agent, &include_tools, &cut, &i64::from(limit)],
+                    turn_from_row,
+                )?;
+                rows.reverse();
+                Ok(rows)
+            }
+        }
+    }
+
+    fn system_events(&self, key: &str, agent: &str) -> Result<Vec<SystemEventRow>> {
+        self.query_vec(
+            "SELECT id, text, context_key, enqueued_at FROM session_system_events \
+             WHERE session_key = ?1 AND agent_id = ?2 ORDER BY id",
+            &[&key, &agent],
+            |r| {
+                Ok(SystemEventRow {
+                    id: r.get(0)?,
+                    text: r.get(1)?,
+                    context_key: r.get(2)?,
+                    enqueued_at: r.get(3)?,
+                })
+            },
+        )
+    }
+
+    fn turns(
+        &self,
+        key: &str,
+        agent: &str,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<TurnRow>> {
+        self.query_vec(
+            &format!(
+                "SELECT {TURN_COLS} FROM turns WHERE session_key = ?1 AND agent_id = ?2 AND idx > ?3 \
+                 ORDER BY idx LIMIT ?4"
+            ),
+            &[&key, &agent, &after.unwrap_or(-1), &i64::from(limit)],
+            turn_from_row,
+        )
+    }
+
+    fn turn_count(&self, key: &str, agent: &str) -> Result<i64> {
+        Ok(self
+            .query_opt(
+                // Indices are 0..n within an incarnation (reset deletes them all), so the next
+                // index is one index-seek away; COUNT(*) would scan the whole transcript.
+                "SELECT COALESCE(MAX(idx) + 1, 0) FROM turns WHERE session_key = ?1 AND agent_id = ?2",
+                &[&key, &agent],
+                |r| r.get(0),
+            )?
+            .unwrap_or(0))
+    }
+
+    fn turn_by_idempotency(
+        &self,
+        key: &str,
+        agent: &str,
+        idempotency_key: &str,
+    ) -> Result<Option<TurnRow>> {
+        self.query_opt(
+            &format!(
+                "SELECT {TURN_COLS} FROM turns WHERE session_key = ?1 AND agent_id = ?2 \
+                 AND idempotency_key = ?3"
+            ),
+            &[&key, &agent, &idempotency_key],
+            turn_from_row,
+        )
+    }
+
+    fn recent_own_user_turns(&self, key: &str, agent: &str, limit: u32) -> Result<Vec<TurnRow>> {
+        self.query_vec(
+            &format!(
+                "SELECT {TURN_COLS} FROM turns WHERE session_key = ?1 AND agent_id = ?2 AND role = 'user' \
+                 AND (origin IS NULL OR origin <> 'import') ORDER BY idx DESC LIMIT ?3"
+            ),
+            &[&key, &agent, &i64::from(limit)],
+            turn_from_row,
+        )
+    }
+
+    fn reply_for_run(&self, key: &str, agent: &str, run_id: &str) -> Result<Option<TurnRow>> {
+        self.query_opt(
+            &format!(
+                "SELECT {TURN_COLS} FROM turns WHERE session_key = ?1 AND agent_id = ?2 \
+                 AND run_id = ?3 AND role = 'assistant' ORDER BY idx LIMIT 1"
+            ),
+            &[&key, &agent, &run_id],
+            turn_from_row,
+        )
+    }
+
+    fn link(&self, key: &str, agent: &str) -> Result<Option<LinkRow>> {
+        self.query_opt(
+            &format!("SELECT {LINK_COLS} FROM session_upstream_links WHERE session_key = ?1 AND agent_id = ?2"),
+            &[&key, &agent],
+            link_from_row,
+        )
+    }
+
+    fn watched_links(&self) -> Result<Vec<LinkRow>> {
+        self.query_vec(
+            &format!(
+                "SELECT {LINK_COLS} FROM session_upstream_links l WHERE EXISTS (SELECT 1 FROM \
+                 session_watch_cursors c WHERE c.target_session_key = l.session_key AND \
+                 c.target_agent_id = l.agent_id AND c.muted = 0) ORDER BY catalog_id, session_key, agent_id"
+            ),
+            &[],
+            link_from_row,
+        )
+    }
+
+    fn runs_of(&self, key: &str, agent: &str, limit: u32) -> Result<Vec<RunRow>> {
+        self.query_vec(
+            &format!(
+                "SELECT {RUN_COLS} FROM runs WHERE session_key = ?1 AND agent_id = ?2 \
+                 ORDER BY started_at DESC, run_id LIMIT ?3"
+            ),
+            &[&key, &agent, &i64::from(limit)],
+            run_from_row,
+        )
+    }
+
+    fn run(&self, run_id: &str) -> Result<Option<RunRow>> {
+        self.query_opt(
+            &format!("SELECT {RUN_COLS} FROM runs WHERE run_id = ?1"),
+            &[&run_id],
+            run_from_row,
+        )
+    }
+
+    fn due_runs(&self, now: i64) -> Result<Vec<RunRow>> {
+        self.query_vec(
+            &format!(
+                "SELECT {RUN_COLS} FROM runs WHERE ended_at IS NULL AND deadline_at IS NOT NULL \
+                 AND deadline_at <= ?1 ORDER BY deadline_at, run_id"
+            ),
+            &[&now],
+            run_from_row,
+        )
+    }
+
+    fn next_run_deadline(&self) -> Result<Option<i64>> {
+        Ok(self
+            .query_opt(
+                "SELECT MIN(deadline_at) FROM runs WHERE ended_at IS NULL AND deadline_at IS NOT NULL",
+                &[],
+                |r| r.get::<_, Option<i64>>(0),
+            )?
+            .flatten())
+    }
+}

@@ -1,0 +1,252 @@
+//! The SQLite schema, its migration, and opening connections (owner-only file, WAL, busy
+//! timeout, the statement-planner setting).
+
+use crate::faults::FaultPlan;
+use crate::metrics::StoreMetrics;
+use crate::rows::*;
+use crate::store::{Completion, Store, StoreExt, StoreInfo, WriteOp};
+use crate::tx::{ReadTx, WriteTx};
+use crate::{Result, StoreError};
+use aware_core::event::compact_payload;
+use aware_core::{ActorType, CompactEvent, CursorState, EventKind, Origin, StoredEvent};
+use rusqlite::types::Type;
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row, ToSql};
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use super::options::*;
+
+// The counts behind the metrics gauges; constants so the unit test checks the plans of exactly
+// these statements.
+pub(super) const COUNT_SESSIONS_SQL: &str = "SELECT COUNT(*) FROM sessions";
+pub(super) const COUNT_WATCHERS_SQL: &str =
+    "SELECT COUNT(DISTINCT watcher_session_key) FROM session_watch_cursors";
+pub(super) const COUNT_PENDING_SQL: &str = "SELECT COUNT(*) FROM session_watch_cursors WHERE muted = 0 \
+                                 AND notified_sequence > last_seen_sequence";
+
+pub(super) const SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS session_state_events (
+    sequence     INTEGER PRIMARY KEY AUTOINCREMENT,
+    dedupe_key   TEXT UNIQUE,
+    session_key  TEXT NOT NULL,
+    session_id   TEXT,
+    agent_id     TEXT NOT NULL,
+    kind         TEXT NOT NULL,
+    actor_type   TEXT NOT NULL,
+    actor_id     TEXT,
+    run_id       TEXT,
+    occurred_at  INTEGER NOT NULL,
+    summary      TEXT NOT NULL,
+    payload_json TEXT
+) STRICT;
+CREATE INDEX IF NOT EXISTS session_state_events_stream
+    ON session_state_events (session_key, agent_id, sequence);
+CREATE INDEX IF NOT EXISTS session_state_events_age
+    ON session_state_events (occurred_at, sequence);
+
+CREATE TABLE IF NOT EXISTS session_state_heads (
+    session_key         TEXT NOT NULL,
+    agent_id            TEXT NOT NULL,
+    last_sequence       INTEGER NOT NULL,
+    pruned_max_sequence INTEGER NOT NULL DEFAULT 0,
+    updated_at          INTEGER NOT NULL,
+    PRIMARY KEY (session_key, agent_id)
+) STRICT;
+
+CREATE TABLE IF NOT EXISTS session_watch_cursors (
+    watcher_session_key TEXT NOT NULL,
+    target_session_key  TEXT NOT NULL,
+    target_agent_id     TEXT NOT NULL,
+    last_seen_sequence  INTEGER NOT NULL,
+    notified_sequence   INTEGER NOT NULL,
+    material_sequence   INTEGER NOT NULL,
+    muted               INTEGER NOT NULL DEFAULT 0,
+    origin              TEXT NOT NULL,
+    notice_opened_at    INTEGER,
+    created_at          INTEGER NOT NULL,
+    updated_at          INTEGER NOT NULL,
+    PRIMARY KEY (watcher_session_key, target_session_key, target_agent_id)
+) STRICT;
+CREATE INDEX IF NOT EXISTS session_watch_cursors_target
+    ON session_watch_cursors (target_session_key, target_agent_id);
+CREATE INDEX IF NOT EXISTS session_watch_cursors_updated
+    ON session_watch_cursors (updated_at);
+-- Pending rows only (few at any time): the console counts and sorts by pending notices, and
+-- the pending-notices gauge and the watchers-with-pending scan avoid reading the whole table.
+CREATE INDEX IF NOT EXISTS session_watch_cursors_pending_target
+    ON session_watch_cursors (target_session_key, target_agent_id)
+    WHERE muted = 0 AND notified_sequence > last_seen_sequence;
+CREATE INDEX IF NOT EXISTS session_watch_cursors_pending_watcher
+    ON session_watch_cursors (watcher_session_key)
+    WHERE muted = 0 AND notified_sequence > last_seen_sequence;
+
+CREATE TABLE IF NOT EXISTS session_system_events (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_key TEXT NOT NULL,
+    agent_id    TEXT NOT NULL,
+    text        TEXT NOT NULL,
+    context_key TEXT,
+    enqueued_at INTEGER NOT NULL
+) STRICT;
+CREATE INDEX IF NOT EXISTS session_system_events_session
+    ON session_system_events (session_key, agent_id, id);
+
+CREATE TABLE IF NOT EXISTS session_upstream_links (
+    session_key       TEXT NOT NULL,
+    agent_id          TEXT NOT NULL,
+    catalog_id        TEXT NOT NULL,
+    host_id           TEXT NOT NULL,
+    thread_id         TEXT NOT NULL,
+    upstream_kind     TEXT NOT NULL,
+    upstream_ref_json TEXT NOT NULL,
+    last_marker_json  TEXT,
+    last_scanned_at   INTEGER,
+    created_at        INTEGER NOT NULL,
+    updated_at        INTEGER NOT NULL,
+    PRIMARY KEY (session_key, agent_id)
+) STRICT;
+
+CREATE TABLE IF NOT EXISTS sessions (
+    session_key        TEXT NOT NULL,
+    agent_id           TEXT NOT NULL,
+    session_id         TEXT NOT NULL,
+    kind               TEXT NOT NULL,
+    label              TEXT,
+    parent_session_key TEXT,
+    created_via        TEXT NOT NULL,
+    active_run_id      TEXT,
+    goal_text          TEXT,
+    goal_status        TEXT,
+    goal_updated_at    INTEGER,
+    orphaned           INTEGER NOT NULL DEFAULT 0,
+    upstream_catalog   TEXT,
+    upstream_host      TEXT,
+    upstream_thread    TEXT,
+    created_at         INTEGER NOT NULL,
+    updated_at         INTEGER NOT NULL,
+    PRIMARY KEY (session_key, agent_id)
+) STRICT;
+CREATE UNIQUE INDEX IF NOT EXISTS sessions_label ON sessions (agent_id, label) WHERE label IS NOT NULL;
+CREATE INDEX IF NOT EXISTS sessions_parent ON sessions (parent_session_key);
+-- A parent's children newest first (the list's parent filter, the console graph's walk) without
+-- sorting every child of a parent that has thousands.
+CREATE INDEX IF NOT EXISTS sessions_parent_updated
+    ON sessions (parent_session_key, updated_at DESC, session_key, agent_id);
+CREATE INDEX IF NOT EXISTS sessions_updated ON sessions (updated_at DESC, session_key, agent_id);
+
+CREATE TABLE IF NOT EXISTS turns (
+    session_key     TEXT NOT NULL,
+    agent_id        TEXT NOT NULL,
+    idx             INTEGER NOT NULL,
+    id              TEXT NOT NULL UNIQUE,
+    role            TEXT NOT NULL,
+    text            TEXT NOT NULL,
+    at              INTEGER NOT NULL,
+    actor_type      TEXT NOT NULL,
+    actor_id        TEXT,
+    provenance_json TEXT NOT NULL,
+    channel         TEXT,
+    run_id          TEXT,
+    origin          TEXT,
+    upstream_text   TEXT,
+    idempotency_key TEXT,
+    PRIMARY KEY (session_key, agent_id, idx)
+) STRICT;
+CREATE UNIQUE INDEX IF NOT EXISTS turns_idempotency
+    ON turns (session_key, agent_id, idempotency_key) WHERE idempotency_key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS turns_run ON turns (run_id) WHERE run_id IS NOT NULL;
+
+CREATE TABLE IF NOT EXISTS runs (
+    run_id         TEXT PRIMARY KEY,
+    session_key    TEXT NOT NULL,
+    agent_id       TEXT NOT NULL,
+    session_id     TEXT NOT NULL,
+    started_at     INTEGER NOT NULL,
+    ended_at       INTEGER,
+    outcome        TEXT,
+    deadline_at    INTEGER,
+    event_sequence INTEGER
+) STRICT;
+CREATE INDEX IF NOT EXISTS runs_session ON runs (session_key, agent_id);
+CREATE INDEX IF NOT EXISTS runs_deadline ON runs (deadline_at) WHERE ended_at IS NULL AND deadline_at IS NOT NULL;
+"#;
+
+pub(super) fn migrate(conn: &Connection) -> Result<()> {
+    let found: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::SchemaTooNew {
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let result = conn
+        .execute_batch(SCHEMA)
+        .and_then(|_| conn.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}")));
+    match result {
+        Ok(()) => conn.execute_batch("COMMIT")?,
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            return Err(e.into());
+        }
+    }
+    Ok(())
+}
+
+
+pub(super) fn open_conn(path: &Path, flags: OpenFlags) -> Result<Connection> {
+    let conn = Connection::open_with_flags(path, flags).map_err(|source| StoreError::Open {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    // The bundled SQLite has STAT4, under which rebinding a `LIMIT ?` parameter invalidates a
+    // prepared statement; the query planner stability guarantee keeps cached statements valid
+    // (measured: 40-60 µs saved per 200-event page).
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+        true,
+    )?;
+    Ok(conn)
+}
+
+/// Creates the database file owner-only (0600) when it is missing, whatever the umask. SQLite
+/// gives the `-wal` and `-shm` files the mode of the database file, so they follow.
+pub(super) fn create_private_file(path: &Path) -> Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let created = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path);
+        let io = |e: std::io::Error| StoreError::Open {
+            path: path.to_path_buf(),
+            source: rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CANTOPEN),
+                Some(e.to_string()),
+            ),
+        };
+        match created {
+            // The mode given to open() is masked by the umask; set it explicitly.
+            Ok(f) => f
+                .set_permissions(std::fs::Permissions::from_mode(0o600))
+                .map_err(io)?,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io(e)),
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
+}
+
+/// Runs a fixed control statement through the statement cache instead of re-parsing it.
+pub(super) fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
+}

@@ -1,0 +1,123 @@
+//! `SqlTx`: one connection viewed as a transaction (the writer's, or a reader snapshot), with
+//! the query helpers the `ReadTx`/`WriteTx` implementations share.
+
+use crate::faults::FaultPlan;
+use crate::metrics::StoreMetrics;
+use crate::rows::*;
+use crate::store::{Completion, Store, StoreExt, StoreInfo, WriteOp};
+use crate::tx::{ReadTx, WriteTx};
+use crate::{Result, StoreError};
+use aware_core::event::compact_payload;
+use aware_core::{ActorType, CompactEvent, CursorState, EventKind, Origin, StoredEvent};
+use rusqlite::types::Type;
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row, ToSql};
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use super::mapping::*;
+use super::writer::Hook;
+
+/// One connection viewed as a transaction: the writer's (inside `BEGIN IMMEDIATE`) or a
+/// reader's snapshot.
+pub(crate) struct SqlTx<'c> {
+    pub(super) conn: &'c Connection,
+    pub(super) faults: &'c FaultPlan,
+    /// Reader snapshots honour the `failReads` fault; the writer's own reads never do.
+    pub(super) reader: bool,
+    pub(super) hooks: Vec<Hook>,
+}
+
+
+/// Why every op of a batch fails after SQLite rolled its transaction back.
+pub(super) const TXN_LOST: &str = "SQLite rolled back the batch's transaction";
+
+impl SqlTx<'_> {
+    /// The writer's statements run only inside the batch's transaction: once SQLite rolled it
+    /// back (see `writer_loop`), a statement would autocommit on its own, half-writing the op.
+    pub(super) fn live(&self) -> Result<()> {
+        if !self.reader && self.conn.is_autocommit() {
+            return Err(StoreError::CommitFailed(TXN_LOST.into()));
+        }
+        Ok(())
+    }
+
+    pub(super) fn check_log_read(&self) -> Result<()> {
+        if self.reader && self.faults.reads_fail() {
+            return Err(StoreError::InjectedFault("signal-log reads fail"));
+        }
+        Ok(())
+    }
+
+    pub(super) fn query_vec<T>(
+        &self,
+        sql: &str,
+        params: &[&dyn ToSql],
+        map: impl FnMut(&Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Vec<T>> {
+        self.live()?;
+        let mut stmt = self.conn.prepare_cached(sql)?;
+        let rows = stmt.query_map(params, map)?;
+        Ok(rows.collect::<rusqlite::Result<Vec<T>>>()?)
+    }
+
+    pub(super) fn query_opt<T>(
+        &self,
+        sql: &str,
+        params: &[&dyn ToSql],
+        map: impl FnOnce(&Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Option<T>> {
+        self.live()?;
+        let mut stmt = self.conn.prepare_cached(sql)?;
+        Ok(stmt.query_row(params, map).optional()?)
+    }
+
+    pub(super) fn exec(&self, sql: &str, params: &[&dyn ToSql]) -> Result<usize> {
+        self.live()?;
+        let mut stmt = self.conn.prepare_cached(sql)?;
+        Ok(stmt.execute(params)?)
+    }
+}
+
+
+impl SqlTx<'_> {
+    /// Stamps each affected stream's pruned watermark (never creating or lowering a head), then
+    /// deletes the same rows. Both statements see the same victims inside one transaction.
+    pub(super) fn stamp_and_delete(
+        &mut self,
+        victims: &str,
+        args: &[&dyn ToSql],
+        now: i64,
+    ) -> Result<BatchResult> {
+        let rows: Vec<(i64, String, String)> =
+            self.query_vec(victims, args, |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        if rows.is_empty() {
+            return Ok(BatchResult::default());
+        }
+        let mut per_stream: std::collections::HashMap<(&str, &str), i64> = Default::default();
+        for (seq, key, agent) in &rows {
+            let max = per_stream
+                .entry((key.as_str(), agent.as_str()))
+                .or_insert(*seq);
+            *max = (*max).max(*seq);
+        }
+        for ((key, agent), max) in per_stream {
+            self.exec(
+                "UPDATE session_state_heads SET pruned_max_sequence = ?3, updated_at = ?4 \
+                 WHERE session_key = ?1 AND agent_id = ?2 AND pruned_max_sequence < ?3",
+                &[&key, &agent, &max, &now],
+            )?;
+        }
+        let mut deleted = 0u64;
+        for (seq, _, _) in &rows {
+            deleted += self.exec(
+                "DELETE FROM session_state_events WHERE sequence = ?1",
+                &[seq],
+            )? as u64;
+        }
+        Ok(BatchResult { deleted })
+    }
+}

@@ -1,0 +1,203 @@
+//! Unit tests of the SQLite store's gauges and writer.
+
+#[cfg(test)]
+mod gauge_tests {
+    #![allow(unused_imports)]
+    use crate::sqlite::{handle::*, mapping::*, options::*, schema::*, sqltx::*, writer::*};
+    use crate::*;
+    use rusqlite::{params, Connection, OptionalExtension};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    /// The gauges run on every scrape, so each count must be answered from an index (never a
+    /// scan of the cursor table) and be right at the sizes issue 12 names: 10,000 sessions and
+    /// 100,000 cursors, 1 in 20 pending, 1 in 50 muted.
+    #[test]
+    fn gauge_counts_are_index_only_and_exact_at_scale() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(SCHEMA).unwrap();
+        conn.execute_batch("BEGIN").unwrap();
+        {
+            let mut s = conn
+                .prepare(
+                    "INSERT INTO sessions (session_key, agent_id, session_id, kind, created_via, \
+                     created_at, updated_at) VALUES (?1, 'main', ?1, 'main', 'api', 0, 0)",
+                )
+                .unwrap();
+            for i in 0..10_000 {
+                s.execute([format!("agent:main:s{i}")]).unwrap();
+            }
+            let mut c = conn
+                .prepare(
+                    "INSERT INTO session_watch_cursors (watcher_session_key, target_session_key, \
+                     target_agent_id, last_seen_sequence, notified_sequence, material_sequence, \
+                     muted, origin, created_at, updated_at) \
+                     VALUES (?1, ?2, 'main', 1, ?3, ?3, ?4, 'explicit', 0, 0)",
+                )
+                .unwrap();
+            for i in 0..100_000i64 {
+                // 7,000 distinct watchers with 14 or 15 targets each.
+                let watcher = format!("agent:main:s{}", i % 7_000);
+                let target = format!("agent:main:s{}", i / 7_000 + 7_000);
+                let notified = if i % 20 == 0 { 2 } else { 1 };
+                let muted = i64::from(i % 50 == 1);
+                c.execute(rusqlite::params![watcher, target, notified, muted])
+                    .unwrap();
+            }
+        }
+        conn.execute_batch("COMMIT").unwrap();
+        let count = |sql: &str| conn.query_row(sql, [], |r| r.get::<_, i64>(0)).unwrap();
+        assert_eq!(count(COUNT_SESSIONS_SQL), 10_000);
+        assert_eq!(count(COUNT_WATCHERS_SQL), 7_000);
+        // i % 20 == 0 is never i % 50 == 1, so every pending cursor is unmuted.
+        assert_eq!(count(COUNT_PENDING_SQL), 5_000);
+        for sql in [COUNT_SESSIONS_SQL, COUNT_WATCHERS_SQL, COUNT_PENDING_SQL] {
+            let mut plan = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+            let steps: Vec<String> = plan
+                .query_map([], |r| r.get::<_, String>(3))
+                .unwrap()
+                .map(|r| r.unwrap())
+                .collect();
+            assert!(
+                steps.iter().all(|s| s.contains("INDEX")),
+                "{sql} is not answered from an index: {steps:?}"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod writer_tests {
+    #![allow(unused_imports)]
+    use crate::sqlite::{handle::*, mapping::*, options::*, schema::*, sqltx::*, writer::*};
+    use crate::*;
+    use rusqlite::{params, Connection, OptionalExtension};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    fn event(key: &str, at: i64) -> NewEvent {
+        NewEvent {
+            dedupe_key: None,
+            session_key: key.into(),
+            session_id: None,
+            agent_id: "main".into(),
+            kind: EventKind::HumanDirectMessage,
+            actor_type: ActorType::Human,
+            actor_id: None,
+            run_id: None,
+            occurred_at: at,
+            summary: "x".into(),
+            payload: None,
+        }
+    }
+
+    /// Polls a future to completion on this thread (the crate's tokio has no runtime).
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        struct Unpark(std::thread::Thread);
+        impl std::task::Wake for Unpark {
+            fn wake(self: Arc<Self>) {
+                self.0.unpark();
+            }
+        }
+        let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+        let mut cx = std::task::Context::from_waker(&waker);
+        let mut f = std::pin::pin!(f);
+        loop {
+            if let std::task::Poll::Ready(out) = f.as_mut().poll(&mut cx) {
+                return out;
+            }
+            std::thread::park();
+        }
+    }
+
+    /// Callers that lead their own commits and ops queued to the writer thread (async
+    /// submitters, and blocking callers that found a leader) mix freely: every op commits once,
+    /// none is lost or run twice, and after-commit hooks run in commit (sequence) order.
+    #[test]
+    fn caller_led_and_thread_led_commits_mix_in_commit_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(
+            StoreOptions::new(dir.path().join("w.db")).durability(Durability::Normal),
+        )
+        .unwrap();
+        let seen: Arc<Mutex<Vec<i64>>> = Arc::default();
+        let (threads, per) = (6usize, 150i64);
+        let blocking: Vec<_> = (0..threads)
+            .map(|t| {
+                let (store, seen) = (store.clone(), seen.clone());
+                std::thread::spawn(move || {
+                    for i in 0..per {
+                        let seen = seen.clone();
+                        let seq = store
+                            .write(move |tx| {
+                                let seq = tx.insert_event(&event(&format!("s{t}"), i))?;
+                                tx.after_commit(Box::new(move || seen.lock().unwrap().push(seq)));
+                                Ok(seq)
+                            })
+                            .unwrap();
+                        assert!(seq > 0);
+                    }
+                })
+            })
+            .collect();
+        block_on(async {
+            for i in 0..per {
+                let seen = seen.clone();
+                store
+                    .write_async(move |tx| {
+                        let seq = tx.insert_event(&event("async", i))?;
+                        tx.after_commit(Box::new(move || seen.lock().unwrap().push(seq)));
+                        Ok(())
+                    })
+                    .await
+                    .unwrap();
+            }
+        });
+        for h in blocking {
+            h.join().unwrap();
+        }
+        let total = (threads as u64 + 1) * per as u64;
+        assert_eq!(store.read(|r| r.event_count()).unwrap(), total);
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len() as u64, total, "every hook ran once");
+        assert!(
+            seen.windows(2).all(|w| w[0] < w[1]),
+            "hooks ran out of commit order"
+        );
+        assert_eq!(store.metrics().ops(), total);
+    }
+
+    /// A failed op rolls back only itself when it leads its own commit, and the store keeps
+    /// taking writes; close waits for queued ops, and later writes fail as WriterGone.
+    #[test]
+    fn failed_op_then_close() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(StoreOptions::new(dir.path().join("w.db"))).unwrap();
+        let failed = store.write(|tx| {
+            tx.insert_event(&event("a", 1))?;
+            Err::<(), _>(StoreError::Corrupt("no".into()))
+        });
+        assert!(failed.is_err());
+        store.write(|tx| tx.insert_event(&event("a", 2))).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        store
+            .submit(
+                Box::new(|w: &mut dyn WriteTx| {
+                    w.insert_event(&event("a", 3)).err().map(|e| e.to_string())
+                }),
+                Box::new(move |r| tx.send(r.is_ok()).unwrap()),
+            )
+            .unwrap();
+        store.close();
+        assert!(
+            rx.recv().unwrap(),
+            "an op queued before close still commits"
+        );
+        assert_eq!(store.read(|r| r.event_count()).unwrap(), 2);
+        assert!(matches!(
+            store.write(|tx| tx.insert_event(&event("a", 4))),
+            Err(StoreError::WriterGone)
+        ));
+    }
+}
+
