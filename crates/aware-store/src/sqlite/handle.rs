@@ -1,28 +1,22 @@
 //! `SqliteStore`: opening, the reader pool, the `Store` implementation, and the SQLite-only
 //! test seams.
 
-use crate::faults::FaultPlan;
-use crate::metrics::StoreMetrics;
-use crate::rows::*;
-use crate::store::{Completion, Store, StoreExt, StoreInfo, WriteOp};
-use crate::tx::{ReadTx, WriteTx};
-use crate::{Result, StoreError};
-use aware_core::event::compact_payload;
-use aware_core::{ActorType, CompactEvent, CursorState, EventKind, Origin, StoredEvent};
-use rusqlite::types::Type;
-use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row, ToSql};
-use std::collections::VecDeque;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 use super::mapping::*;
 use super::options::*;
 use super::schema::*;
 use super::sqltx::*;
 use super::writer::*;
+use crate::faults::FaultPlan;
+use crate::metrics::StoreMetrics;
+use crate::rows::*;
+use crate::store::{Completion, Store, StoreExt, StoreInfo, WriteOp};
+use crate::tx::ReadTx;
+use crate::{Result, StoreError};
+use rusqlite::{params, Connection, OpenFlags};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
 
 pub(super) struct Inner {
     pub(super) path: PathBuf,
@@ -35,7 +29,6 @@ pub(super) struct Inner {
     pub(super) faults: Arc<FaultPlan>,
     pub(super) metrics: Arc<StoreMetrics>,
 }
-
 
 /// A cheap, cloneable handle to one SQLite store.
 #[derive(Clone)]
@@ -50,7 +43,6 @@ impl std::fmt::Debug for SqliteStore {
             .finish()
     }
 }
-
 
 impl SqliteStore {
     /// Opens (creating if missing) the store, checks the schema version, creates missing tables,
@@ -325,7 +317,6 @@ impl Drop for Inner {
         }
     }
 }
-
 
 /// Test seams of the failure-model tests (01 §12); aware itself never calls them. Each queues a
 /// pragma for the writer's own connection, which runs it before its next batch (outside any

@@ -1,22 +1,10 @@
 //! Rows to and from SQLite: column lists and row mappers.
 
-use crate::faults::FaultPlan;
-use crate::metrics::StoreMetrics;
 use crate::rows::*;
-use crate::store::{Completion, Store, StoreExt, StoreInfo, WriteOp};
-use crate::tx::{ReadTx, WriteTx};
-use crate::{Result, StoreError};
 use aware_core::event::compact_payload;
 use aware_core::{ActorType, CompactEvent, CursorState, EventKind, Origin, StoredEvent};
 use rusqlite::types::Type;
-use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row, ToSql};
-use std::collections::VecDeque;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use rusqlite::Row;
 
 pub(super) fn conversion_error(col: usize, what: String) -> rusqlite::Error {
     rusqlite::Error::FromSqlConversionFailure(col, Type::Text, what.into())
@@ -116,7 +104,8 @@ pub(super) fn cursor_from_row(row: &Row<'_>) -> rusqlite::Result<CursorRow> {
     })
 }
 
-pub(super) const SESSION_COLS: &str = "session_key, agent_id, session_id, kind, label, parent_session_key, \
+pub(super) const SESSION_COLS: &str =
+    "session_key, agent_id, session_id, kind, label, parent_session_key, \
      created_via, active_run_id, goal_text, goal_status, goal_updated_at, orphaned, created_at, \
      updated_at, upstream_catalog, upstream_host, upstream_thread";
 
@@ -160,7 +149,8 @@ pub(super) fn session_from_row(row: &Row<'_>) -> rusqlite::Result<SessionRow> {
     })
 }
 
-pub(super) const LINK_COLS: &str = "session_key, agent_id, catalog_id, host_id, thread_id, upstream_kind, \
+pub(super) const LINK_COLS: &str =
+    "session_key, agent_id, catalog_id, host_id, thread_id, upstream_kind, \
      upstream_ref_json, last_marker_json, last_scanned_at, created_at, updated_at";
 
 pub(super) fn link_from_row(row: &Row<'_>) -> rusqlite::Result<LinkRow> {
@@ -206,7 +196,8 @@ pub(super) fn session_values(s: &SessionRow) -> Vec<rusqlite::types::Value> {
     ]
 }
 
-pub(super) const TURN_COLS: &str = "id, idx, role, text, at, actor_type, actor_id, provenance_json, channel, \
+pub(super) const TURN_COLS: &str =
+    "id, idx, role, text, at, actor_type, actor_id, provenance_json, channel, \
      run_id, origin, upstream_text, idempotency_key";
 
 pub(super) fn turn_from_row(row: &Row<'_>) -> rusqlite::Result<TurnRow> {
@@ -245,7 +236,6 @@ pub(super) fn run_from_row(row: &Row<'_>) -> rusqlite::Result<RunRow> {
         event_sequence: row.get(8)?,
     })
 }
-
 
 pub(super) fn payload_text(event: &NewEvent) -> Option<String> {
     event

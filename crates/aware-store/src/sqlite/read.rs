@@ -1,25 +1,13 @@
 //! `ReadTx` on SQLite: every read primitive of the seam.
 
-use crate::faults::FaultPlan;
-use crate::metrics::StoreMetrics;
-use crate::rows::*;
-use crate::store::{Completion, Store, StoreExt, StoreInfo, WriteOp};
-use crate::tx::{ReadTx, WriteTx};
-use crate::{Result, StoreError};
-use aware_core::event::compact_payload;
-use aware_core::{ActorType, CompactEvent, CursorState, EventKind, Origin, StoredEvent};
-use rusqlite::types::Type;
-use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row, ToSql};
-use std::collections::VecDeque;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 use super::mapping::*;
 use super::schema::*;
 use super::sqltx::*;
+use crate::rows::*;
+use crate::tx::ReadTx;
+use crate::Result;
+use aware_core::StoredEvent;
+use rusqlite::ToSql;
 
 impl ReadTx for SqlTx<'_> {
     fn session(&self, key: &str, agent: &str) -> Result<Option<SessionRow>> {

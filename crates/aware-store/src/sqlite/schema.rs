@@ -1,31 +1,18 @@
 //! The SQLite schema, its migration, and opening connections (owner-only file, WAL, busy
 //! timeout, the statement-planner setting).
 
-use crate::faults::FaultPlan;
-use crate::metrics::StoreMetrics;
-use crate::rows::*;
-use crate::store::{Completion, Store, StoreExt, StoreInfo, WriteOp};
-use crate::tx::{ReadTx, WriteTx};
-use crate::{Result, StoreError};
-use aware_core::event::compact_payload;
-use aware_core::{ActorType, CompactEvent, CursorState, EventKind, Origin, StoredEvent};
-use rusqlite::types::Type;
-use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row, ToSql};
-use std::collections::VecDeque;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 use super::options::*;
+use crate::{Result, StoreError};
+use rusqlite::{Connection, OpenFlags};
+use std::path::Path;
 
 // The counts behind the metrics gauges; constants so the unit test checks the plans of exactly
 // these statements.
 pub(super) const COUNT_SESSIONS_SQL: &str = "SELECT COUNT(*) FROM sessions";
 pub(super) const COUNT_WATCHERS_SQL: &str =
     "SELECT COUNT(DISTINCT watcher_session_key) FROM session_watch_cursors";
-pub(super) const COUNT_PENDING_SQL: &str = "SELECT COUNT(*) FROM session_watch_cursors WHERE muted = 0 \
+pub(super) const COUNT_PENDING_SQL: &str =
+    "SELECT COUNT(*) FROM session_watch_cursors WHERE muted = 0 \
                                  AND notified_sequence > last_seen_sequence";
 
 pub(super) const SCHEMA: &str = r#"
@@ -196,7 +183,6 @@ pub(super) fn migrate(conn: &Connection) -> Result<()> {
     }
     Ok(())
 }
-
 
 pub(super) fn open_conn(path: &Path, flags: OpenFlags) -> Result<Connection> {
     let conn = Connection::open_with_flags(path, flags).map_err(|source| StoreError::Open {

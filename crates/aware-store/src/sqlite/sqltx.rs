@@ -2,24 +2,12 @@
 //! the query helpers the `ReadTx`/`WriteTx` implementations share.
 
 use crate::faults::FaultPlan;
-use crate::metrics::StoreMetrics;
 use crate::rows::*;
-use crate::store::{Completion, Store, StoreExt, StoreInfo, WriteOp};
-use crate::tx::{ReadTx, WriteTx};
 use crate::{Result, StoreError};
-use aware_core::event::compact_payload;
-use aware_core::{ActorType, CompactEvent, CursorState, EventKind, Origin, StoredEvent};
-use rusqlite::types::Type;
-use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row, ToSql};
-use std::collections::VecDeque;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
-use super::mapping::*;
-use super::writer::Hook;
+use rusqlite::{Connection, OptionalExtension, Row, ToSql};
+
+/// An after-commit hook of one op.
+pub(super) type Hook = Box<dyn FnOnce() + Send>;
 
 /// One connection viewed as a transaction: the writer's (inside `BEGIN IMMEDIATE`) or a
 /// reader's snapshot.
@@ -30,7 +18,6 @@ pub(crate) struct SqlTx<'c> {
     pub(super) reader: bool,
     pub(super) hooks: Vec<Hook>,
 }
-
 
 /// Why every op of a batch fails after SQLite rolled its transaction back.
 pub(super) const TXN_LOST: &str = "SQLite rolled back the batch's transaction";
@@ -81,7 +68,6 @@ impl SqlTx<'_> {
         Ok(stmt.execute(params)?)
     }
 }
-
 
 impl SqlTx<'_> {
     /// Stamps each affected stream's pruned watermark (never creating or lowering a head), then

@@ -5,6 +5,7 @@ mod gauge_tests {
     #![allow(unused_imports)]
     use crate::sqlite::{handle::*, mapping::*, options::*, schema::*, sqltx::*, writer::*};
     use crate::*;
+    use aware_core::{ActorType, CursorState, EventKind, Origin};
     use rusqlite::{params, Connection, OptionalExtension};
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
@@ -71,6 +72,7 @@ mod writer_tests {
     #![allow(unused_imports)]
     use crate::sqlite::{handle::*, mapping::*, options::*, schema::*, sqltx::*, writer::*};
     use crate::*;
+    use aware_core::{ActorType, CursorState, EventKind, Origin};
     use rusqlite::{params, Connection, OptionalExtension};
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
@@ -200,4 +202,3 @@ mod writer_tests {
         ));
     }
 }
-

@@ -1,35 +1,25 @@
 //! The write side: leader-follower group commit on one connection (01 §8).
 
-use crate::faults::FaultPlan;
-use crate::metrics::StoreMetrics;
-use crate::rows::*;
-use crate::store::{Completion, Store, StoreExt, StoreInfo, WriteOp};
-use crate::tx::{ReadTx, WriteTx};
-use crate::{Result, StoreError};
-use aware_core::event::compact_payload;
-use aware_core::{ActorType, CompactEvent, CursorState, EventKind, Origin, StoredEvent};
-use rusqlite::types::Type;
-use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row, ToSql};
-use std::collections::VecDeque;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 use super::options::*;
 use super::schema::run_cached;
 use super::sqltx::*;
+use crate::faults::FaultPlan;
+use crate::metrics::StoreMetrics;
+use crate::store::{Completion, WriteOp};
+use crate::StoreError;
+use rusqlite::Connection;
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
-pub(super) type Hook = Box<dyn FnOnce() + Send>;
 /// One writer op: `run` executes it inside its savepoint and returns its error text, if any;
 /// `complete` answers the caller with the commit outcome (and the op's own result, which `run`
 /// left in a slot they share). An op whose transaction never started is only completed.
 pub(super) struct Job {
-    run: WriteOp,
-    complete: Completion,
+    pub(super) run: WriteOp,
+    pub(super) complete: Completion,
 }
-
 
 /// The write side: one connection and a queue, run by a leader. At most one thread leads at a
 /// time; the leader takes queued ops as one batch, commits them, answers them, and gives up the
@@ -75,10 +65,10 @@ impl Writer {
 
 /// Gives up the lead when a caller-led batch ends (also on unwinding): the writer thread is
 /// woken if ops queued meanwhile, or to let it finish a close.
-pub(super) struct CallerLead<'a>(&'a Writer);
+pub(super) struct CallerLead<'a>(pub(super) &'a Writer);
 
 impl Drop for CallerLead<'_> {
-    pub(super) fn drop(&mut self) {
+    fn drop(&mut self) {
         let mut s = self.0.state();
         s.leading = false;
         let wake = !s.queue.is_empty() || s.closed;
@@ -88,7 +78,6 @@ impl Drop for CallerLead<'_> {
         }
     }
 }
-
 
 /// The writer thread: leads whenever ops wait and no caller leads; takes every queued op
 /// (≤ 256) as one batch. It never waits for more ops to arrive. Exits once the store is closed,
@@ -113,7 +102,12 @@ pub(super) fn writer_loop(w: &Writer) {
 
 /// One group commit: runs `batch` in one transaction with a savepoint per op, commits once,
 /// then runs each op's after-commit hooks and answers it.
-pub(super) fn run_batch(conn: &Connection, batch: Vec<Job>, faults: &FaultPlan, metrics: &StoreMetrics) {
+pub(super) fn run_batch(
+    conn: &Connection,
+    batch: Vec<Job>,
+    faults: &FaultPlan,
+    metrics: &StoreMetrics,
+) {
     {
         while faults.writer_stalled() {
             std::thread::sleep(Duration::from_millis(5));
