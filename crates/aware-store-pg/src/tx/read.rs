@@ -1,0 +1,598 @@
+//! `ReadTx` on PostgreSQL.
+
+use super::mapping::*;
+use super::PgTx;
+use crate::conn::{col, Param};
+use aware_core::StoredEvent;
+use aware_store::{
+    ConsoleFilter, ConsoleRow, ConsoleSort, CursorRow, HeadRow, LinkRow, ReadTx, Result, RunRow,
+    SessionFilter, SessionRow, StoreGauges, SystemEventRow, TurnRow,
+};
+
+impl ReadTx for PgTx<'_> {
+    fn session(&self, key: &str, agent: &str) -> Result<Option<SessionRow>> {
+        self.map_opt(
+            &format!(
+                "SELECT {SESSION_COLS} FROM sessions WHERE session_key = $1 AND agent_id = $2"
+            ),
+            &[&key, &agent],
+            session_from_row,
+        )
+    }
+
+    fn session_exists(&self, key: &str, agent: &str) -> Result<bool> {
+        Ok(self
+            .map_opt(
+                "SELECT 1 FROM sessions WHERE session_key = $1 AND agent_id = $2",
+                &[&key, &agent],
+                |_| Ok(()),
+            )?
+            .is_some())
+    }
+
+    fn session_by_label(&self, agent: &str, label: &str) -> Result<Option<SessionRow>> {
+        self.map_opt(
+            &format!("SELECT {SESSION_COLS} FROM sessions WHERE agent_id = $1 AND label = $2"),
+            &[&agent, &label],
+            session_from_row,
+        )
+    }
+
+    fn list_sessions(&self, f: &SessionFilter) -> Result<Vec<SessionRow>> {
+        let mut sql = format!("SELECT {SESSION_COLS} FROM sessions WHERE TRUE");
+        let mut args: Vec<Arg> = Vec::new();
+        in_list(&mut sql, "agent_id", &f.agents, &mut args);
+        in_list(&mut sql, "kind", &f.kinds, &mut args);
+        if let Some(parent) = &f.parent_key {
+            let m = push(&mut args, Arg::Text(parent.clone()));
+            sql.push_str(&format!(" AND parent_session_key = {m}"));
+        }
+        if let Some(label) = &f.label {
+            let m = push(&mut args, Arg::Text(label.clone()));
+            sql.push_str(&format!(" AND label = {m}"));
+        }
+        if let Some(since) = f.updated_since {
+            let m = push(&mut args, Arg::Int(since));
+            sql.push_str(&format!(" AND updated_at >= {m}"));
+        }
+        if let Some(kind) = &f.kind_not {
+            let m = push(&mut args, Arg::Text(kind.clone()));
+            sql.push_str(&format!(" AND kind <> {m}"));
+        }
+        let limit = push(&mut args, Arg::Int(i64::from(f.limit)));
+        let offset = push(&mut args, Arg::Int(f.offset.min(i64::MAX as u64) as i64));
+        sql.push_str(&format!(
+            " ORDER BY updated_at DESC, session_key, agent_id LIMIT {limit} OFFSET {offset}"
+        ));
+        let params: Vec<Param<'_>> = args.iter().map(Arg::param).collect();
+        self.map_vec(&sql, &params, session_from_row)
+    }
+
+    fn console_sessions(&self, f: &ConsoleFilter) -> Result<(Vec<ConsoleRow>, u64)> {
+        let mut filter = String::from(" WHERE TRUE");
+        let mut args: Vec<Arg> = Vec::new();
+        in_list(&mut filter, "agent_id", &f.agents, &mut args);
+        if let Some(kind) = &f.kind {
+            let m = push(&mut args, Arg::Text(kind.clone()));
+            filter.push_str(&format!(" AND kind = {m}"));
+        }
+        if let Some(text) = &f.text {
+            let m = push(&mut args, Arg::Text(text.to_lowercase()));
+            filter.push_str(&format!(
+                " AND (strpos(lower(session_key), {m}) > 0 \
+                 OR strpos(lower(coalesce(label, '')), {m}) > 0)"
+            ));
+        }
+        if !f.keys.is_empty() {
+            let pairs: Vec<String> = f
+                .keys
+                .iter()
+                .map(|(k, a)| {
+                    let k = push(&mut args, Arg::Text(k.clone()));
+                    let a = push(&mut args, Arg::Text(a.clone()));
+                    format!("({k}, {a})")
+                })
+                .collect();
+            filter.push_str(&format!(
+                " AND (session_key, agent_id) IN (VALUES {})",
+                pairs.join(",")
+            ));
+        }
+        let total = {
+            let params: Vec<Param<'_>> = args.iter().map(Arg::param).collect();
+            self.count(&format!("SELECT COUNT(*) FROM sessions{filter}"), &params)?
+        };
+        const HEAD: &str = "(SELECT h.last_sequence FROM session_state_heads h \
+             WHERE h.session_key = sessions.session_key AND h.agent_id = sessions.agent_id)";
+        const HEAD_AT: &str = "(SELECT h.updated_at FROM session_state_heads h \
+             WHERE h.session_key = sessions.session_key AND h.agent_id = sessions.agent_id)";
+        const AS_WATCHER: &str = "(SELECT COUNT(*) FROM session_watch_cursors c \
+             WHERE c.watcher_session_key = sessions.session_key AND c.muted = 0 \
+             AND c.notified_sequence > c.last_seen_sequence)";
+        const AS_TARGET: &str = "(SELECT COUNT(*) FROM session_watch_cursors c \
+             WHERE c.target_session_key = sessions.session_key \
+             AND c.target_agent_id = sessions.agent_id AND c.muted = 0 \
+             AND c.notified_sequence > c.last_seen_sequence)";
+        let order = match f.sort {
+            ConsoleSort::Updated => "updated_at",
+            ConsoleSort::Key => "session_key",
+            ConsoleSort::Agent => "agent_id",
+            ConsoleSort::Kind => "kind",
+            ConsoleSort::LastEvent => HEAD_AT,
+            ConsoleSort::StateVersion => HEAD,
+            ConsoleSort::PendingAsWatcher => AS_WATCHER,
+            ConsoleSort::PendingAsTarget => AS_TARGET,
+        };
+        // SQLite puts NULLs first ascending and last descending; PostgreSQL the other way.
+        let dir = if f.descending {
+            "DESC NULLS LAST"
+        } else {
+            "ASC NULLS FIRST"
+        };
+        let limit = push(&mut args, Arg::Int(i64::from(f.limit)));
+        let offset = push(&mut args, Arg::Int(f.offset.min(i64::MAX as u64) as i64));
+        let sql = format!(
+            "SELECT {SESSION_COLS_Q}, {HEAD}, \
+             (SELECT e.occurred_at FROM session_state_events e WHERE e.sequence = {HEAD}), \
+             (SELECT e.kind FROM session_state_events e WHERE e.sequence = {HEAD}), \
+             {AS_WATCHER}, {AS_TARGET}, \
+             (SELECT MAX(e.occurred_at) FROM session_state_events e \
+              WHERE e.session_key = sessions.session_key AND e.agent_id = sessions.agent_id \
+              AND e.actor_type = 'human'), \
+             (SELECT l.last_scanned_at FROM session_upstream_links l \
+              WHERE l.session_key = sessions.session_key AND l.agent_id = sessions.agent_id) \
+             FROM (SELECT session_key AS pk, agent_id AS pa, {order} AS sort_key \
+                   FROM sessions{filter} \
+                   ORDER BY sort_key {dir}, session_key, agent_id \
+                   LIMIT {limit} OFFSET {offset}) page \
+             JOIN sessions ON sessions.session_key = page.pk AND sessions.agent_id = page.pa \
+             ORDER BY page.sort_key {dir}, sessions.session_key, sessions.agent_id"
+        );
+        let params: Vec<Param<'_>> = args.iter().map(Arg::param).collect();
+        let rows = self.map_vec(&sql, &params, |r| {
+            Ok(ConsoleRow {
+                session: session_from_row(r)?,
+                state_version: col::<Option<i64>>(r, 17)?.unwrap_or(0),
+                last_event_at: col(r, 18)?,
+                last_event_kind: col(r, 19)?,
+                pending_as_watcher: col::<i64>(r, 20)?.max(0) as u64,
+                pending_as_target: col::<i64>(r, 21)?.max(0) as u64,
+                last_human_at: col(r, 22)?,
+                link_last_scanned_at: col(r, 23)?,
+            })
+        })?;
+        Ok((rows, total))
+    }
+
+    fn head(&self, key: &str, agent: &str) -> Result<Option<HeadRow>> {
+        self.check_log_read()?;
+        self.map_opt(
+            "SELECT last_sequence, pruned_max_sequence, updated_at FROM session_state_heads \
+             WHERE session_key = $1 AND agent_id = $2",
+            &[&key, &agent],
+            |r| {
+                Ok(HeadRow {
+                    last_sequence: col(r, 0)?,
+                    pruned_max_sequence: col(r, 1)?,
+                    updated_at: col(r, 2)?,
+                })
+            },
+        )
+    }
+
+    fn heads(&self, pairs: &[(String, String)]) -> Result<Vec<Option<HeadRow>>> {
+        pairs.iter().map(|(k, a)| self.head(k, a)).collect()
+    }
+
+    fn events_after(
+        &self,
+        key: &str,
+        agent: &str,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredEvent>> {
+        self.check_log_read()?;
+        self.map_vec(
+            &format!(
+                "SELECT {EVENT_COLS} FROM session_state_events WHERE session_key = $1 \
+                 AND agent_id = $2 AND sequence > $3 ORDER BY sequence LIMIT $4"
+            ),
+            &[&key, &agent, &after, &i64::from(limit)],
+            event_from_row,
+        )
+    }
+
+    fn earliest_sequence(&self, key: &str, agent: &str) -> Result<Option<i64>> {
+        self.check_log_read()?;
+        self.map_opt(
+            "SELECT sequence FROM session_state_events WHERE session_key = $1 AND agent_id = $2 \
+             ORDER BY sequence LIMIT 1",
+            &[&key, &agent],
+            |r| col(r, 0),
+        )
+    }
+
+    fn events_before(
+        &self,
+        key: &str,
+        agent: &str,
+        before: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredEvent>> {
+        self.check_log_read()?;
+        self.map_vec(
+            &format!(
+                "SELECT {EVENT_COLS} FROM session_state_events WHERE session_key = $1 \
+                 AND agent_id = $2 AND sequence < $3 ORDER BY sequence DESC LIMIT $4"
+            ),
+            &[&key, &agent, &before, &i64::from(limit)],
+            event_from_row,
+        )
+    }
+
+    fn event_by_dedupe(&self, dedupe_key: &str) -> Result<Option<StoredEvent>> {
+        self.map_opt(
+            &format!("SELECT {EVENT_COLS} FROM session_state_events WHERE dedupe_key = $1"),
+            &[&dedupe_key],
+            event_from_row,
+        )
+    }
+
+    fn event_by_sequence(&self, sequence: i64) -> Result<Option<StoredEvent>> {
+        self.map_opt(
+            &format!("SELECT {EVENT_COLS} FROM session_state_events WHERE sequence = $1"),
+            &[&sequence],
+            event_from_row,
+        )
+    }
+
+    fn event_count(&self) -> Result<u64> {
+        self.count("SELECT COUNT(*) FROM session_state_events", &[])
+    }
+
+    fn cursor(
+        &self,
+        watcher: &str,
+        target_key: &str,
+        target_agent: &str,
+    ) -> Result<Option<CursorRow>> {
+        self.map_opt(
+            &format!(
+                "SELECT {CURSOR_COLS} FROM session_watch_cursors WHERE watcher_session_key = $1 \
+                 AND target_session_key = $2 AND target_agent_id = $3"
+            ),
+            &[&watcher, &target_key, &target_agent],
+            cursor_from_row,
+        )
+    }
+
+    fn cursors_by_watcher(&self, watcher: &str) -> Result<Vec<CursorRow>> {
+        self.map_vec(
+            &format!(
+                "SELECT {CURSOR_COLS} FROM session_watch_cursors WHERE watcher_session_key = $1 \
+                 ORDER BY target_session_key, target_agent_id"
+            ),
+            &[&watcher],
+            cursor_from_row,
+        )
+    }
+
+    fn console_cursors_held_by(&self, watchers: &[String]) -> Result<Vec<CursorRow>> {
+        if watchers.is_empty() {
+            return Ok(Vec::new());
+        }
+        // One array parameter instead of an IN list: one statement text whatever the set size.
+        self.map_vec(
+            &format!(
+                "SELECT {CURSOR_COLS} FROM session_watch_cursors \
+                 WHERE watcher_session_key = ANY($1) \
+                 ORDER BY watcher_session_key, target_session_key, target_agent_id"
+            ),
+            &[&watchers],
+            cursor_from_row,
+        )
+    }
+
+    fn cursors_by_target(&self, target_key: &str, target_agent: &str) -> Result<Vec<CursorRow>> {
+        self.map_vec(
+            &format!(
+                "SELECT {CURSOR_COLS} FROM session_watch_cursors WHERE target_session_key = $1 \
+                 AND target_agent_id = $2 ORDER BY watcher_session_key"
+            ),
+            &[&target_key, &target_agent],
+            cursor_from_row,
+        )
+    }
+
+    fn live_watchers_of(&self, target_key: &str, target_agent: &str) -> Result<Vec<String>> {
+        self.map_vec(
+            "SELECT watcher_session_key FROM session_watch_cursors WHERE target_session_key = $1 \
+             AND target_agent_id = $2 AND muted = 0 ORDER BY watcher_session_key",
+            &[&target_key, &target_agent],
+            |r| col(r, 0),
+        )
+    }
+
+    fn pending_by_watcher(&self, watcher: &str) -> Result<Vec<CursorRow>> {
+        self.map_vec(
+            &format!(
+                "SELECT {CURSOR_COLS} FROM session_watch_cursors WHERE watcher_session_key = $1 \
+                 AND muted = 0 AND notified_sequence > last_seen_sequence \
+                 ORDER BY notified_sequence, target_session_key, target_agent_id"
+            ),
+            &[&watcher],
+            cursor_from_row,
+        )
+    }
+
+    fn watchers_with_pending(&self) -> Result<Vec<String>> {
+        self.map_vec(
+            "SELECT DISTINCT watcher_session_key FROM session_watch_cursors WHERE muted = 0 \
+             AND notified_sequence > last_seen_sequence ORDER BY watcher_session_key",
+            &[],
+            |r| col(r, 0),
+        )
+    }
+
+    fn count_pending(&self) -> Result<u64> {
+        self.count(
+            "SELECT COUNT(*) FROM session_watch_cursors WHERE muted = 0 \
+             AND notified_sequence > last_seen_sequence",
+            &[],
+        )
+    }
+
+    fn gauges(&self) -> Result<StoreGauges> {
+        Ok(StoreGauges {
+            sessions: self.count("SELECT COUNT(*) FROM sessions", &[])?,
+            watchers: self.count(
+                "SELECT COUNT(DISTINCT watcher_session_key) FROM session_watch_cursors",
+                &[],
+            )?,
+            pending: self.count_pending()?,
+        })
+    }
+
+    fn system_events(&self, key: &str, agent: &str) -> Result<Vec<SystemEventRow>> {
+        self.map_vec(
+            "SELECT id, text, context_key, enqueued_at FROM session_system_events \
+             WHERE session_key = $1 AND agent_id = $2 ORDER BY id",
+            &[&key, &agent],
+            system_event_from_row,
+        )
+    }
+
+    fn system_events_limit(
+        &self,
+        key: &str,
+        agent: &str,
+        limit: u32,
+    ) -> Result<Vec<SystemEventRow>> {
+        self.map_vec(
+            "SELECT id, text, context_key, enqueued_at FROM session_system_events \
+             WHERE session_key = $1 AND agent_id = $2 ORDER BY id LIMIT $3",
+            &[&key, &agent, &i64::from(limit)],
+            system_event_from_row,
+        )
+    }
+
+    fn pending_by_watcher_limit(&self, watcher: &str, limit: u32) -> Result<Vec<CursorRow>> {
+        self.map_vec(
+            &format!(
+                "SELECT {CURSOR_COLS} FROM session_watch_cursors WHERE watcher_session_key = $1 \
+                 AND muted = 0 AND notified_sequence > last_seen_sequence \
+                 ORDER BY notified_sequence, target_session_key, target_agent_id LIMIT $2"
+            ),
+            &[&watcher, &i64::from(limit)],
+            cursor_from_row,
+        )
+    }
+
+    fn turns_within(
+        &self,
+        key: &str,
+        agent: &str,
+        after: Option<i64>,
+        limit: u32,
+        max_bytes: usize,
+    ) -> Result<(Vec<TurnRow>, bool)> {
+        // The budget is applied in SQL (a running sum of the text sizes), so rows past it are
+        // never sent; the first row always comes.
+        // Only rows whose predecessors fit are sent (the page and the one row that overflows),
+        // and the second row always, to tell whether an oversized first turn was alone.
+        let budget = i64::try_from(max_bytes).unwrap_or(i64::MAX);
+        let rows = self.rows(
+            &format!(
+                "SELECT {TURN_COLS}, used FROM (SELECT {TURN_COLS}, \
+                 SUM(size) OVER (ORDER BY idx)::BIGINT AS used, size, \
+                 row_number() OVER (ORDER BY idx) AS rn FROM (SELECT {TURN_COLS}, \
+                 octet_length(text) + COALESCE(octet_length(upstream_text), 0) AS size \
+                 FROM turns WHERE session_key = $1 AND agent_id = $2 AND idx > $3 \
+                 ORDER BY idx LIMIT $4) t) w WHERE used - size <= $5 OR rn <= 2 ORDER BY idx"
+            ),
+            &[
+                &key,
+                &agent,
+                &after.unwrap_or(-1),
+                &i64::from(limit),
+                &budget,
+            ],
+        )?;
+        let mut out = Vec::new();
+        for (i, row) in rows.iter().enumerate() {
+            let used: i64 = col(row, 13)?;
+            if i > 0 && used.max(0) as u64 > max_bytes as u64 {
+                return Ok((out, true));
+            }
+            out.push(turn_from_row(row)?);
+        }
+        Ok((out, false))
+    }
+
+    fn turns_page(
+        &self,
+        key: &str,
+        agent: &str,
+        from: Option<i64>,
+        include_tools: bool,
+        limit: u32,
+        max_chars: u32,
+    ) -> Result<Vec<TurnRow>> {
+        const CUT_COLS: &str = "id, idx, role, substr(text, 1, $4), at, actor_type, actor_id, \
+             provenance_json, channel, run_id, origin, substr(upstream_text, 1, $4), \
+             idempotency_key";
+        // `substr` takes an INTEGER length.
+        let cut = i32::try_from(u64::from(max_chars) + 1).unwrap_or(i32::MAX);
+        let filter = "session_key = $1 AND agent_id = $2 AND ($3 OR role <> 'tool')";
+        let limit = i64::from(limit);
+        match from {
+            Some(from) => self.map_vec(
+                &format!(
+                    "SELECT {CUT_COLS} FROM turns WHERE {filter} AND idx >= $5 ORDER BY idx LIMIT $6"
+                ),
+                &[&key, &agent, &include_tools, &cut, &from, &limit],
+                turn_from_row,
+            ),
+            None => {
+                let mut rows = self.map_vec(
+                    &format!("SELECT {CUT_COLS} FROM turns WHERE {filter} ORDER BY idx DESC LIMIT $5"),
+                    &[&key, &agent, &include_tools, &cut, &limit],
+                    turn_from_row,
+                )?;
+                rows.reverse();
+                Ok(rows)
+            }
+        }
+    }
+
+    fn turns(
+        &self,
+        key: &str,
+        agent: &str,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<TurnRow>> {
+        self.map_vec(
+            &format!(
+                "SELECT {TURN_COLS} FROM turns WHERE session_key = $1 AND agent_id = $2 \
+                 AND idx > $3 ORDER BY idx LIMIT $4"
+            ),
+            &[&key, &agent, &after.unwrap_or(-1), &i64::from(limit)],
+            turn_from_row,
+        )
+    }
+
+    fn turn_count(&self, key: &str, agent: &str) -> Result<i64> {
+        Ok(self
+            .map_opt(
+                "SELECT COALESCE(MAX(idx) + 1, 0)::BIGINT FROM turns \
+                 WHERE session_key = $1 AND agent_id = $2",
+                &[&key, &agent],
+                |r| col(r, 0),
+            )?
+            .unwrap_or(0))
+    }
+
+    fn turn_by_idempotency(
+        &self,
+        key: &str,
+        agent: &str,
+        idempotency_key: &str,
+    ) -> Result<Option<TurnRow>> {
+        self.map_opt(
+            &format!(
+                "SELECT {TURN_COLS} FROM turns WHERE session_key = $1 AND agent_id = $2 \
+                 AND idempotency_key = $3"
+            ),
+            &[&key, &agent, &idempotency_key],
+            turn_from_row,
+        )
+    }
+
+    fn recent_own_user_turns(&self, key: &str, agent: &str, limit: u32) -> Result<Vec<TurnRow>> {
+        self.map_vec(
+            &format!(
+                "SELECT {TURN_COLS} FROM turns WHERE session_key = $1 AND agent_id = $2 \
+                 AND role = 'user' AND (origin IS NULL OR origin <> 'import') \
+                 ORDER BY idx DESC LIMIT $3"
+            ),
+            &[&key, &agent, &i64::from(limit)],
+            turn_from_row,
+        )
+    }
+
+    fn reply_for_run(&self, key: &str, agent: &str, run_id: &str) -> Result<Option<TurnRow>> {
+        self.map_opt(
+            &format!(
+                "SELECT {TURN_COLS} FROM turns WHERE session_key = $1 AND agent_id = $2 \
+                 AND run_id = $3 AND role = 'assistant' ORDER BY idx LIMIT 1"
+            ),
+            &[&key, &agent, &run_id],
+            turn_from_row,
+        )
+    }
+
+    fn link(&self, key: &str, agent: &str) -> Result<Option<LinkRow>> {
+        self.map_opt(
+            &format!(
+                "SELECT {LINK_COLS} FROM session_upstream_links \
+                 WHERE session_key = $1 AND agent_id = $2"
+            ),
+            &[&key, &agent],
+            link_from_row,
+        )
+    }
+
+    fn watched_links(&self) -> Result<Vec<LinkRow>> {
+        self.map_vec(
+            &format!(
+                "SELECT {LINK_COLS} FROM session_upstream_links l WHERE EXISTS (SELECT 1 FROM \
+                 session_watch_cursors c WHERE c.target_session_key = l.session_key AND \
+                 c.target_agent_id = l.agent_id AND c.muted = 0) \
+                 ORDER BY catalog_id, session_key, agent_id"
+            ),
+            &[],
+            link_from_row,
+        )
+    }
+
+    fn run(&self, run_id: &str) -> Result<Option<RunRow>> {
+        self.map_opt(
+            &format!("SELECT {RUN_COLS} FROM runs WHERE run_id = $1"),
+            &[&run_id],
+            run_from_row,
+        )
+    }
+
+    fn runs_of(&self, key: &str, agent: &str, limit: u32) -> Result<Vec<RunRow>> {
+        self.map_vec(
+            &format!(
+                "SELECT {RUN_COLS} FROM runs WHERE session_key = $1 AND agent_id = $2 \
+                 ORDER BY started_at DESC, run_id LIMIT $3"
+            ),
+            &[&key, &agent, &i64::from(limit)],
+            run_from_row,
+        )
+    }
+
+    fn due_runs(&self, now: i64) -> Result<Vec<RunRow>> {
+        self.map_vec(
+            &format!(
+                "SELECT {RUN_COLS} FROM runs WHERE ended_at IS NULL AND deadline_at IS NOT NULL \
+                 AND deadline_at <= $1 ORDER BY deadline_at, run_id"
+            ),
+            &[&now],
+            run_from_row,
+        )
+    }
+
+    fn next_run_deadline(&self) -> Result<Option<i64>> {
+        Ok(self
+            .map_opt(
+                "SELECT MIN(deadline_at) FROM runs WHERE ended_at IS NULL AND deadline_at IS NOT NULL",
+                &[],
+                |r| col::<Option<i64>>(r, 0),
+            )?
+            .flatten())
+    }
+}

@@ -1,0 +1,434 @@
+//! `WriteTx` on PostgreSQL.
+
+use super::mapping::*;
+use super::PgTx;
+use crate::conn::col;
+use aware_store::{
+    BatchResult, CursorRow, LinkRow, NewEvent, Result, RunRow, SessionRow, StoreError, TurnRow,
+    WriteTx,
+};
+
+/// Quotes a savepoint name as an identifier.
+pub(super) fn ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+impl WriteTx for PgTx<'_> {
+    fn savepoint(&mut self, name: &str) -> Result<()> {
+        self.conn
+            .get_mut()
+            .batch(&format!("SAVEPOINT {}", ident(name)))
+    }
+    fn release(&mut self, name: &str) -> Result<()> {
+        self.conn
+            .get_mut()
+            .batch(&format!("RELEASE {}", ident(name)))
+    }
+    fn rollback_to(&mut self, name: &str) -> Result<()> {
+        let n = ident(name);
+        self.conn
+            .get_mut()
+            .batch(&format!("ROLLBACK TO {n}; RELEASE {n}"))
+    }
+    fn after_commit(&mut self, hook: Box<dyn FnOnce() + Send>) {
+        self.hooks.push(hook);
+    }
+
+    fn insert_event(&mut self, e: &NewEvent) -> Result<i64> {
+        if self.faults.append_fails(&e.session_key) {
+            return Err(StoreError::InjectedFault("signal-log appends fail"));
+        }
+        let payload = e
+            .payload
+            .as_ref()
+            .map(|p| serde_json::Value::Object(p.clone()).to_string());
+        let row = self.map_opt(
+            "INSERT INTO session_state_events (dedupe_key, session_key, session_id, agent_id, \
+             kind, actor_type, actor_id, run_id, occurred_at, summary, payload_json) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING sequence",
+            &[
+                &e.dedupe_key,
+                &e.session_key,
+                &e.session_id,
+                &e.agent_id,
+                &e.kind.as_str(),
+                &e.actor_type.as_str(),
+                &e.actor_id,
+                &e.run_id,
+                &e.occurred_at,
+                &e.summary,
+                &payload,
+            ],
+            |r| col::<i64>(r, 0),
+        )?;
+        row.ok_or_else(|| corrupt("INSERT … RETURNING gave no row".into()))
+    }
+
+    fn upsert_head(&mut self, key: &str, agent: &str, sequence: i64, now: i64) -> Result<()> {
+        self.exec(
+            "INSERT INTO session_state_heads (session_key, agent_id, last_sequence, \
+             pruned_max_sequence, updated_at) VALUES ($1, $2, $3, 0, $4) \
+             ON CONFLICT (session_key, agent_id) DO UPDATE SET last_sequence = \
+             GREATEST(session_state_heads.last_sequence, EXCLUDED.last_sequence), \
+             updated_at = EXCLUDED.updated_at",
+            &[&key, &agent, &sequence, &now],
+        )?;
+        Ok(())
+    }
+
+    fn put_cursor(&mut self, c: &CursorRow) -> Result<()> {
+        crate::debug_check(&c.state);
+        let s = &c.state;
+        self.exec(
+            "INSERT INTO session_watch_cursors (watcher_session_key, target_session_key, \
+             target_agent_id, last_seen_sequence, notified_sequence, material_sequence, muted, \
+             origin, notice_opened_at, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
+             ON CONFLICT (watcher_session_key, target_session_key, target_agent_id) DO UPDATE SET \
+             last_seen_sequence = EXCLUDED.last_seen_sequence, \
+             notified_sequence = EXCLUDED.notified_sequence, \
+             material_sequence = EXCLUDED.material_sequence, muted = EXCLUDED.muted, \
+             origin = EXCLUDED.origin, notice_opened_at = EXCLUDED.notice_opened_at, \
+             updated_at = EXCLUDED.updated_at",
+            &[
+                &c.watcher,
+                &c.target_key,
+                &c.target_agent,
+                &s.last_seen,
+                &s.notified,
+                &s.material,
+                &i64::from(s.muted),
+                &s.origin.as_str(),
+                &s.notice_opened_at,
+                &c.created_at,
+                &s.updated_at,
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn delete_cursor(
+        &mut self,
+        watcher: &str,
+        target_key: &str,
+        target_agent: &str,
+    ) -> Result<bool> {
+        Ok(self.exec(
+            "DELETE FROM session_watch_cursors WHERE watcher_session_key = $1 \
+             AND target_session_key = $2 AND target_agent_id = $3",
+            &[&watcher, &target_key, &target_agent],
+        )? > 0)
+    }
+
+    fn delete_cursors_of_watcher(&mut self, watcher: &str) -> Result<u64> {
+        self.exec(
+            "DELETE FROM session_watch_cursors WHERE watcher_session_key = $1",
+            &[&watcher],
+        )
+    }
+
+    fn delete_cursors_of_target(&mut self, target_key: &str, target_agent: &str) -> Result<u64> {
+        self.exec(
+            "DELETE FROM session_watch_cursors WHERE target_session_key = $1 \
+             AND target_agent_id = $2",
+            &[&target_key, &target_agent],
+        )
+    }
+
+    fn insert_session(&mut self, s: &SessionRow) -> Result<()> {
+        let goal = s.goal.as_ref();
+        let up = s.upstream.as_ref();
+        self.exec(
+            &format!(
+                "INSERT INTO sessions ({SESSION_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, \
+                 $9, $10, $11, $12, $13, $14, $15, $16, $17)"
+            ),
+            &[
+                &s.key,
+                &s.agent_id,
+                &s.session_id,
+                &s.kind,
+                &s.label,
+                &s.parent_key,
+                &s.created_via,
+                &s.active_run_id,
+                &goal.map(|g| g.text.as_str()),
+                &goal.map(|g| g.status.as_str()),
+                &goal.map(|g| g.updated_at),
+                &i64::from(s.orphaned),
+                &s.created_at,
+                &s.updated_at,
+                &up.map(|u| u.catalog_id.as_str()),
+                &up.map(|u| u.host_id.as_str()),
+                &up.map(|u| u.thread_id.as_str()),
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn update_session(&mut self, s: &SessionRow) -> Result<()> {
+        let goal = s.goal.as_ref();
+        let up = s.upstream.as_ref();
+        self.exec(
+            "UPDATE sessions SET session_id = $3, kind = $4, label = $5, \
+             parent_session_key = $6, created_via = $7, active_run_id = $8, goal_text = $9, \
+             goal_status = $10, goal_updated_at = $11, orphaned = $12, created_at = $13, \
+             updated_at = $14, upstream_catalog = $15, upstream_host = $16, \
+             upstream_thread = $17 WHERE session_key = $1 AND agent_id = $2",
+            &[
+                &s.key,
+                &s.agent_id,
+                &s.session_id,
+                &s.kind,
+                &s.label,
+                &s.parent_key,
+                &s.created_via,
+                &s.active_run_id,
+                &goal.map(|g| g.text.as_str()),
+                &goal.map(|g| g.status.as_str()),
+                &goal.map(|g| g.updated_at),
+                &i64::from(s.orphaned),
+                &s.created_at,
+                &s.updated_at,
+                &up.map(|u| u.catalog_id.as_str()),
+                &up.map(|u| u.host_id.as_str()),
+                &up.map(|u| u.thread_id.as_str()),
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn delete_session(&mut self, key: &str, agent: &str) -> Result<bool> {
+        let existed = self.exec(
+            "DELETE FROM sessions WHERE session_key = $1 AND agent_id = $2",
+            &[&key, &agent],
+        )? > 0;
+        for table in [
+            "turns",
+            "runs",
+            "session_system_events",
+            "session_state_events",
+            "session_state_heads",
+            "session_upstream_links",
+        ] {
+            self.exec(
+                &format!("DELETE FROM {table} WHERE session_key = $1 AND agent_id = $2"),
+                &[&key, &agent],
+            )?;
+        }
+        Ok(existed)
+    }
+
+    fn mark_children_orphaned(&mut self, parent_key: &str, agent: Option<&str>) -> Result<u64> {
+        self.exec(
+            "UPDATE sessions SET orphaned = 1 WHERE parent_session_key = $1 \
+             AND ($2::TEXT IS NULL OR agent_id = $2)",
+            &[&parent_key, &agent],
+        )
+    }
+
+    fn put_link(&mut self, l: &LinkRow) -> Result<()> {
+        if self.faults.link_settles_fail() {
+            return Err(StoreError::InjectedFault("link settles fail"));
+        }
+        self.exec(
+            &format!(
+                "INSERT INTO session_upstream_links ({LINK_COLS}) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
+                 ON CONFLICT (session_key, agent_id) DO UPDATE SET \
+                 catalog_id = EXCLUDED.catalog_id, host_id = EXCLUDED.host_id, \
+                 thread_id = EXCLUDED.thread_id, upstream_kind = EXCLUDED.upstream_kind, \
+                 upstream_ref_json = EXCLUDED.upstream_ref_json, \
+                 last_marker_json = EXCLUDED.last_marker_json, \
+                 last_scanned_at = EXCLUDED.last_scanned_at, updated_at = EXCLUDED.updated_at"
+            ),
+            &[
+                &l.session_key,
+                &l.agent_id,
+                &l.catalog_id,
+                &l.host_id,
+                &l.thread_id,
+                &l.upstream_kind,
+                &l.upstream_ref_json,
+                &l.last_marker_json,
+                &l.last_scanned_at,
+                &l.created_at,
+                &l.updated_at,
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn delete_link(&mut self, key: &str, agent: &str) -> Result<bool> {
+        Ok(self.exec(
+            "DELETE FROM session_upstream_links WHERE session_key = $1 AND agent_id = $2",
+            &[&key, &agent],
+        )? > 0)
+    }
+
+    fn insert_turn(&mut self, key: &str, agent: &str, t: &TurnRow) -> Result<()> {
+        self.exec(
+            "INSERT INTO turns (session_key, agent_id, idx, id, role, text, at, actor_type, \
+             actor_id, provenance_json, channel, run_id, origin, upstream_text, idempotency_key) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+            &[
+                &key,
+                &agent,
+                &t.index,
+                &t.id,
+                &t.role,
+                &t.text,
+                &t.at,
+                &t.actor_type.as_str(),
+                &t.actor_id,
+                &t.provenance_json,
+                &t.channel,
+                &t.run_id,
+                &t.origin,
+                &t.upstream_text,
+                &t.idempotency_key,
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn delete_turns(&mut self, key: &str, agent: &str) -> Result<u64> {
+        self.exec(
+            "DELETE FROM turns WHERE session_key = $1 AND agent_id = $2",
+            &[&key, &agent],
+        )
+    }
+
+    fn insert_run(&mut self, r: &RunRow) -> Result<()> {
+        self.exec(
+            &format!("INSERT INTO runs ({RUN_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"),
+            &[
+                &r.run_id,
+                &r.session_key,
+                &r.agent_id,
+                &r.session_id,
+                &r.started_at,
+                &r.ended_at,
+                &r.outcome,
+                &r.deadline_at,
+                &r.event_sequence,
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn update_run(&mut self, r: &RunRow) -> Result<()> {
+        self.exec(
+            "UPDATE runs SET ended_at = $2, outcome = $3, deadline_at = $4, event_sequence = $5 \
+             WHERE run_id = $1",
+            &[
+                &r.run_id,
+                &r.ended_at,
+                &r.outcome,
+                &r.deadline_at,
+                &r.event_sequence,
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn fifo_insert(
+        &mut self,
+        key: &str,
+        agent: &str,
+        text: &str,
+        context_key: Option<&str>,
+        now: i64,
+    ) -> Result<i64> {
+        let id = self.map_opt(
+            "INSERT INTO session_system_events (session_key, agent_id, text, context_key, \
+             enqueued_at) VALUES ($1, $2, $3, $4, $5) RETURNING id",
+            &[&key, &agent, &text, &context_key, &now],
+            |r| col::<i64>(r, 0),
+        )?;
+        id.ok_or_else(|| corrupt("INSERT … RETURNING gave no row".into()))
+    }
+
+    fn fifo_delete(&mut self, key: &str, agent: &str, ids: &[i64]) -> Result<u64> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        self.exec(
+            "DELETE FROM session_system_events WHERE session_key = $1 AND agent_id = $2 \
+             AND id = ANY($3)",
+            &[&key, &agent, &ids],
+        )
+    }
+
+    fn fifo_clear(&mut self, key: &str, agent: &str) -> Result<u64> {
+        self.exec(
+            "DELETE FROM session_system_events WHERE session_key = $1 AND agent_id = $2",
+            &[&key, &agent],
+        )
+    }
+
+    fn prune_age_batch(&mut self, cutoff: i64, limit: u32, now: i64) -> Result<BatchResult> {
+        self.stamp_and_delete(
+            "SELECT sequence, session_key, agent_id FROM session_state_events \
+             WHERE occurred_at < $1 ORDER BY sequence LIMIT $2",
+            &[&cutoff, &i64::from(limit)],
+            now,
+        )
+    }
+
+    fn prune_lowest_batch(&mut self, count: u64, now: i64) -> Result<BatchResult> {
+        let count = count.min(i64::MAX as u64) as i64;
+        self.stamp_and_delete(
+            "SELECT sequence, session_key, agent_id FROM session_state_events \
+             ORDER BY sequence LIMIT $1",
+            &[&count],
+            now,
+        )
+    }
+
+    fn expire_cursors_batch(&mut self, cutoff: i64, limit: u32) -> Result<BatchResult> {
+        let n = self.exec(
+            "DELETE FROM session_watch_cursors WHERE row_id IN (SELECT row_id \
+             FROM session_watch_cursors WHERE muted = 0 AND updated_at < $1 LIMIT $2)",
+            &[&cutoff, &i64::from(limit)],
+        )?;
+        Ok(BatchResult { deleted: n })
+    }
+
+    fn expire_fifo_batch(&mut self, cutoff: i64, limit: u32) -> Result<BatchResult> {
+        let n = self.exec(
+            "DELETE FROM session_system_events WHERE id IN (SELECT id FROM session_system_events \
+             WHERE enqueued_at < $1 ORDER BY id LIMIT $2)",
+            &[&cutoff, &i64::from(limit)],
+        )?;
+        Ok(BatchResult { deleted: n })
+    }
+
+    fn sweep_batch(
+        &mut self,
+        after_rowid: i64,
+        limit: u32,
+        now: i64,
+    ) -> Result<(Option<i64>, Vec<String>)> {
+        let rows: Vec<(i64, String)> = self.map_vec(
+            "SELECT c.row_id, c.watcher_session_key FROM session_watch_cursors c \
+             WHERE c.row_id > $1 AND c.muted = 0 AND c.notified_sequence > c.last_seen_sequence \
+             AND EXISTS (SELECT 1 FROM sessions s WHERE s.session_key = c.watcher_session_key) \
+             ORDER BY c.row_id LIMIT $2",
+            &[&after_rowid, &i64::from(limit)],
+            |r| Ok((col(r, 0)?, col(r, 1)?)),
+        )?;
+        if rows.is_empty() {
+            return Ok((None, Vec::new()));
+        }
+        let ids: Vec<i64> = rows.iter().map(|(id, _)| *id).collect();
+        self.exec(
+            "UPDATE session_watch_cursors SET notified_sequence = material_sequence, \
+             updated_at = $2, notice_opened_at = COALESCE(notice_opened_at, $2) \
+             WHERE row_id = ANY($1)",
+            &[&ids, &now],
+        )?;
+        let last = ids.last().copied();
+        Ok((last, rows.into_iter().map(|(_, w)| w).collect()))
+    }
+}
