@@ -1,0 +1,288 @@
+//! Contract checks: Cursor rows, their expiry, the restart sweep, the console's edge read.
+
+use super::support::*;
+use crate::rows::*;
+use crate::store::Store;
+
+pub fn cursor_rows_round_trip_in_the_promised_orders(store: &dyn Store) {
+    let w = "agent:main:w";
+    let rows = vec![
+        cursor(w, "agent:main:t2", "main", (1, 5, 5), 10),
+        cursor(w, "agent:main:t1", "ops", (1, 5, 7), 11),
+        cursor(w, "agent:main:t1", "main", (2, 3, 3), 12),
+        muted(cursor(w, "agent:main:t0", "main", (0, 0, 9), 13)),
+        cursor(w, "agent:main:t3", "main", (4, 4, 4), 14),
+        cursor("agent:main:v", "agent:main:t1", "main", (0, 1, 1), 15),
+    ];
+    let put = rows.clone();
+    write(store, move |tx| {
+        put.iter().try_for_each(|c| tx.put_cursor(c))
+    });
+    let back = read(store, |r| r.cursor(w, "agent:main:t1", "ops")).expect("cursor");
+    assert_eq!(back, rows[1], "cursor row does not round-trip");
+    let order = |v: Vec<CursorRow>| -> Vec<(String, String)> {
+        v.into_iter()
+            .map(|c| (c.target_key, c.target_agent))
+            .collect()
+    };
+    let by_watcher = read(store, |r| r.cursors_by_watcher(w));
+    assert_eq!(
+        order(by_watcher),
+        [
+            ("agent:main:t0", "main"),
+            ("agent:main:t1", "main"),
+            ("agent:main:t1", "ops"),
+            ("agent:main:t2", "main"),
+            ("agent:main:t3", "main")
+        ]
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+    );
+    let by_target: Vec<String> = read(store, |r| r.cursors_by_target("agent:main:t1", "main"))
+        .into_iter()
+        .map(|c| c.watcher)
+        .collect();
+    assert_eq!(by_target, ["agent:main:v", w]);
+    // Pending: notified > last_seen and not muted, by notified, then key, then agent.
+    let pending = order(read(store, |r| r.pending_by_watcher(w)));
+    let expected = [
+        ("agent:main:t1", "main"),
+        ("agent:main:t1", "ops"),
+        ("agent:main:t2", "main"),
+    ]
+    .map(|(a, b)| (a.to_string(), b.to_string()));
+    assert_eq!(pending, expected);
+    assert_eq!(
+        order(read(store, |r| r.pending_by_watcher_limit(w, 2))),
+        expected[..2]
+    );
+    assert_eq!(
+        read(store, |r| r.watchers_with_pending()),
+        ["agent:main:v", w]
+    );
+    assert_eq!(read(store, |r| r.count_pending()), 4);
+    assert_eq!(
+        read(store, |r| r.live_watchers_of("agent:main:t0", "main")),
+        Vec::<String>::new(),
+        "a muted cursor is not a live watcher"
+    );
+    assert_eq!(
+        read(store, |r| r.live_watchers_of("agent:main:t1", "main")),
+        ["agent:main:v", w]
+    );
+    let g = read(store, |r| r.gauges());
+    assert_eq!((g.watchers, g.pending), (2, 4));
+    // An update replaces the state but keeps created_at.
+    let mut acked = rows[0].clone();
+    acked.state.last_seen = 5;
+    acked.state.notice_opened_at = None;
+    acked.state.updated_at = 99;
+    acked.created_at = 777;
+    let put = acked.clone();
+    write(store, move |tx| tx.put_cursor(&put));
+    let back = read(store, |r| r.cursor(w, "agent:main:t2", "main")).expect("cursor");
+    assert_eq!(back.state, acked.state);
+    assert_eq!(back.created_at, 10, "an update must not change created_at");
+    // Deletes.
+    assert!(write(store, move |tx| tx.delete_cursor(
+        w,
+        "agent:main:t3",
+        "main"
+    )));
+    assert!(!write(store, move |tx| tx.delete_cursor(
+        w,
+        "agent:main:t3",
+        "main"
+    )));
+    assert_eq!(
+        write(store, |tx| tx
+            .delete_cursors_of_target("agent:main:t1", "main")),
+        2
+    );
+    assert_eq!(write(store, move |tx| tx.delete_cursors_of_watcher(w)), 3);
+    assert_eq!(read(store, |r| r.cursors_by_watcher(w)), vec![]);
+}
+
+pub fn cursor_expiry_spares_muted_rows(store: &dyn Store) {
+    write(store, |tx| {
+        tx.put_cursor(&cursor(
+            "agent:main:a",
+            "agent:main:t",
+            "main",
+            (0, 0, 0),
+            5,
+        ))?;
+        tx.put_cursor(&cursor(
+            "agent:main:b",
+            "agent:main:t",
+            "main",
+            (0, 1, 1),
+            6,
+        ))?;
+        tx.put_cursor(&muted(cursor(
+            "agent:main:c",
+            "agent:main:t",
+            "main",
+            (0, 0, 0),
+            1,
+        )))?;
+        tx.put_cursor(&cursor(
+            "agent:main:d",
+            "agent:main:t",
+            "main",
+            (0, 0, 0),
+            50,
+        ))
+    });
+    assert_eq!(write(store, |tx| tx.expire_cursors_batch(10, 1)).deleted, 1);
+    assert_eq!(
+        write(store, |tx| tx.expire_cursors_batch(10, 10)).deleted,
+        1
+    );
+    let left: Vec<String> = read(store, |r| r.cursors_by_target("agent:main:t", "main"))
+        .into_iter()
+        .map(|c| c.watcher)
+        .collect();
+    assert_eq!(left, ["agent:main:c", "agent:main:d"]);
+}
+
+pub fn sweep_pages_and_refreezes_pending_cursors(store: &dyn Store) {
+    write(store, |tx| {
+        for w in ["agent:main:w1", "agent:main:w2", "agent:main:w3"] {
+            tx.insert_session(&session(w, "main", 1))?;
+        }
+        // Pending with material ahead of notified: the sweep re-freezes notified := material.
+        tx.put_cursor(&cursor(
+            "agent:main:w1",
+            "agent:main:t",
+            "main",
+            (1, 2, 5),
+            10,
+        ))?;
+        tx.put_cursor(&cursor(
+            "agent:main:w2",
+            "agent:main:t",
+            "main",
+            (1, 3, 3),
+            10,
+        ))?;
+        tx.put_cursor(&cursor(
+            "agent:main:w3",
+            "agent:main:t",
+            "main",
+            (4, 4, 6),
+            10,
+        ))?;
+        // The watcher session does not exist: left alone.
+        tx.put_cursor(&cursor(
+            "agent:main:gone",
+            "agent:main:t",
+            "main",
+            (1, 2, 5),
+            10,
+        ))?;
+        tx.put_cursor(&cursor(
+            "agent:main:w2",
+            "agent:main:u",
+            "main",
+            (0, 1, 2),
+            10,
+        ))
+    });
+    let mut after = 0;
+    let mut touched = Vec::new();
+    let mut batches = 0;
+    loop {
+        let (last, watchers) = write(store, move |tx| tx.sweep_batch(after, 2, 500));
+        match last {
+            Some(l) => {
+                assert!(l > after, "sweep must page forward");
+                assert!(watchers.len() <= 2, "sweep batch exceeds its limit");
+                after = l;
+                touched.extend(watchers);
+                batches += 1;
+            }
+            None => {
+                assert!(watchers.is_empty());
+                break;
+            }
+        }
+        assert!(batches < 10, "sweep does not end");
+    }
+    touched.sort();
+    assert_eq!(touched, ["agent:main:w1", "agent:main:w2", "agent:main:w2"]);
+    let c = read(store, |r| r.cursor("agent:main:w1", "agent:main:t", "main")).expect("cursor");
+    assert_eq!(
+        (c.state.notified, c.state.material, c.state.updated_at),
+        (5, 5, 500)
+    );
+    assert_eq!(
+        c.state.notice_opened_at,
+        Some(10),
+        "an open notice keeps its opening time"
+    );
+    let c = read(store, |r| r.cursor("agent:main:w3", "agent:main:t", "main")).expect("cursor");
+    assert_eq!(c.state.notified, 4, "a settled cursor is not swept");
+    let c = read(store, |r| {
+        r.cursor("agent:main:gone", "agent:main:t", "main")
+    })
+    .expect("cursor");
+    assert_eq!(
+        c.state.notified, 2,
+        "a cursor of a missing watcher is not swept"
+    );
+    let grouped = store
+        .pending_cursors_by_watcher()
+        .expect("pending_cursors_by_watcher");
+    let shape: Vec<(String, usize)> = grouped.iter().map(|(w, l)| (w.clone(), l.len())).collect();
+    assert_eq!(
+        shape,
+        [
+            ("agent:main:gone".to_string(), 1),
+            ("agent:main:w1".into(), 1),
+            ("agent:main:w2".into(), 2)
+        ]
+    );
+    // Within a watcher: by notified (u's 2 before t's 3).
+    assert_eq!(grouped[2].1[0].target_key, "agent:main:u");
+}
+
+/// The console graph's one edge read: every cursor (muted ones too) held by any watcher of the
+/// set, by watcher, then target key, then target agent; none of watchers outside the set.
+pub fn console_cursors_of_a_watcher_set_in_one_ordered_read(store: &dyn Store) {
+    let rows = vec![
+        cursor("agent:main:b", "agent:main:t2", "main", (1, 1, 1), 10),
+        muted(cursor(
+            "agent:main:a",
+            "agent:main:t9",
+            "main",
+            (0, 0, 3),
+            11,
+        )),
+        cursor("agent:main:a", "agent:main:t1", "ops", (1, 2, 2), 12),
+        cursor("agent:main:a", "agent:main:t1", "main", (0, 0, 0), 13),
+        cursor("agent:main:c", "agent:main:t1", "main", (0, 0, 0), 14),
+    ];
+    let put = rows.clone();
+    write(store, move |tx| {
+        put.iter().try_for_each(|c| tx.put_cursor(c))
+    });
+    let set = vec!["agent:main:b".to_string(), "agent:main:a".to_string()];
+    let got: Vec<(String, String, String)> = read(store, |r| r.console_cursors_held_by(&set))
+        .into_iter()
+        .map(|c| (c.watcher, c.target_key, c.target_agent))
+        .collect();
+    let want: Vec<(String, String, String)> = [
+        ("agent:main:a", "agent:main:t1", "main"),
+        ("agent:main:a", "agent:main:t1", "ops"),
+        ("agent:main:a", "agent:main:t9", "main"),
+        ("agent:main:b", "agent:main:t2", "main"),
+    ]
+    .iter()
+    .map(|(w, t, a)| (w.to_string(), t.to_string(), a.to_string()))
+    .collect();
+    assert_eq!(
+        got, want,
+        "cursors of the watcher set, in watcher/target order"
+    );
+    assert!(read(store, |r| r.console_cursors_held_by(&[])).is_empty());
+}
