@@ -1,6 +1,7 @@
 //! SQLite implementation: schema, the writer (leader-follower group commit with a writer
 //! thread), the reader pool, and the row primitives of [`ReadTx`]/[`WriteTx`].
 
+mod console;
 mod handle;
 mod mapping;
 mod options;
