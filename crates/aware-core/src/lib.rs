@@ -6,6 +6,7 @@
 
 pub mod cursor;
 pub mod event;
+pub mod hex;
 pub mod key;
 pub mod notice;
 pub mod retention;

@@ -17,19 +17,12 @@ pub fn notice_text(target: &str, last_seen: i64) -> String {
     )
 }
 
-fn hex_lower(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(DIGITS[(b >> 4) as usize] as char);
-        out.push(DIGITS[(b & 15) as usize] as char);
-    }
-    out
-}
-
 /// `session-state:` + lowercase hex of the target key's UTF-8 bytes.
 pub fn encode_context_key(target: &str) -> String {
-    format!("{CONTEXT_KEY_PREFIX}{}", hex_lower(target.as_bytes()))
+    format!(
+        "{CONTEXT_KEY_PREFIX}{}",
+        crate::hex::lower(target.as_bytes())
+    )
 }
 
 /// Strict decode: exact prefix, non-empty even-length lowercase hex, valid UTF-8. A leading
@@ -54,7 +47,7 @@ pub fn decode_context_key(key: &str) -> Option<String> {
 
 /// The "session created" line's context key (03 §4.1).
 pub fn session_created_context_key(key: &str) -> String {
-    format!("session-created:{}", hex_lower(key.as_bytes()))
+    format!("session-created:{}", crate::hex::lower(key.as_bytes()))
 }
 
 /// Why a system event was refused.

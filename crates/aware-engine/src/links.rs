@@ -33,10 +33,7 @@ pub fn canonical_json(v: &Value) -> String {
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    aware_core::hex::lower(&Sha256::digest(bytes))
 }
 
 /// `sourceKey16` (04 §5).

@@ -94,8 +94,10 @@ pub(super) fn slim_with(reader: impl Read, codex: bool) -> std::io::Result<SlimR
 /// The row id a node gives a row without uuid: `row:` + the first 32 lowercase hex digits of
 /// the SHA-256 `digest` of its line. The one spelling of it, for short and streamed rows alike.
 pub(crate) fn row_id_of_digest(digest: &[u8]) -> String {
-    let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
-    format!("row:{hex}")
+    format!(
+        "row:{}",
+        aware_core::hex::lower(digest.get(..16).unwrap_or(digest))
+    )
 }
 
 #[cfg(test)]
