@@ -60,7 +60,11 @@ pub(crate) async fn list(
     let mut rows = engine_call(&req.state, move |e| e.list_sessions(&filter)).await?;
     let more = rows.len() > limit as usize;
     rows.truncate(limit as usize);
-    wire::ok(answers::session_page(&rows, more, offset + limit))
+    wire::ok(answers::session_page(
+        &rows,
+        more,
+        offset.saturating_add(limit),
+    ))
 }
 
 pub(crate) async fn create(req: &Req, caller: Option<&SessionRef>) -> ApiResult<Response> {

@@ -124,7 +124,11 @@ pub(super) async fn sessions_list(
     let mut rows = blocking(move || Ok(e.list_sessions(&filter)?)).await?;
     let more = rows.len() > limit as usize;
     rows.truncate(limit as usize);
-    Ok(answers::session_list(&rows, more, offset + limit))
+    Ok(answers::session_list(
+        &rows,
+        more,
+        offset.saturating_add(limit),
+    ))
 }
 
 pub(super) async fn sessions_history(

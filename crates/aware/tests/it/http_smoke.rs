@@ -119,3 +119,18 @@ fn migrate_round_trip_keeps_every_api_answer() {
         "SQLite answers after the round trip differ"
     );
 }
+
+/// The largest offset a list accepts pages past the end instead of overflowing the next
+/// offset (found by the `tool_bodies` fuzz target: `sessions_list` with offset 2^63-1 panicked
+/// the gateway's handler).
+#[test]
+fn the_largest_offset_is_an_empty_last_page() {
+    let s = Server::family();
+    let max = i64::MAX;
+    let r = s.get(&format!("/v1/sessions?offset={max}&limit=500"));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["sessions"], json!([]), "{}", r.body);
+    let r = s.tool(W, "sessions_list", json!({"limit": 200, "offset": max}));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["sessions"], json!([]), "{}", r.body);
+}
