@@ -103,6 +103,10 @@ pub const CLUSTER_OPT_OUT: &[(&str, &str)] = &[
         "reads prune counters from /metrics of a random gateway",
     ),
     (
+        "s059_coalescing_window",
+        "reads aware_wakes_coalesced_total of a random gateway (:839)",
+    ),
+    (
         "s108_health",
         "asserts /health fields of the SQLite gateway (fails at :1196)",
     ),
