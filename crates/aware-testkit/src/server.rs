@@ -115,10 +115,6 @@ pub const CLUSTER_OPT_OUT: &[(&str, &str)] = &[
         "s012_sanitised_summaries_and_whitelisted_payloads",
         "run-timeout payload differs (:543)",
     ),
-    (
-        "s039_waiting_for_a_reply",
-        "a reply on another gateway does not end the wait in time (:1420)",
-    ),
     ("s063_webhook_delivery", "webhook hits differ (:1013)"),
     (
         "s062_catch_up_on_connect_and_filters",

@@ -152,6 +152,10 @@ pub(super) async fn sessions_send(
         // may have changed, plus once at the deadline.
         let signal = engine.watch_reply(&sent.run_id);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout as u64);
+        // On a store several gateways share (PostgreSQL), the reply may commit on another
+        // gateway, whose writer cannot signal this process: read again every 250 ms as well.
+        let recheck = (aware_store::Store::info(&**engine.store()).backend != "sqlite")
+            .then_some(Duration::from_millis(250));
         let mut last_read = false;
         end = loop {
             let (e, t, r) = (engine.clone(), target_ref.clone(), sent.run_id.clone());
@@ -160,9 +164,13 @@ pub(super) async fn sessions_send(
                 Some(Err(outcome)) => break SendEnd::RunEnded(outcome.as_str()),
                 None if last_read => break SendEnd::Timeout(timeout),
                 None => {
-                    if tokio::time::timeout_at(deadline, signal.signalled())
+                    let until = recheck
+                        .map(|r| deadline.min(tokio::time::Instant::now() + r))
+                        .unwrap_or(deadline);
+                    if tokio::time::timeout_at(until, signal.signalled())
                         .await
                         .is_err()
+                        && until == deadline
                     {
                         last_read = true;
                     }
