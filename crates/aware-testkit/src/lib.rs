@@ -9,6 +9,8 @@
 
 pub mod engine;
 pub mod model;
+pub mod options;
 pub mod server;
 pub mod spec;
 pub mod transcript;
+pub mod wakes;

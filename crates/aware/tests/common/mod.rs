@@ -3,6 +3,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub use aware_testkit::server::*;
+pub use aware_testkit::wakes::*;
 
 /// The `aware` binary cargo built for these tests.
 pub fn bin() -> &'static str {
