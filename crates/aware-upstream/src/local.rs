@@ -387,14 +387,7 @@ impl LocalClaude {
         if size < offset {
             tracing::warn!(event = "claude_transcript_shrank", session = %probe.session_key, old_offset = offset, new_size = size,
                 "transcript shrank below the marker; rebasing to its end");
-            return Some(Outcome::Activity {
-                session_key: probe.session_key.clone(),
-                human_turns: 0,
-                next_marker: json!({"offset": size}),
-                occurred_at: None,
-                dedupe_id: None,
-                rebased: true,
-            });
+            return Some(Outcome::rebase(&probe.session_key, json!({"offset": size})));
         }
         let input = ScanInput {
             own_recent_user_texts: &probe.own_recent_user_texts,

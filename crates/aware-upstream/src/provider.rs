@@ -35,6 +35,19 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// The marker moves to `next_marker` and nothing is counted: the source was rewritten or
+    /// shrank below the old marker (04 §10 rebase).
+    pub fn rebase(session_key: &str, next_marker: Value) -> Outcome {
+        Outcome::Activity {
+            session_key: session_key.to_string(),
+            human_turns: 0,
+            next_marker,
+            occurred_at: None,
+            dedupe_id: None,
+            rebased: true,
+        }
+    }
+
     pub fn session_key(&self) -> &str {
         match self {
             Outcome::Activity { session_key, .. } | Outcome::Missing { session_key } => session_key,

@@ -73,14 +73,7 @@ impl NodeItem for CodexItem {
             None => Value::Null,
             Some(item) => Value::from(item.uuid()?),
         };
-        Some(Outcome::Activity {
-            session_key: probe.session_key.clone(),
-            human_turns: 0,
-            next_marker: json!({ "uuid": uuid }),
-            occurred_at: None,
-            dedupe_id: None,
-            rebased: true,
-        })
+        Some(Outcome::rebase(&probe.session_key, json!({ "uuid": uuid })))
     }
 
     fn history(items: &[Self]) -> Vec<ImportTurn> {
