@@ -3,9 +3,11 @@
 //! (`synchronous_commit = on`, a throw-away cluster with fsync on), all in one run. Clients are
 //! spread over the gateways round-robin. Figures are printed, never asserted.
 //!
-//! `cargo run --release -p aware-cluster --example cluster_turns -- [turns per config] [clients]`
+//! `cargo run --release -p aware-cluster --example cluster_turns -- [turns per config] [clients]
+//! [max PostgreSQL gateways, default 3]`
 
 use aware_store_pg::testing::{ClusterOptions, PgCluster};
+use aware_store_pg::PathStats;
 use std::sync::Barrier;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -63,8 +65,9 @@ fn seg(s: &str) -> String {
     s.replace(':', "%3A")
 }
 
-/// Runs the workload against `bases` (client i talks to `bases[i % n]`): (turns/s, p50, p99).
-fn run(bases: &[String], turns: u64, clients: usize) -> (f64, Duration, Duration) {
+/// Runs the workload against `bases` (client i talks to `bases[i % n]`): (turns/s, p50, p99),
+/// and the PostgreSQL store's counters over the turns (not the set-up).
+fn run(bases: &[String], turns: u64, clients: usize) -> ((f64, Duration, Duration), PathStats) {
     for i in 0..clients {
         let base = &bases[i % bases.len()];
         let (p, c) = (
@@ -102,15 +105,80 @@ fn run(bases: &[String], turns: u64, clients: usize) -> (f64, Duration, Duration
         })
         .collect();
     barrier.wait();
+    let before = PathStats::now();
+    let cpu0 = cpu_now();
     let t = Instant::now();
     for w in workers {
         w.join().expect("worker");
     }
     let secs = t.elapsed().as_secs_f64();
+    let cpu1 = cpu_now();
+    let stats = PathStats::now().since(&before);
+    let n = lat.lock().expect("lat").len() as f64;
+    let per_turn = |a: f64, b: f64| (b - a) / n * 1e6;
+    eprintln!(
+        "      CPU per turn: machine {:.0} us (busy {:.0}% of {} cores), this process (gateways + clients) {:.0} us, the rest (PostgreSQL, other load) {:.0} us",
+        per_turn(cpu0.machine, cpu1.machine),
+        (cpu1.machine - cpu0.machine) / (cpu1.wall - cpu0.wall) / cpu0.cores * 100.0,
+        cpu0.cores,
+        per_turn(cpu0.process, cpu1.process),
+        per_turn(cpu0.machine - cpu0.process, cpu1.machine - cpu1.process),
+    );
     let mut l = lat.lock().expect("lat").clone();
     l.sort();
     let pct = |p: f64| l[((l.len() as f64 - 1.0) * p).round() as usize];
-    (l.len() as f64 / secs, pct(0.5), pct(0.99))
+    ((l.len() as f64 / secs, pct(0.5), pct(0.99)), stats)
+}
+
+struct Cpu {
+    machine: f64,
+    process: f64,
+    wall: f64,
+    cores: f64,
+}
+
+/// Busy CPU seconds of the whole machine (`/proc/stat`) and of this process (`/proc/self/stat`),
+/// to tell whether a configuration is bound by the CPU or by waiting. Zeros where unreadable.
+fn cpu_now() -> Cpu {
+    let tick = 100.0; // USER_HZ on Linux
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let fields: Vec<f64> = stat
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal: busy = all but idle and iowait.
+    let busy: f64 = fields
+        .iter()
+        .take(8)
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 4)
+        .map(|(_, v)| v)
+        .sum();
+    let cores = stat
+        .lines()
+        .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
+        .count();
+    let me = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after_comm = me.rsplit(')').next().unwrap_or("");
+    let f: Vec<f64> = after_comm
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    // Fields after the comm: state is not numeric, so utime/stime are at 11 and 12 here.
+    let process = f.get(10).copied().unwrap_or(0.0) + f.get(11).copied().unwrap_or(0.0);
+    Cpu {
+        machine: busy / tick,
+        process: process / tick,
+        wall: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0),
+        cores: cores.max(1) as f64,
+    }
 }
 
 fn main() {
@@ -127,8 +195,12 @@ fn main() {
             run(std::slice::from_ref(&gw.base), turns, clients),
         ));
     }
-    for n in 1..=3 {
-        let url = pg.database().expect("database");
+    let max_gateways: usize = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(3);
+    for n in 1..=max_gateways {
+        let mut url = pg.database().expect("database");
+        if std::env::var_os("AWARE_BENCH_PG_SOCKET").is_some() {
+            url = pg.socket_url(&url);
+        }
         let dirs: Vec<_> = (0..n).map(|_| tempfile::tempdir().expect("dir")).collect();
         let gws: Vec<Gateway> = dirs
             .iter()
@@ -144,14 +216,17 @@ fn main() {
             run(&bases, turns, clients),
         ));
     }
-    let sqlite = rows[0].1 .0;
+    let sqlite = (rows[0].1).0 .0;
     println!("{clients} clients x human turns ({turns} per configuration):");
-    for (name, (rate, p50, p99)) in rows {
+    for (name, ((rate, p50, p99), stats)) in rows {
         println!(
             "  {name:<24} {rate:>8.0} turns/s  p50 {:>7.2} ms  p99 {:>7.2} ms  ({:.0}% of SQLite)",
             p50.as_secs_f64() * 1e3,
             p99.as_secs_f64() * 1e3,
             rate / sqlite * 100.0
         );
+        if stats.ops > 0 {
+            println!("      {stats}");
+        }
     }
 }

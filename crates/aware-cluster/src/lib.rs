@@ -96,6 +96,8 @@ pub struct ClusterStatus {
     /// Wakes not published: the queue was full or PostgreSQL unreachable (repair covers them).
     pub publish_dropped: AtomicU64,
     pub received: AtomicU64,
+    /// Reply signals of other gateways received (a `sessions_send` reply committed there).
+    pub replies_received: AtomicU64,
     /// Listener reconnects after a lost connection.
     pub listener_reconnects: AtomicU64,
 }
@@ -135,7 +137,28 @@ struct PgBus {
     tx: SyncSender<String>,
 }
 
+impl PgBus {
+    fn send(&self, payload: String) {
+        match self.tx.try_send(payload) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                self.status.publish_dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
 impl WakeBus for PgBus {
+    fn publish_reply(&self, run_id: &str) {
+        let payload = encode_reply(&self.status.node_id, run_id);
+        if payload.len() > MAX_PAYLOAD {
+            // Run ids are bounded far below this; the waiter's own re-read covers it anyway.
+            self.status.publish_dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        self.send(payload);
+    }
+
     fn publish(&self, wake: &Wake) {
         let payload = encode(&self.status.node_id, wake);
         if payload.len() > MAX_PAYLOAD {
@@ -143,12 +166,7 @@ impl WakeBus for PgBus {
             self.status.publish_dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        match self.tx.try_send(payload) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-                self.status.publish_dropped.fetch_add(1, Ordering::Relaxed);
-            }
-        }
+        self.send(payload);
     }
 }
 
@@ -353,6 +371,11 @@ fn listener_loop(
                                 status.received.fetch_add(1, Ordering::Relaxed);
                                 engine.deliver_remote_wake(wake);
                             }
+                        } else if let Some((origin, run_id)) = decode_reply(note.payload()) {
+                            if origin != status.node_id {
+                                status.replies_received.fetch_add(1, Ordering::Relaxed);
+                                engine.signal_remote_reply(&run_id);
+                            }
                         }
                     }
                     Ok(None) => break,
@@ -473,6 +496,19 @@ pub fn decode(payload: &str) -> Option<(String, RemoteWake)> {
     ))
 }
 
+/// The notification payload of a reply signal: the publishing node and the run id that got its
+/// reply (an assistant turn carrying it, or its end). No `sessionKey`, so [`decode`] refuses it.
+pub fn encode_reply(node: &str, run_id: &str) -> String {
+    serde_json::json!({"node": node, "reply": run_id}).to_string()
+}
+
+/// Reads a payload written by [`encode_reply`]; `None` for anything else.
+pub fn decode_reply(payload: &str) -> Option<(String, String)> {
+    let v: serde_json::Value = serde_json::from_str(payload).ok()?;
+    let s = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
+    Some((s("node")?, s("reply")?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -495,5 +531,10 @@ mod tests {
         assert_eq!(r, aware_engine::RemoteWake::of(&w));
         assert!(decode("{\"node\":\"n\"}").is_none());
         assert!(decode("not json").is_none());
+        // A wake and a reply signal share the channel; neither decodes as the other.
+        let reply = encode_reply("n1", "r7");
+        assert_eq!(decode_reply(&reply), Some(("n1".into(), "r7".into())));
+        assert!(decode(&reply).is_none());
+        assert!(decode_reply(&encode("n1", &w)).is_none());
     }
 }

@@ -58,6 +58,8 @@ pub enum SystemEventError {
     EmptyText,
     #[error("text must be at most {MAX_SYSTEM_EVENT_CHARS} characters (got {chars})")]
     TextTooLong { chars: usize },
+    #[error("{0} must not contain U+0000 (NUL)")]
+    Nul(&'static str),
     #[error("contextKey must be at most {MAX_CONTEXT_KEY_CHARS} characters")]
     ContextKeyTooLong,
     #[error("contextKey must not start with \"session-state:\" (reserved for notices)")]
@@ -80,6 +82,13 @@ impl SystemEventLine {
         let chars = text.chars().count();
         if chars > MAX_SYSTEM_EVENT_CHARS {
             return Err(SystemEventError::TextTooLong { chars });
+        }
+        // PostgreSQL's text type cannot hold U+0000; refused on every backend alike.
+        if text.contains('\0') {
+            return Err(SystemEventError::Nul("text"));
+        }
+        if context_key.is_some_and(|k| k.contains('\0')) {
+            return Err(SystemEventError::Nul("contextKey"));
         }
         let context_key = match context_key.map(|k| k.trim().to_lowercase()) {
             Some(k) if k.is_empty() => None,

@@ -20,6 +20,10 @@ pub struct AppendRequest {
     pub actor_id: Option<String>,
     pub run_id: Option<String>,
     pub dedupe_key: Option<String>,
+    /// The dedupe key carries an id this very op generated (a new turn's UUID), so no earlier
+    /// event can hold it: the lookup is skipped. The store's UNIQUE constraint still guards it
+    /// (a clash fails the append like any failed insert).
+    pub(crate) fresh_dedupe_key: bool,
     pub summary: String,
     pub payload: Option<Value>,
     pub occurred_at: Option<i64>,
@@ -39,6 +43,7 @@ impl AppendRequest {
             actor_id: None,
             run_id: None,
             dedupe_key: None,
+            fresh_dedupe_key: false,
             summary: kind.default_summary().to_string(),
             payload: None,
             occurred_at: None,
@@ -93,6 +98,7 @@ impl AppendOutcome {
 /// A validated append: step 1 of 01 §4 done.
 struct ValidAppend {
     event: NewEvent,
+    fresh_dedupe_key: bool,
     watchers: Vec<String>,
     only_if_watched: bool,
     admission: Option<Admission>,
@@ -135,6 +141,7 @@ fn validate(req: AppendRequest, now: i64) -> Result<ValidAppend> {
             summary: sanitize_summary(&req.summary),
             payload,
         },
+        fresh_dedupe_key: req.fresh_dedupe_key,
         watchers: req.watchers,
         only_if_watched: req.only_if_watched,
         admission: req.admission,
@@ -192,6 +199,7 @@ fn record_steps(
 ) -> aware_store::Result<AppendOutcome> {
     let ValidAppend {
         event,
+        fresh_dedupe_key,
         watchers,
         only_if_watched,
         admission,
@@ -211,7 +219,7 @@ fn record_steps(
         return Ok(AppendOutcome::NotRecorded(NotRecorded::NotWatched));
     }
     // 5. Dedupe.
-    if let Some(key) = &event.dedupe_key {
+    if let Some(key) = event.dedupe_key.as_ref().filter(|_| !fresh_dedupe_key) {
         if let Some(existing) = tx.event_by_dedupe(key)? {
             if existing.session_key != event.session_key || existing.agent_id != event.agent_id {
                 tracing::warn!(event = "dedupe_key_collision", dedupe_key = %key,
@@ -281,13 +289,17 @@ fn update_watchers(
                     .map(|k| k.as_str().to_string())
             })
     };
+    // Candidates first (parse, the orphan rule, duplicates, the target itself), then one read
+    // of every candidate's session and cursor, then the per-watcher action. Each candidate
+    // writes only its own cursor, so reading them all before any write reads what the
+    // one-by-one loop read.
     let mut seen = std::collections::HashSet::with_capacity(passed.len() + registered.len());
-    let mut opened = Vec::new();
-    let candidates = passed
+    let mut candidates: Vec<(String, String)> = Vec::with_capacity(passed.len() + registered.len());
+    let all = passed
         .iter()
         .map(|w| (w, true))
         .chain(registered.iter().map(|w| (w, false)));
-    for (raw, from_producer) in candidates {
+    for (raw, from_producer) in all {
         let Ok(key) = SessionKey::parse(raw) else {
             continue;
         };
@@ -307,22 +319,30 @@ fn update_watchers(
         if watcher == event.session_key && agent.as_str() == event.agent_id {
             continue;
         }
-        if !tx.session_exists(watcher, agent.as_str())? {
+        candidates.push((watcher.to_string(), agent.as_str().to_string()));
+    }
+    let lookups: Vec<(&str, &str)> = candidates
+        .iter()
+        .map(|(w, a)| (w.as_str(), a.as_str()))
+        .collect();
+    let found = tx.watcher_cursors(&event.session_key, &event.agent_id, &lookups)?;
+    let mut opened = Vec::new();
+    for ((watcher, _), (exists, existing)) in candidates.iter().zip(found) {
+        if !exists {
             continue;
         }
-        let existing = tx.cursor(watcher, &event.session_key, &event.agent_id)?;
         let existing_state = existing.as_ref().map(|c| &c.state);
         let created_at = existing.as_ref().map_or(now, |c| c.created_at);
         let new_state = match class {
             KindClass::Seeds => cursor::seed(existing_state, sequence, now),
             KindClass::Material => {
-                if event.actor_id.as_deref() == Some(watcher) {
+                if event.actor_id.as_deref() == Some(watcher.as_str()) {
                     continue; // self-suppression (02 §6)
                 }
                 cursor::material_update(existing_state, sequence, now).map(|u| {
                     if u.opened {
                         opened.push(Opened {
-                            watcher: watcher.to_string(),
+                            watcher: watcher.clone(),
                         });
                     }
                     u.state
@@ -331,13 +351,17 @@ fn update_watchers(
             KindClass::LogOnly => None,
         };
         if let Some(state) = new_state {
-            tx.put_cursor(&CursorRow {
-                watcher: watcher.to_string(),
+            let row = CursorRow {
+                watcher: watcher.clone(),
                 target_key: event.session_key.clone(),
                 target_agent: event.agent_id.clone(),
                 state,
                 created_at,
-            })?;
+            };
+            match &existing {
+                Some(before) => tx.update_cursor(before, &row)?,
+                None => tx.put_cursor(&row)?,
+            }
         }
     }
     Ok(opened)
@@ -358,6 +382,7 @@ impl Engine {
             actor_id: req.actor_id.clone(),
             run_id: req.run_id.clone(),
             dedupe_key: req.dedupe_key.clone(),
+            fresh_dedupe_key: false,
             summary: String::new(),
             payload: req.payload.clone(),
             occurred_at: None,

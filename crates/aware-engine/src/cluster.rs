@@ -116,6 +116,18 @@ impl Engine {
         }
     }
 
+    /// Signals this process's `sessions_send` waiter for `run_id`, if any: another process
+    /// committed its reply ([`crate::WakeBus::publish_reply`]). The waiter then reads the store
+    /// (the truth); a signal for a run nobody waits on here is dropped.
+    pub fn signal_remote_reply(&self, run_id: &str) {
+        if let Ok(m) = self.inner.reply_waiters.lock() {
+            if let Some(n) = m.get(run_id) {
+                EngineMetrics::inc(&self.inner.metrics.replies_remote_signalled, 1);
+                n.notify_one();
+            }
+        }
+    }
+
     /// The periodic check that repairs lost notifications: a watcher whose pending notices grew
     /// since the previous check (a higher `notified`, or newly pending) and that got no
     /// `session-state` wake here in between is woken now, for this process's subscribers only.

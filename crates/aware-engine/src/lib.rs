@@ -302,33 +302,48 @@ impl Engine {
         &self,
         op: impl FnOnce(&mut dyn WriteTx, &mut Ctx) -> Result<R> + Send + 'static,
     ) -> Result<R> {
-        let inner = self.inner.clone();
-        // The op's ticket, set by its after-commit hook; 0 while none (op or commit failed).
-        let ticket = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let hook_ticket = ticket.clone();
-        let result = self.inner.store.write_as(move |tx| {
-            let mut ctx = Ctx {
-                now: inner.clock.now_ms(),
-                effects: Effects::default(),
-                inner: inner.clone(),
-            };
-            let r = op(tx, &mut ctx)?;
-            let effects = std::mem::take(&mut ctx.effects);
-            let hook_inner = inner.clone();
-            let now = ctx.now;
-            tx.after_commit(Box::new(move || {
-                hook_ticket.store(
-                    hook_inner.effects.push(effects, now),
-                    std::sync::atomic::Ordering::Release,
-                );
-            }));
-            Ok(r)
-        });
+        let (ticket, op) = with_effects(&self.inner, op);
+        let result = self.inner.store.write_as(op);
         let mine = ticket.load(std::sync::atomic::Ordering::Acquire);
         if mine != 0 {
             apply_effects_through(&self.inner, mine);
         }
         result
+    }
+
+    /// [`Engine::write`] for async callers: the op goes to the writer without a blocking-pool
+    /// thread in between, and the caller's task awaits its commit. The op and its effects run
+    /// in a task of their own, so a caller that goes away (a client that disconnects) cancels
+    /// neither: effects are applied, in commit order, before the task ends, as with `write`.
+    /// Effects are applied on the runtime only on SQLite, where the reads a wake may need are
+    /// local and short; on other stores they go to the blocking pool. Needs a tokio runtime.
+    pub(crate) async fn write_async<R: Send + 'static>(
+        &self,
+        op: impl FnOnce(&mut dyn WriteTx, &mut Ctx) -> Result<R> + Send + 'static,
+    ) -> Result<R> {
+        let inner = self.inner.clone();
+        let task = tokio::spawn(async move {
+            let (ticket, op) = with_effects(&inner, op);
+            let result = inner.store.write_async_as(op).await;
+            let mine = ticket.load(std::sync::atomic::Ordering::Acquire);
+            if mine != 0 {
+                if inner.store.info().backend == "sqlite" {
+                    apply_effects_through(&inner, mine);
+                } else {
+                    let effects_inner = inner.clone();
+                    let _ = tokio::task::spawn_blocking(move || {
+                        apply_effects_through(&effects_inner, mine)
+                    })
+                    .await;
+                }
+            }
+            result
+        });
+        task.await.map_err(|e| {
+            EngineError::Store(aware_store::StoreError::Panicked(format!(
+                "write task: {e}"
+            )))
+        })?
     }
 
     /// Fires every engine-clock timer that is due: run timeouts, coalesced wakes, the prune
@@ -423,6 +438,39 @@ impl EffectsQueue {
     }
 }
 
+/// Wraps an engine op into a store op: it runs with a fresh [`Ctx`], and its after-commit hook
+/// queues the op's effects and sets the returned ticket (0 while none: the op or its commit
+/// failed), which the caller then applies through.
+fn with_effects<R>(
+    inner: &Arc<Inner>,
+    op: impl FnOnce(&mut dyn WriteTx, &mut Ctx) -> Result<R> + Send + 'static,
+) -> (
+    Arc<std::sync::atomic::AtomicU64>,
+    impl FnOnce(&mut dyn WriteTx) -> Result<R> + Send + 'static,
+) {
+    let ticket = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let hook_ticket = ticket.clone();
+    let inner = inner.clone();
+    let store_op = move |tx: &mut dyn WriteTx| {
+        let mut ctx = Ctx {
+            now: inner.clock.now_ms(),
+            effects: Effects::default(),
+            inner: inner.clone(),
+        };
+        let r = op(tx, &mut ctx)?;
+        let effects = std::mem::take(&mut ctx.effects);
+        let now = ctx.now;
+        tx.after_commit(Box::new(move || {
+            hook_ticket.store(
+                inner.effects.push(effects, now),
+                std::sync::atomic::Ordering::Release,
+            );
+        }));
+        Ok(r)
+    };
+    (ticket, store_op)
+}
+
 /// Applies every queued effect up to and including `ticket`, in ticket (commit) order. Returns
 /// at once when another caller already applied it.
 fn apply_effects_through(inner: &Arc<Inner>, ticket: u64) {
@@ -463,6 +511,10 @@ fn apply_effects(inner: &Arc<Inner>, effects: Effects, now: i64) {
                     n.notify_one();
                 }
             }
+        }
+        // The waiter may be on another gateway of a shared store.
+        for run_id in &effects.replies {
+            inner.wakes.cluster.publish_reply(run_id);
         }
     }
     for watcher in effects.state_wakes {

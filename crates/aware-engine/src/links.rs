@@ -306,7 +306,7 @@ impl Engine {
                             id: new_uuid(),
                             index: index as i64,
                             role: turn.role.as_str().into(),
-                            text: turn.text.clone(),
+                            text: crate::lookup::without_nul(&turn.text),
                             at: ctx.now,
                             actor_type: if turn.role == Role::User { ActorType::Human } else { ActorType::Agent },
                             actor_id: (turn.role != Role::User).then(|| row.key.clone()),

@@ -68,6 +68,9 @@ pub(crate) fn validate_label(label: &str) -> Result<()> {
     if n == 0 || n > MAX_LABEL_CHARS {
         return Err(EngineError::invalid("label must be 1..=128 characters"));
     }
+    if label.contains('\0') {
+        return Err(EngineError::invalid("label must not contain U+0000 (NUL)"));
+    }
     if aware_core::key::has_invisible_format(label) {
         return Err(EngineError::invalid(
             "label must not contain bidirectional or zero-width formatting characters",
@@ -83,5 +86,18 @@ pub(crate) fn check_text(field: &str, text: &str) -> Result<()> {
             text.len()
         )));
     }
+    // PostgreSQL's text type cannot hold U+0000. Refused on every backend, so a request means
+    // the same on SQLite and PostgreSQL (on PostgreSQL it used to fail the commit with a 503).
+    if text.contains('\0') {
+        return Err(EngineError::invalid(format!(
+            "{field} must not contain U+0000 (NUL)"
+        )));
+    }
     Ok(())
+}
+
+/// Imported transcript text (adoption history) with U+0000 replaced by U+FFFD: a hostile or
+/// damaged transcript must not stop an import, and PostgreSQL cannot store the NUL.
+pub(crate) fn without_nul(text: &str) -> String {
+    text.replace('\0', "\u{FFFD}")
 }

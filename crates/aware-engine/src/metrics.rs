@@ -26,6 +26,8 @@ pub struct EngineMetrics {
     pub wakes_remote_received: AtomicU64,
     /// Watchers woken by the periodic repair check (a lost cross-gateway notification).
     pub wakes_repaired: AtomicU64,
+    /// `sessions_send` waiters here woken by a reply another gateway committed.
+    pub replies_remote_signalled: AtomicU64,
 }
 
 fn kind_index(kind: EventKind) -> usize {

@@ -11,31 +11,18 @@ use aware_store::{GoalRow, RunRow, SessionRow, TurnRow, WriteTx};
 impl Engine {
     /// Posts a turn (03 §4.2).
     pub fn post_turn(&self, s: &SessionRef, turn: NewTurn) -> Result<TurnOutcome> {
-        check_text("text", &turn.text)?;
-        if let Some(t) = &turn.upstream_text {
-            check_text("upstreamText", t)?;
-        }
-        if let Some(c) = &turn.channel {
-            aware_core::event::validate_channel(c)
-                .map_err(|e| EngineError::invalid(e.to_string()))?;
-        }
-        if let Some(r) = &turn.run_id {
-            validate_run_id(r)?;
-        }
-        if turn.role == Role::Compaction {
-            return Err(EngineError::invalid(
-                "role must be one of user, assistant, tool",
-            ));
-        }
-        if let Some(p) = &turn.provenance {
-            if p.kind == ProvenanceKind::InterSession && p.source_session_key.is_none() {
-                return Err(EngineError::invalid(
-                    "provenance.sourceSessionKey is required when provenance.kind is inter_session",
-                ));
-            }
-        }
+        check_new_turn(&turn)?;
         let s2 = s.clone();
         self.write(move |tx, ctx| post_turn_in(tx, ctx, &s2, turn))
+    }
+
+    /// [`Engine::post_turn`] for async callers (the gateway's hottest write route): no
+    /// blocking-pool thread between the request and the writer. Needs a tokio runtime.
+    pub async fn post_turn_async(&self, s: &SessionRef, turn: NewTurn) -> Result<TurnOutcome> {
+        check_new_turn(&turn)?;
+        let s2 = s.clone();
+        self.write_async(move |tx, ctx| post_turn_in(tx, ctx, &s2, turn))
+            .await
     }
 
     /// Turns with index > `after`, at most `limit`, plus whether more follow.
@@ -112,6 +99,9 @@ impl Engine {
         let n = text.chars().count();
         if n == 0 || n > MAX_GOAL_CHARS {
             return Err(EngineError::invalid("text must be 1..=4000 characters"));
+        }
+        if text.contains('\0') {
+            return Err(EngineError::invalid("text must not contain U+0000 (NUL)"));
         }
         let (s2, text) = (s.clone(), text.to_string());
         self.write(move |tx, ctx| {
@@ -349,6 +339,8 @@ pub(crate) fn post_turn_in(
         ev.session_id = Some(row.session_id.clone());
         ev.actor_id = actor_id;
         ev.dedupe_key = Some(format!("turn:{}", stored.id));
+        // `stored.id` is a UUID made above, and the turn insert with it just succeeded.
+        ev.fresh_dedupe_key = true;
         ev.summary = format!(
             "human message via {}",
             turn.channel.as_deref().unwrap_or("unknown")
@@ -484,4 +476,31 @@ pub(crate) fn end_run_in(
     tx.update_run(&run)?;
     ctx.effects.replies.push(run_id.to_string());
     Ok(RunEnd { run, event })
+}
+
+/// The checks of a new turn that need no store (03 §4.2), before it goes to the writer.
+fn check_new_turn(turn: &NewTurn) -> Result<()> {
+    check_text("text", &turn.text)?;
+    if let Some(t) = &turn.upstream_text {
+        check_text("upstreamText", t)?;
+    }
+    if let Some(c) = &turn.channel {
+        aware_core::event::validate_channel(c).map_err(|e| EngineError::invalid(e.to_string()))?;
+    }
+    if let Some(r) = &turn.run_id {
+        validate_run_id(r)?;
+    }
+    if turn.role == Role::Compaction {
+        return Err(EngineError::invalid(
+            "role must be one of user, assistant, tool",
+        ));
+    }
+    if let Some(p) = &turn.provenance {
+        if p.kind == ProvenanceKind::InterSession && p.source_session_key.is_none() {
+            return Err(EngineError::invalid(
+                "provenance.sourceSessionKey is required when provenance.kind is inter_session",
+            ));
+        }
+    }
+    Ok(())
 }

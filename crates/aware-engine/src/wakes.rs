@@ -136,6 +136,11 @@ pub trait WakeBus: Send + Sync + 'static {
     /// Called once per wake this process delivered (never for remote or catch-up wakes). Must
     /// not block: a bus queues and sends on its own thread.
     fn publish(&self, wake: &Wake);
+    /// Called once per reply this process committed (an assistant turn carrying `run_id`, or
+    /// the end of run `run_id`), so a `sessions_send` caller waiting on another process reads
+    /// again at once ([`crate::Engine::signal_remote_reply`] there). A hint like wakes: the
+    /// waiter also re-reads on its own. Must not block. The default sends nothing.
+    fn publish_reply(&self, _run_id: &str) {}
 }
 
 /// Tells whether this process runs the cluster's singletons now.
@@ -172,6 +177,14 @@ impl ClusterHooks {
         let bus = self.bus.lock().ok().and_then(|b| b.clone());
         if let Some(bus) = bus {
             bus.publish(wake);
+        }
+    }
+
+    /// Tells the other processes that `run_id` got its reply here.
+    pub(crate) fn publish_reply(&self, run_id: &str) {
+        let bus = self.bus.lock().ok().and_then(|b| b.clone());
+        if let Some(bus) = bus {
+            bus.publish_reply(run_id);
         }
     }
 

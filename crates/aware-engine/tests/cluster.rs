@@ -29,6 +29,16 @@ impl WakeBus for Bus {
             peer.deliver_remote_wake(RemoteWake::of(wake));
         }
     }
+
+    fn publish_reply(&self, run_id: &str) {
+        if !self.up.load(Ordering::SeqCst) {
+            return;
+        }
+        let peer = self.peer.lock().unwrap().clone();
+        if let Some(peer) = peer {
+            peer.signal_remote_reply(run_id);
+        }
+    }
 }
 
 struct Lead(AtomicBool);
@@ -216,4 +226,63 @@ fn only_the_leader_runs_the_singletons() {
         p.a.version(&sref(C)) > before,
         "the new leader timed the run out (its end is recorded)"
     );
+}
+
+/// Whether `watch` has a signal waiting (polled once, no waiting: a `Notify` permit is stored).
+fn signalled_now(watch: &ReplyWatch) -> bool {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+        .block_on(async {
+            tokio::time::timeout(std::time::Duration::ZERO, watch.signalled()).await
+        })
+        .is_ok()
+}
+
+/// A `sessions_send` waiter on engine A is signalled by the reply committed on engine B, over
+/// the bus (B's writer cannot reach A's waiters); with the bus down nothing signals it (the
+/// gateway's waiter then finds the reply by its own periodic re-read).
+#[test]
+fn a_reply_committed_on_one_engine_signals_the_waiter_on_the_other() {
+    let p = pair();
+    let sent = p.a.send_dispatch(&sref(X), &sref(C), "hi", false).unwrap();
+    let watch = p.a.watch_reply(&sent.run_id);
+    assert!(!signalled_now(&watch), "nothing replied yet");
+    let mut reply = NewTurn::user("done").role(Role::Assistant);
+    reply.run_id = Some(sent.run_id.clone());
+    p.b.post_turn(&sref(C), reply).unwrap();
+    assert!(
+        signalled_now(&watch),
+        "the reply on B did not signal A's waiter"
+    );
+    assert_eq!(
+        EngineMetrics::get(&p.a.metrics().replies_remote_signalled),
+        1
+    );
+    assert!(
+        p.a.reply_state(&sref(C), &sent.run_id).unwrap().is_some(),
+        "A reads the reply from the shared store"
+    );
+
+    // A run nobody waits on: no signal counted. The bus down: the waiter is not signalled.
+    let other =
+        p.a.send_dispatch(&sref(X), &sref(C), "again", false)
+            .unwrap();
+    let mut reply = NewTurn::user("done").role(Role::Assistant);
+    reply.run_id = Some(other.run_id.clone());
+    p.b.post_turn(&sref(C), reply).unwrap();
+    assert_eq!(
+        EngineMetrics::get(&p.a.metrics().replies_remote_signalled),
+        1
+    );
+    let third =
+        p.a.send_dispatch(&sref(X), &sref(C), "third", false)
+            .unwrap();
+    let watch = p.a.watch_reply(&third.run_id);
+    p.bus_b.up.store(false, Ordering::SeqCst);
+    let mut reply = NewTurn::user("done").role(Role::Assistant);
+    reply.run_id = Some(third.run_id.clone());
+    p.b.post_turn(&sref(C), reply).unwrap();
+    assert!(!signalled_now(&watch), "a signal without a bus");
 }

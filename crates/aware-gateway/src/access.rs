@@ -91,6 +91,17 @@ pub(crate) fn operator_only(req: &Req, route: &str) -> ApiResult<()> {
 /// The calling session from `X-Aware-Session` (+ `X-Aware-Agent`), checked to be the token's
 /// own and to exist.
 pub(crate) async fn caller(req: &Req) -> ApiResult<Option<SessionRef>> {
+    let r = caller_unchecked(req)?;
+    if let Some(r) = &r {
+        must_exist(req, "caller session", r).await?;
+    }
+    Ok(r)
+}
+
+/// [`caller`] without its existence check (a blocking hop of its own), for a route that makes
+/// that check itself: before any other blocking call, or in the same one, and whenever the
+/// route fails (so a missing caller's 404 stays ahead of every later error).
+pub(crate) fn caller_unchecked(req: &Req) -> ApiResult<Option<SessionRef>> {
     let Some(raw) = req.headers.get("x-aware-session") else {
         return Ok(None);
     };
@@ -109,7 +120,6 @@ pub(crate) async fn caller(req: &Req) -> ApiResult<Option<SessionRef>> {
     let engine = req.state.engine()?;
     let r = engine.resolve(&key, agent.as_ref())?;
     acts_as_own(req, r.key.as_str(), r.agent.as_str())?;
-    must_exist(req, "caller session", &r).await?;
     Ok(Some(r))
 }
 
@@ -128,9 +138,37 @@ pub(crate) async fn path_session(
     };
     let r = resolve_ref(req, &key, agent.as_ref(), caller)?;
     must_exist(req, "session", &r).await?;
+    path_session_access(req, caller, &r)?;
+    Ok(r)
+}
+
+/// [`path_session`] up to the existence check: the key's syntax and `agentId`. For a route
+/// that folds the existence check into its own blocking call (see
+/// [`crate::request::existence_wins`]); the checks after it are [`path_session_access`].
+pub(crate) fn path_session_unchecked(
+    req: &Req,
+    seg: &str,
+    caller: Option<&SessionRef>,
+    q: &mut Query,
+) -> ApiResult<SessionRef> {
+    let key = parse_key(&decode_segment(seg)?)?;
+    let agent = match q.take("agentId")? {
+        Some(a) => Some(parse_agent("agentId", &a)?),
+        None => None,
+    };
+    resolve_ref(req, &key, agent.as_ref(), caller)
+}
+
+/// The checks of [`path_session`] after existence: visibility, and for a write route the
+/// token's own session.
+pub(crate) fn path_session_access(
+    req: &Req,
+    caller: Option<&SessionRef>,
+    r: &SessionRef,
+) -> ApiResult<()> {
     check_visible(req, caller, r.key.as_str(), r.agent.as_str())?;
     if req.method != Method::GET {
         acts_as_own(req, r.key.as_str(), r.agent.as_str())?;
     }
-    Ok(r)
+    Ok(())
 }

@@ -73,7 +73,7 @@ pub(crate) fn metrics(state: &AppState, out: &mut String) {
         return;
     };
     let s = c.status();
-    let counters: [(&str, &str, u64); 6] = [
+    let counters: [(&str, &str, u64); 8] = [
         (
             "aware_cluster_leader_changes_total",
             "Times this gateway became leader.",
@@ -81,7 +81,7 @@ pub(crate) fn metrics(state: &AppState, out: &mut String) {
         ),
         (
             "aware_cluster_wakes_published_total",
-            "Wakes this gateway published to the others (NOTIFY).",
+            "Wakes and reply signals this gateway published to the others (NOTIFY).",
             s.published.load(Ordering::Relaxed),
         ),
         (
@@ -100,6 +100,21 @@ pub(crate) fn metrics(state: &AppState, out: &mut String) {
             state
                 .engine()
                 .map(|e| aware_engine::EngineMetrics::get(&e.metrics().wakes_repaired))
+                .unwrap_or(0),
+        ),
+        (
+            "aware_cluster_replies_received_total",
+            "Reply signals of other gateways received (LISTEN).",
+            s.replies_received.load(Ordering::Relaxed),
+        ),
+        (
+            "aware_cluster_replies_signalled_total",
+            "sessions_send waiters here woken by a reply committed on another gateway.",
+            state
+                .engine()
+                .map(|e| {
+                    aware_engine::EngineMetrics::get(&e.metrics().replies_remote_signalled)
+                })
                 .unwrap_or(0),
         ),
         (

@@ -3,11 +3,13 @@
 //! The order of checks is the same for every route: Host → origin → token → route and method →
 //! body → caller → key syntax → existence → visibility → the handler's own fields.
 
-use crate::access::{caller, operator_only, path_session};
+use crate::access::{
+    caller, caller_unchecked, operator_only, path_session, path_session_unchecked,
+};
 use crate::body::Query;
 use crate::edge::{self, Identity, Origin};
 use crate::error::{ApiError, ApiResult};
-use crate::request::{decode_segment, Req};
+use crate::request::{decode_segment, must_exist, Req};
 use crate::routes::{self, Route, SessionRoute};
 use crate::state::Shared;
 use crate::{admin, catalog, console, metrics, notices, sessions, status, tools, turns, wakes};
@@ -219,9 +221,25 @@ async fn handle(
             catalog::continue_(&req, c.as_ref()).await
         }
         Route::ToolCall(name) => {
-            let (c, q) = caller_and_query(&req).await?;
-            q.finish()?;
-            tools::call(&req, &decode_segment(&name)?, c.as_ref()).await
+            // The caller's existence is checked by the tool (`session_status` in its one
+            // blocking call, the others before theirs), and here when the call fails, so that
+            // a missing caller still answers 404 ahead of every later error (issue 13: one
+            // blocking hop per status call).
+            req.state.engine()?;
+            let c = caller_unchecked(&req)?;
+            let answer = async {
+                let q = Query::parse(req.query.as_deref())?;
+                q.finish()?;
+                tools::call(&req, &decode_segment(&name)?, c.as_ref()).await
+            }
+            .await;
+            match (answer, &c) {
+                (Err(e), Some(c)) => {
+                    must_exist(&req, "caller session", c).await?;
+                    Err(e)
+                }
+                (answer, _) => answer,
+            }
         }
         Route::ListSessions => {
             let (c, q) = caller_and_query(&req).await?;
@@ -234,6 +252,11 @@ async fn handle(
         }
         Route::Session(key, op) => {
             let (c, mut q) = caller_and_query(&req).await?;
+            if op == SessionRoute::PostTurn {
+                // Folds the existence check into the write's blocking call (issue 13).
+                let t = path_session_unchecked(&req, &key, c.as_ref(), &mut q)?;
+                return turns::post(&req, c.as_ref(), t, q).await;
+            }
             let t = path_session(&req, &key, c.as_ref(), &mut q).await?;
             session_route(&req, c.as_ref(), t, q, op).await
         }
@@ -256,7 +279,7 @@ async fn session_route(
         S::SetGoal => sessions::set_goal(req, c, t, q).await,
         S::ClearGoal => sessions::clear_goal(req, c, t, q).await,
         S::ListTurns => turns::list(req, t, q).await,
-        S::PostTurn => turns::post(req, t, q).await,
+        S::PostTurn => turns::post(req, c, t, q).await,
         S::StartRun => turns::start_run(req, t, q).await,
         S::EndRun(run) => turns::end_run(req, t, q, &run).await,
         S::Compaction => turns::compaction(req, t, q).await,

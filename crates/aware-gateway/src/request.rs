@@ -85,6 +85,27 @@ pub(crate) fn session_not_found(what: &str, key: &SessionKey) -> ApiError {
     )
 }
 
+/// Error precedence for a route that skips its separate existence check (a blocking hop of
+/// its own) and runs its operation straight away, inside one blocking call: the operation
+/// fails on a missing session anyway, and when it fails for any reason, the existence check
+/// that came first in the documented order of checks (docs/api.md) is made now, so a missing
+/// session still answers 404 before any later check's error. Call it on the blocking side.
+pub(crate) fn existence_wins<T>(
+    engine: &aware_engine::Engine,
+    what: &str,
+    r: &SessionRef,
+    outcome: ApiResult<T>,
+) -> ApiResult<T> {
+    match outcome {
+        Ok(v) => Ok(v),
+        Err(e) => match engine.session_exists(r) {
+            Ok(true) => Err(e),
+            Ok(false) => Err(session_not_found(what, &r.key)),
+            Err(read) => Err(read.into()),
+        },
+    }
+}
+
 /// 404 unless the session exists (one blocking read).
 pub(crate) async fn must_exist(req: &Req, what: &str, r: &SessionRef) -> ApiResult<()> {
     let engine = req.state.engine()?;

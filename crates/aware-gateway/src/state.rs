@@ -92,6 +92,30 @@ impl AppState {
     }
 }
 
+/// Runs a short engine read: on SQLite on the calling runtime thread, on other stores off the
+/// runtime ([`blocking`]).
+///
+/// Why inline on SQLite: a `spawn_blocking` hop is two thread wake-ups (the pool thread, then
+/// the runtime thread again), and on the 2-core machine of issue 13 the scheduler's share of
+/// those (`finish_task_switch`, `_raw_spin_unlock_irqrestore`) was ~20 % of the gateway's CPU in
+/// the `session_status` workload, more than the page read itself (~40 µs). A SQLite read is
+/// local, bounded (a few indexed statements on a pooled reader connection whose pages sit in the
+/// OS cache) and never waits on anything held across an `.await`: readers are held only for
+/// the length of one synchronous call, so a runtime thread waiting for a busy reader waits for
+/// a read to finish, never for another task. Writes never run inline (they wait on the writer
+/// and its fsync), nor reads on PostgreSQL (network round trips, and its client must not be
+/// driven from inside the runtime).
+pub(crate) async fn short_read<T: Send + 'static>(
+    engine: &Engine,
+    f: impl FnOnce() -> ApiResult<T> + Send + 'static,
+) -> ApiResult<T> {
+    if aware_store::Store::info(&**engine.store()).backend == "sqlite" {
+        f()
+    } else {
+        blocking(f).await
+    }
+}
+
 /// Runs a blocking engine call off the async runtime.
 pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> ApiResult<T> + Send + 'static,

@@ -1,10 +1,11 @@
 //! Turns and runs of a session (03 §5.4): the transcript page and new turns, runs started and
 //! ended, and compaction.
 
+use crate::access::path_session_access;
 use crate::body::{Obj, Query};
 use crate::error::{ApiError, ApiResult};
-use crate::request::{decode_segment, parse_key, Req};
-use crate::state::engine_call;
+use crate::request::{decode_segment, existence_wins, parse_key, Req};
+use crate::state::{blocking, engine_call};
 use crate::wire::{self, answers};
 use aware_core::SessionRef;
 use aware_engine::{NewTurn, Provenance, ProvenanceKind, Role, RunOutcome};
@@ -35,10 +36,33 @@ pub(crate) async fn list(req: &Req, t: SessionRef, mut q: Query) -> ApiResult<Re
     wire::ok(answers::turn_page(&turns, more, truncated))
 }
 
-pub(crate) async fn post(req: &Req, t: SessionRef, q: Query) -> ApiResult<Response> {
-    q.finish()?;
-    let turn = parse_turn(&req.body)?;
-    let out = engine_call(&req.state, move |e| e.post_turn(&t, turn)).await?;
+/// `POST …/turns`, the hottest write route: one blocking call for the existence check and the
+/// write (it was two). `t` is resolved but not yet known to exist; the checks that follow
+/// existence in the documented order (visibility, own session, query, body) run first as pure
+/// checks, and [`existence_wins`] keeps a missing session's 404 ahead of their errors.
+pub(crate) async fn post(
+    req: &Req,
+    c: Option<&SessionRef>,
+    t: SessionRef,
+    q: Query,
+) -> ApiResult<Response> {
+    let ready = path_session_access(req, c, &t)
+        .and_then(|()| q.finish())
+        .and_then(|()| parse_turn(&req.body));
+    let engine = req.state.engine()?;
+    // The write awaits the writer directly (no blocking-pool hop: its two thread wake-ups were
+    // the largest item of this route's profile); only a failure needs the existence read.
+    let posted = match ready {
+        Ok(turn) => engine
+            .post_turn_async(&t, turn)
+            .await
+            .map_err(ApiError::from),
+        Err(e) => Err(e),
+    };
+    let out = match posted {
+        Ok(out) => out,
+        Err(e) => blocking(move || existence_wins(&engine, "session", &t, Err(e))).await?,
+    };
     let body = answers::posted_turn(&out);
     if out.duplicate {
         wire::ok(body)

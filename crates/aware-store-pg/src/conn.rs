@@ -1,40 +1,129 @@
-//! One PostgreSQL connection with a statement cache, and the mapping of driver errors to
-//! [`StoreError`].
+//! One PostgreSQL connection with a statement cache and a pipeline, and the mapping of driver
+//! errors to [`StoreError`].
+//!
+//! Writes whose answer nobody reads (a turn inserted, a head raised, a cursor stored, a
+//! savepoint set) are not waited for one by one: they are queued and sent together with the
+//! next statement whose answer is needed, in order, on the same connection, so a run of such
+//! writes costs one round trip instead of one each (docs/performance.md, "PostgreSQL write
+//! path"). The server runs them in the order sent, so reads see them. A queued write that fails
+//! is not lost: its error is the answer of the exchange that carried it, and the connection
+//! remembers it until a `ROLLBACK TO` a savepoint set before it undoes it; the writer fails an
+//! op that ends with such a failure standing (see [`Conn::healthy`]).
 
+use crate::stats::{self, Role};
 use aware_store::{Result, StoreError};
 use postgres::types::ToSql;
-use postgres::{Client, Row, Statement};
+use postgres::{Row, Statement};
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
 
 /// Prepared statements kept per connection; the filter-built statements of the session lists
 /// vary with their filters, so the cache is emptied when it grows past this.
 const MAX_CACHED: usize = 512;
 
 pub(crate) type Param<'a> = &'a (dyn ToSql + Sync);
+/// A parameter of a queued write, owned because it is sent after the call returns.
+pub(crate) type Owned = Box<dyn ToSql + Sync + Send>;
 
-pub(crate) struct Conn {
-    client: Client,
-    cache: HashMap<String, Statement>,
+/// A write queued to travel with the next exchange, and its position on the connection.
+enum Deferred {
+    /// Control statements (`SAVEPOINT`, `RELEASE`, `BEGIN`, …) over the simple protocol.
+    Simple(u64, String),
+    /// A prepared write with its SQL text (for [`fuse`]).
+    Prepared(u64, Statement, Vec<Owned>, String),
 }
 
+impl Deferred {
+    fn position(&self) -> u64 {
+        match self {
+            Deferred::Simple(p, _) | Deferred::Prepared(p, _, _, _) => *p,
+        }
+    }
+}
+
+/// The statement whose answer an exchange waits for.
+enum Last<'p> {
+    Rows(&'p Statement, &'p [Param<'p>]),
+    Count(&'p Statement, &'p [Param<'p>]),
+    Simple(&'p str),
+}
+
+enum Answer {
+    Rows(Vec<Row>),
+    Count(u64),
+    Done,
+}
+
+type BoxFut<'a, T> = Pin<Box<dyn Future<Output = std::result::Result<T, postgres::Error>> + 'a>>;
+
+pub(crate) struct Conn {
+    /// Drives the connection: a current-thread runtime, so an exchange runs entirely on the
+    /// calling thread (write, wait, read) with no hop to another thread.
+    rt: tokio::runtime::Runtime,
+    client: tokio_postgres::Client,
+    cache: HashMap<String, Statement>,
+    role: Role,
+    deferred: Vec<Deferred>,
+    /// Statements queued or sent in the current transaction; positions order savepoints and
+    /// failures.
+    position: u64,
+    /// Savepoints set in the current transaction, innermost last, with their positions.
+    savepoints: Vec<(String, u64)>,
+    /// The first failed statement of the current transaction not undone by a rollback to a
+    /// savepoint set before it: while it stands, the transaction may not commit.
+    failure: Option<(u64, String)>,
+    /// The writer's row cache (empty on reader connections); dies with the connection.
+    pub(crate) rows: crate::cache::RowCache,
+    /// Event sequences numbered locally in this transaction: (next, last given, the one
+    /// `nextval` returned).
+    sequences: Option<(i64, i64, i64)>,
+}
+
+/// The identity sequence of `session_state_events.sequence`.
+const EVENT_SEQUENCE: &str = "pg_get_serial_sequence('session_state_events', 'sequence')";
+
 impl Conn {
-    pub(crate) fn new(client: Client) -> Self {
-        Conn {
+    pub(crate) fn connect(config: &tokio_postgres::Config, role: Role) -> Result<Self> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::Unreachable(format!("cannot start a runtime: {e}")))?;
+        let (client, connection) = rt
+            .block_on(config.connect(tokio_postgres::NoTls))
+            .map_err(pg_err)?;
+        // The connection task runs whenever this thread waits in `block_on`.
+        rt.spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "PostgreSQL connection ended");
+            }
+        });
+        Ok(Conn {
+            rt,
             client,
             cache: HashMap::new(),
-        }
+            role,
+            deferred: Vec::new(),
+            position: 0,
+            savepoints: Vec::new(),
+            failure: None,
+            rows: crate::cache::RowCache::default(),
+            sequences: None,
+        })
     }
 
     pub(crate) fn is_closed(&self) -> bool {
         self.client.is_closed()
     }
 
-    /// A statement prepared once per connection: each later use is one round trip.
+    /// A statement prepared once per connection: each later use is part of an exchange.
     fn stmt(&mut self, sql: &str) -> Result<Statement> {
         if let Some(s) = self.cache.get(sql) {
             return Ok(s.clone());
         }
-        let s = self.client.prepare(sql).map_err(pg_err)?;
+        stats::exchange(self.role, 1);
+        let s = self.rt.block_on(self.client.prepare(sql)).map_err(pg_err)?;
         if self.cache.len() >= MAX_CACHED {
             self.cache.clear();
         }
@@ -42,25 +131,402 @@ impl Conn {
         Ok(s)
     }
 
+    fn next_position(&mut self) -> u64 {
+        self.position += 1;
+        self.position
+    }
+
+    /// Sends the queued writes and `last`, in order, and waits for all their answers. The
+    /// answer is the first queued write's failure if one failed, else `last`'s.
+    fn exchange(&mut self, last: Last<'_>, own_answer_only: bool) -> Result<Answer> {
+        let deferred = std::mem::take(&mut self.deferred);
+        let deferred = self.fuse(deferred);
+        let last_position = self.next_position();
+        stats::exchange(self.role, deferred.len() as u64 + 1);
+        let client = &self.client;
+        let (queued, answer) = self.rt.block_on(async {
+            let queued: Vec<BoxFut<'_, ()>> = deferred
+                .iter()
+                .map(|d| -> BoxFut<'_, ()> {
+                    match d {
+                        Deferred::Simple(_, sql) => Box::pin(client.batch_execute(sql)),
+                        Deferred::Prepared(_, st, params, _) => Box::pin(async move {
+                            let refs: Vec<Param<'_>> =
+                                params.iter().map(|p| &**p as Param<'_>).collect();
+                            client.execute(st, &refs).await.map(|_| ())
+                        }),
+                    }
+                })
+                .collect();
+            let last: BoxFut<'_, Answer> = match last {
+                Last::Rows(st, params) => {
+                    Box::pin(async move { client.query(st, params).await.map(Answer::Rows) })
+                }
+                Last::Count(st, params) => {
+                    Box::pin(async move { client.execute(st, params).await.map(Answer::Count) })
+                }
+                Last::Simple(sql) => {
+                    Box::pin(async move { client.batch_execute(sql).await.map(|_| Answer::Done) })
+                }
+            };
+            in_order(queued, last).await
+        });
+        let mut first_failure = None;
+        for (d, r) in deferred.iter().zip(queued) {
+            if let Err(e) = r {
+                let position = match d {
+                    Deferred::Simple(p, _) | Deferred::Prepared(p, _, _, _) => *p,
+                };
+                let e = pg_err(e);
+                self.fail_at(position, &e);
+                first_failure.get_or_insert(e);
+            }
+        }
+        let answer = answer.map_err(pg_err);
+        if let Err(e) = &answer {
+            self.fail_at(last_position, e);
+        }
+        match first_failure {
+            Some(e) if !own_answer_only => Err(e),
+            _ => answer,
+        }
+    }
+
+    /// Fuses each run of queued writes on distinct tables into one statement of
+    /// data-modifying CTEs (`WITH w0 AS (…), w1 AS (…) SELECT 1`), so a turn's five writes cost
+    /// the server one statement instead of five (each statement is its own Bind/Execute/Sync
+    /// and its own flush of the answer). Exact because the writes of a run touch distinct
+    /// tables, so no row is written twice and none reads what another writes (statements with
+    /// a `SELECT` are never fused; there are no triggers nor foreign keys), and the CTEs of
+    /// one statement all run to completion. A run never spans a savepoint statement; its
+    /// failure is reported at its first write's position, inside the same savepoints. If the
+    /// fused statement cannot be prepared (e.g. the transaction already failed), the writes
+    /// go out one by one as queued.
+    fn fuse(&mut self, deferred: Vec<Deferred>) -> Vec<Deferred> {
+        let mut out: Vec<Deferred> = Vec::with_capacity(deferred.len());
+        let mut run: Vec<Deferred> = Vec::new();
+        for d in deferred {
+            let table = match &d {
+                Deferred::Prepared(_, _, _, sql) => fusible_table(sql),
+                Deferred::Simple(..) => None,
+            };
+            let Some(table) = table else {
+                self.close_run(&mut run, &mut out);
+                out.push(d);
+                continue;
+            };
+            let clash = run.iter().any(|r| match r {
+                Deferred::Prepared(_, _, _, sql) => fusible_table(sql) == Some(table),
+                Deferred::Simple(..) => false,
+            });
+            if clash {
+                self.close_run(&mut run, &mut out);
+            }
+            run.push(d);
+        }
+        self.close_run(&mut run, &mut out);
+        out
+    }
+
+    fn close_run(&mut self, run: &mut Vec<Deferred>, out: &mut Vec<Deferred>) {
+        if run.len() < 2 {
+            out.append(run);
+            return;
+        }
+        let mut sql = String::from("WITH ");
+        let mut offset = 0usize;
+        for (i, d) in run.iter().enumerate() {
+            if let Deferred::Prepared(_, st, _, part) = d {
+                if i > 0 {
+                    sql.push_str(", ");
+                }
+                sql.push_str(&format!("w{i} AS ("));
+                sql.push_str(&renumber(part, offset));
+                sql.push(')');
+                offset += st.params().len();
+            }
+        }
+        sql.push_str(" SELECT 1");
+        let Ok(fused) = self.stmt(&sql) else {
+            out.append(run);
+            return;
+        };
+        let mut position = None;
+        let mut params: Vec<Owned> = Vec::with_capacity(offset);
+        for d in run.drain(..) {
+            if let Deferred::Prepared(p, _, ps, _) = d {
+                position.get_or_insert(p);
+                params.extend(ps);
+            }
+        }
+        out.push(Deferred::Prepared(
+            position.unwrap_or(0),
+            fused,
+            params,
+            sql,
+        ));
+    }
+
+    fn fail_at(&mut self, position: u64, e: &StoreError) {
+        if self.failure.is_none() {
+            self.failure = Some((position, e.to_string()));
+        }
+    }
+
     pub(crate) fn query(&mut self, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>> {
         let s = self.stmt(sql)?;
-        self.client.query(&s, params).map_err(pg_err)
+        match self.exchange(Last::Rows(&s, params), false)? {
+            Answer::Rows(rows) => Ok(rows),
+            _ => Err(StoreError::Corrupt("a query gave no rows".into())),
+        }
     }
 
     pub(crate) fn query_opt(&mut self, sql: &str, params: &[Param<'_>]) -> Result<Option<Row>> {
-        let s = self.stmt(sql)?;
-        self.client.query_opt(&s, params).map_err(pg_err)
+        let mut rows = self.query(sql, params)?;
+        if rows.len() > 1 {
+            return Err(StoreError::Corrupt(format!(
+                "a query expected to give at most one row gave {}",
+                rows.len()
+            )));
+        }
+        Ok(rows.pop())
     }
 
     pub(crate) fn execute(&mut self, sql: &str, params: &[Param<'_>]) -> Result<u64> {
         let s = self.stmt(sql)?;
-        self.client.execute(&s, params).map_err(pg_err)
+        match self.exchange(Last::Count(&s, params), false)? {
+            Answer::Count(n) => Ok(n),
+            _ => Err(StoreError::Corrupt("a statement gave no row count".into())),
+        }
     }
 
-    /// Control statements (BEGIN, SAVEPOINT, COMMIT, …) over the simple protocol.
-    pub(crate) fn batch(&mut self, sql: &str) -> Result<()> {
-        self.client.batch_execute(sql).map_err(pg_err)
+    /// Queues a write whose row count nobody needs; it travels with the next exchange.
+    pub(crate) fn defer(&mut self, sql: &str, params: Vec<Owned>) -> Result<()> {
+        let s = self.stmt(sql)?;
+        let position = self.next_position();
+        self.deferred
+            .push(Deferred::Prepared(position, s, params, sql.to_string()));
+        Ok(())
     }
+
+    /// Queues control statements (simple protocol).
+    pub(crate) fn defer_simple(&mut self, sql: impl Into<String>) {
+        let position = self.next_position();
+        self.deferred.push(Deferred::Simple(position, sql.into()));
+    }
+
+    /// Control statements (BEGIN, COMMIT, …) over the simple protocol, after the queued writes.
+    pub(crate) fn batch(&mut self, sql: &str) -> Result<()> {
+        self.exchange(Last::Simple(sql), false).map(|_| ())
+    }
+
+    /// Sets a savepoint, lazily: it is queued like a write, so it reaches the server only
+    /// when an exchange sends the queue, i.e. when something inside it was sent. Released or
+    /// rolled back to while still queued, it never reaches the server: a release drops it (its
+    /// writes stay queued, now the enclosing transaction's), a rollback drops it with every
+    /// write queued after it. So an op that only queues writes costs no savepoint statements.
+    pub(crate) fn savepoint(&mut self, name: &str) {
+        self.defer_simple(format!("SAVEPOINT {}", ident(name)));
+        self.savepoints.push((name.to_string(), self.position));
+    }
+
+    fn forget_savepoint(&mut self, name: &str) -> Option<u64> {
+        let i = self.savepoints.iter().rposition(|(n, _)| n == name)?;
+        let position = self.savepoints[i].1;
+        self.savepoints.truncate(i);
+        Some(position)
+    }
+
+    /// Where the queued `SAVEPOINT` statement set at `position` waits, if it was not sent.
+    fn unsent(&self, position: u64) -> Option<usize> {
+        self.deferred.iter().position(|d| d.position() == position)
+    }
+
+    /// Releases a savepoint without waiting: a queued one is dropped, a sent one gets a queued
+    /// `RELEASE`. A failure of anything inside it is then reported by the exchange that carries
+    /// it, which fails the op or the batch (see [`Conn::healthy`]).
+    pub(crate) fn release_queued(&mut self, name: &str) {
+        let Some(position) = self.forget_savepoint(name) else {
+            return;
+        };
+        match self.unsent(position) {
+            Some(i) => {
+                self.deferred.remove(i);
+            }
+            None => self.defer_simple(format!("RELEASE {}", ident(name))),
+        }
+    }
+
+    /// Rolls back to a savepoint and releases it. Still queued, it is dropped with every write
+    /// queued after it, none of which reached the server. Sent, the queued writes are sent
+    /// first (their failures are what is being undone) with `ROLLBACK TO`; a failure recorded
+    /// after the savepoint was set is undone with it. The row cache is emptied either way,
+    /// since it may hold rows of the undone writes.
+    pub(crate) fn rollback_to(&mut self, name: &str) -> Result<()> {
+        let pending = self
+            .savepoints
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, p)| *p);
+        if let Some(i) = pending.and_then(|p| self.unsent(p)) {
+            self.deferred.truncate(i);
+            self.rows.clear();
+            self.forget_savepoint(name);
+            return Ok(());
+        }
+        let n = ident(name);
+        self.exchange(Last::Simple(&format!("ROLLBACK TO {n}; RELEASE {n}")), true)?;
+        self.rows.clear();
+        if let Some(position) = self.forget_savepoint(name) {
+            if self.failure.as_ref().is_some_and(|(f, _)| *f > position) {
+                self.failure = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether no failed statement stands in the current transaction.
+    pub(crate) fn healthy(&self) -> bool {
+        self.failure.is_none()
+    }
+
+    /// The standing failure, if any.
+    pub(crate) fn failure(&self) -> Option<&str> {
+        self.failure.as_ref().map(|(_, m)| m.as_str())
+    }
+
+    /// The next event sequence of the writer's transaction. The first of a transaction comes
+    /// from `nextval` (one exchange); the next ones are numbered on from it here, and
+    /// [`Conn::queue_sequence_catch_up`] moves the sequence past them before `COMMIT`. Right
+    /// because only the holder of the cluster-wide write lock inserts events, so nobody else
+    /// calls `nextval` in between; numbers of a transaction that does not commit were never
+    /// visible nor answered (as with `nextval` itself, the sequence then skips or reissues
+    /// only numbers nobody saw).
+    pub(crate) fn next_sequence(&mut self) -> Result<i64> {
+        if let Some((next, last, _)) = &mut self.sequences {
+            *last = *next;
+            *next += 1;
+            return Ok(*last);
+        }
+        let rows = self.query(&format!("SELECT nextval({EVENT_SEQUENCE})"), &[])?;
+        let n: i64 = match rows.first() {
+            Some(row) => col(row, 0)?,
+            None => return Err(StoreError::Corrupt("nextval gave no row".into())),
+        };
+        self.sequences = Some((n + 1, n, n));
+        Ok(n)
+    }
+
+    /// Queues the `setval` that moves the event sequence past the numbers given locally (to
+    /// travel with `COMMIT`, so it runs before it).
+    pub(crate) fn queue_sequence_catch_up(&mut self) -> Result<()> {
+        if let Some((_, last, first)) = self.sequences {
+            if last > first {
+                self.defer(
+                    &format!("SELECT setval({EVENT_SEQUENCE}, $1)"),
+                    vec![Box::new(last)],
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets queued writes (the transaction is being rolled back) and the transaction's
+    /// savepoints and failure.
+    pub(crate) fn end_transaction(&mut self) {
+        self.sequences = None;
+        self.deferred.clear();
+        self.savepoints.clear();
+        self.failure = None;
+        self.position = 0;
+    }
+}
+
+/// Polls `queued` and then `last` in order, each to its end: a request is sent on its future's
+/// first poll, so they go out in this order (tokio-postgres answers them in order too).
+async fn in_order<'a>(
+    queued: Vec<BoxFut<'a, ()>>,
+    last: BoxFut<'a, Answer>,
+) -> (
+    Vec<std::result::Result<(), postgres::Error>>,
+    std::result::Result<Answer, postgres::Error>,
+) {
+    let mut queued: Vec<Option<BoxFut<'a, ()>>> = queued.into_iter().map(Some).collect();
+    let mut results: Vec<Option<std::result::Result<(), postgres::Error>>> =
+        (0..queued.len()).map(|_| None).collect();
+    let mut last = Some(last);
+    let mut answer = None;
+    std::future::poll_fn(|cx| {
+        for (slot, result) in queued.iter_mut().zip(results.iter_mut()) {
+            if let Some(f) = slot {
+                if let Poll::Ready(r) = f.as_mut().poll(cx) {
+                    *result = Some(r);
+                    *slot = None;
+                }
+            }
+        }
+        if let Some(f) = &mut last {
+            if let Poll::Ready(r) = f.as_mut().poll(cx) {
+                answer = Some(r);
+                last = None;
+            }
+        }
+        if last.is_none() && queued.iter().all(Option::is_none) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+    let results = results.into_iter().map(|r| r.unwrap_or(Ok(()))).collect();
+    let answer = answer.unwrap_or(Ok(Answer::Done));
+    (results, answer)
+}
+
+/// The table a queued write may be fused on: `INSERT INTO t`, `UPDATE t` or `DELETE FROM t`
+/// without any `SELECT` in it (a CTE that only reads would not run, and one that reads
+/// another table of the run would not see that table's write).
+fn fusible_table(sql: &str) -> Option<&str> {
+    if sql.contains("SELECT") {
+        return None;
+    }
+    let rest = sql
+        .strip_prefix("INSERT INTO ")
+        .or_else(|| sql.strip_prefix("UPDATE "))
+        .or_else(|| sql.strip_prefix("DELETE FROM "))?;
+    rest.split([' ', '(']).next().filter(|t| !t.is_empty())
+}
+
+/// `sql` with each placeholder `$n` shifted to `$(n + offset)`. Our statements carry no `$`
+/// other than placeholders (no literals, no dollar quoting).
+fn renumber(sql: &str, offset: usize) -> String {
+    let mut out = String::with_capacity(sql.len() + 8);
+    let mut chars = sql.char_indices().peekable();
+    while let Some((_, c)) = chars.next() {
+        out.push(c);
+        if c != '$' {
+            continue;
+        }
+        let mut digits = String::new();
+        while let Some(&(_, d)) = chars.peek() {
+            if !d.is_ascii_digit() {
+                break;
+            }
+            digits.push(d);
+            chars.next();
+        }
+        match digits.parse::<usize>() {
+            Ok(n) => out.push_str(&(n + offset).to_string()),
+            Err(_) => out.push_str(&digits),
+        }
+    }
+    out
+}
+
+/// Quotes a savepoint name as an identifier.
+pub(crate) fn ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 /// SQLSTATE classes that mean "the server or the connection is not usable now", not "this
@@ -105,4 +571,48 @@ pub(crate) fn pg_err(e: postgres::Error) -> StoreError {
 pub(crate) fn col<'a, T: postgres::types::FromSql<'a>>(row: &'a Row, i: usize) -> Result<T> {
     row.try_get(i)
         .map_err(|e| StoreError::Corrupt(format!("column {i}: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{fusible_table, renumber};
+
+    #[test]
+    fn only_plain_writes_are_fused_and_by_their_table() {
+        assert_eq!(
+            fusible_table("INSERT INTO turns (a, b) VALUES ($1, $2)"),
+            Some("turns")
+        );
+        assert_eq!(
+            fusible_table("INSERT INTO session_watch_cursors(a) VALUES ($1)"),
+            Some("session_watch_cursors")
+        );
+        assert_eq!(
+            fusible_table("UPDATE sessions SET a = $3 WHERE k = $1"),
+            Some("sessions")
+        );
+        assert_eq!(
+            fusible_table("DELETE FROM runs WHERE id = $1"),
+            Some("runs")
+        );
+        assert_eq!(fusible_table("SELECT setval('s', $1)"), None);
+        assert_eq!(
+            fusible_table("DELETE FROM e WHERE s IN (SELECT s FROM e LIMIT 5)"),
+            None
+        );
+        assert_eq!(fusible_table("SAVEPOINT \"op\""), None);
+    }
+
+    #[test]
+    fn placeholders_are_shifted_and_nothing_else_changes() {
+        assert_eq!(renumber("VALUES ($1, $2, $10)", 0), "VALUES ($1, $2, $10)");
+        assert_eq!(
+            renumber(
+                "SET a = $3 WHERE k = $1 AND ($2::TEXT IS NULL OR g = $2)",
+                12
+            ),
+            "SET a = $15 WHERE k = $13 AND ($14::TEXT IS NULL OR g = $14)"
+        );
+        assert_eq!(renumber("x = $", 5), "x = $");
+    }
 }

@@ -10,10 +10,12 @@
 //! outage; connect, statement and keep-alive timeouts make an unreachable server fail fast with
 //! [`StoreError::Unreachable`] (503 `store_unavailable` above) instead of hanging.
 
+mod cache;
 mod conn;
 pub mod migrate;
 mod options;
 mod schema;
+mod stats;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod tx;
@@ -21,6 +23,7 @@ mod tx;
 pub use options::{redact_url, PgOptions};
 pub use postgres;
 pub use schema::SCHEMA_VERSION;
+pub use stats::PathStats;
 
 use aware_core::CursorState;
 use aware_store::{
@@ -28,6 +31,7 @@ use aware_store::{
     StoreMetrics, WriteOp,
 };
 use conn::{col, pg_err, Conn};
+use stats::Role;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -52,12 +56,12 @@ struct Job {
 
 /// Makes connections; remembers a recent failure so callers fail fast during an outage.
 struct Connector {
-    config: postgres::Config,
+    config: tokio_postgres::Config,
     down: Mutex<Option<(Instant, String)>>,
 }
 
 impl Connector {
-    fn connect(&self) -> Result<Conn> {
+    fn connect(&self, role: Role) -> Result<Conn> {
         if let Ok(down) = self.down.lock() {
             if let Some((until, msg)) = down.as_ref() {
                 if Instant::now() < *until {
@@ -65,15 +69,14 @@ impl Connector {
                 }
             }
         }
-        match self.config.connect(postgres::NoTls) {
-            Ok(client) => {
+        match Conn::connect(&self.config, role) {
+            Ok(conn) => {
                 if let Ok(mut down) = self.down.lock() {
                     *down = None;
                 }
-                Ok(Conn::new(client))
+                Ok(conn)
             }
-            Err(e) => {
-                let err = pg_err(e);
+            Err(err) => {
                 if let Ok(mut down) = self.down.lock() {
                     *down = Some((Instant::now() + CONNECT_BACKOFF, err.to_string()));
                 }
@@ -88,12 +91,12 @@ impl Connector {
     }
 
     /// The connection in `slot`, made (again) when missing or broken.
-    fn ensure<'a>(&self, slot: &'a mut Option<Conn>) -> Result<&'a mut Conn> {
+    fn ensure<'a>(&self, slot: &'a mut Option<Conn>, role: Role) -> Result<&'a mut Conn> {
         if slot.as_ref().is_some_and(Conn::is_closed) {
             *slot = None;
         }
         if slot.is_none() {
-            *slot = Some(self.connect()?);
+            *slot = Some(self.connect(role)?);
         }
         slot.as_mut()
             .ok_or_else(|| StoreError::Unreachable("no connection".into()))
@@ -137,7 +140,7 @@ impl PgStore {
             config,
             down: Mutex::new(None),
         });
-        let mut first = connector.connect()?;
+        let mut first = connector.connect(Role::Writer)?;
         schema::migrate(&mut first)?;
         let faults = Arc::new(FaultPlan::default());
         let metrics = Arc::new(StoreMetrics::default());
@@ -169,9 +172,7 @@ impl PgStore {
     /// beside the store: `LISTEN`, session-level advisory locks of leadership, the migration
     /// tool. The caller owns it.
     pub fn connect(&self) -> Result<postgres::Client> {
-        self.inner
-            .connector
-            .config
+        postgres::Config::from(self.inner.connector.config.clone())
             .connect(postgres::NoTls)
             .map_err(pg_err)
     }
@@ -197,7 +198,8 @@ impl PgStore {
     /// the next read makes a new one.
     fn with_reader<R>(&self, f: impl FnOnce(&mut Conn) -> Result<R>) -> Result<R> {
         let mut guard = self.reader()?;
-        let conn = self.inner.connector.ensure(&mut guard)?;
+        let conn = self.inner.connector.ensure(&mut guard, Role::Reader)?;
+        stats::read();
         let result = f(conn);
         if conn.is_closed() || matches!(result, Err(StoreError::Unreachable(_))) {
             *guard = None;
@@ -220,17 +222,19 @@ impl Store for PgStore {
 
     fn read_with(&self, f: &mut dyn FnMut(&dyn aware_store::ReadTx) -> Result<()>) -> Result<()> {
         self.with_reader(|conn| {
-            conn.batch("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")?;
+            // BEGIN travels with the closure's first statement.
+            conn.end_transaction();
+            conn.defer_simple("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
             let result = {
                 let tx = PgTx::new(conn, &self.inner.faults, true);
                 f(&tx)
             };
-            match &result {
-                Ok(()) => conn.batch("COMMIT")?,
-                Err(_) => {
-                    let _ = conn.batch("ROLLBACK");
-                }
-            }
+            let end = match &result {
+                Ok(()) => conn.batch("COMMIT"),
+                Err(_) => conn.batch("ROLLBACK").or(Ok(())),
+            };
+            conn.end_transaction();
+            end?;
             result
         })
     }
@@ -353,6 +357,27 @@ impl Drop for Inner {
 /// transaction under the cluster-wide lock with a savepoint each, commit once, then answer and
 /// run after-commit hooks. Mirrors the SQLite writer; a broken connection is dropped and made
 /// again for the next batch.
+/// Batches kept in `aware_write_log`: a writer whose last commit is older finds a gap and
+/// empties its whole cache, which is always right.
+const WRITE_LOG_KEPT: i64 = 1_024;
+
+/// Queues this batch's `aware_write_log` row (it commits or rolls back with the batch), and
+/// now and then the pruning of rows no writer still needs.
+fn log_batch(conn: &mut conn::Conn, epoch: i64) -> Result<()> {
+    let (everything, keys) = conn.rows.touched();
+    conn.defer(
+        "INSERT INTO aware_write_log (epoch, everything, keys) VALUES ($1, $2, $3)",
+        vec![Box::new(epoch), Box::new(everything), Box::new(keys)],
+    )?;
+    if epoch % 128 == 0 {
+        conn.defer(
+            "DELETE FROM aware_write_log WHERE epoch < $1",
+            vec![Box::new(epoch - WRITE_LOG_KEPT)],
+        )?;
+    }
+    Ok(())
+}
+
 fn writer_loop(
     mut slot: Option<Conn>,
     connector: &Connector,
@@ -374,7 +399,7 @@ fn writer_loop(
             }
         }
         let started = Instant::now();
-        let conn = match connector.ensure(&mut slot) {
+        let conn = match connector.ensure(&mut slot, Role::Writer) {
             Ok(conn) => conn,
             Err(e) => {
                 for job in batch {
@@ -383,58 +408,99 @@ fn writer_loop(
                 continue;
             }
         };
-        // One round trip: the transaction, the lock that orders it among all gateways, and the
-        // first op's savepoint. Each op's release then travels with the next op's savepoint.
-        if let Err(e) = conn.batch(&format!(
-            "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock({WRITE_LOCK}); \
-             SAVEPOINT op"
-        )) {
-            let _ = conn.batch("ROLLBACK");
-            if conn.is_closed() || matches!(e, StoreError::Unreachable(_)) {
-                slot = None;
+        // One round trip: the transaction, the lock that orders it among all gateways, the
+        // write epoch, which says whether another writer committed since this one's last batch,
+        // and the log of those batches (the keys they wrote, so only those rows leave the row
+        // cache). The first op's savepoint travels with its first statement; each op's release
+        // with the next op's.
+        conn.end_transaction();
+        conn.defer_simple(format!(
+            "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock({WRITE_LOCK})"
+        ));
+        let since = conn.rows.last_epoch().unwrap_or(i64::MAX);
+        let begun_with = conn
+            .query(
+                "WITH e AS (UPDATE aware_write_epoch SET epoch = epoch + 1 RETURNING epoch) \
+                 SELECT e.epoch, l.epoch, l.everything, l.keys FROM e \
+                 LEFT JOIN aware_write_log l ON l.epoch > $1 AND l.epoch < e.epoch \
+                 ORDER BY l.epoch",
+                &[&since],
+            )
+            .and_then(|rows| {
+                let mut epoch = None;
+                let mut log = Vec::new();
+                for row in &rows {
+                    epoch = Some(col::<i64>(row, 0)?);
+                    if let Some(e) = col::<Option<i64>>(row, 1)? {
+                        log.push(cache::LoggedBatch {
+                            epoch: e,
+                            everything: col::<Option<bool>>(row, 2)?.unwrap_or(true),
+                            keys: col::<Option<Vec<String>>>(row, 3)?.unwrap_or_default(),
+                        });
+                    }
+                }
+                match epoch {
+                    Some(epoch) => Ok((epoch, log)),
+                    None => Err(StoreError::Corrupt("aware_write_epoch has no row".into())),
+                }
+            });
+        let epoch = match begun_with {
+            Ok((epoch, log)) => {
+                conn.rows.begin_batch(epoch, &log);
+                epoch
             }
-            let msg = e.to_string();
-            for job in batch {
-                (job.complete)(Err(StoreError::CommitFailed(msg.clone())));
+            Err(e) => {
+                let _ = conn.batch("ROLLBACK");
+                conn.end_transaction();
+                conn.rows.clear();
+                if conn.is_closed() || matches!(e, StoreError::Unreachable(_)) {
+                    slot = None;
+                }
+                let msg = e.to_string();
+                for job in batch {
+                    (job.complete)(Err(StoreError::CommitFailed(msg.clone())));
+                }
+                continue;
             }
-            continue;
-        }
+        };
+        let begun = started.elapsed();
         // (completion, hooks, a failure of this op alone that the commit does not undo)
         let mut done: Vec<(Completion, Vec<Hook>, Option<String>)> =
             Vec::with_capacity(batch.len());
         // Set when the transaction can no longer be used (the connection broke): ops not run
         // yet are failed without running and the batch is rolled back.
         let mut lost: Option<String> = None;
-        let count = batch.len();
-        for (i, job) in batch.into_iter().enumerate() {
+        for job in batch {
             if let Some(msg) = &lost {
                 (job.complete)(Err(StoreError::CommitFailed(msg.clone())));
                 continue;
             }
-            let next = if i + 1 < count { "; SAVEPOINT op" } else { "" };
+            conn.savepoint("op");
             let (failed, mut hooks) = {
                 let mut tx = PgTx::new(conn, faults, false);
                 let failed = (job.run)(&mut tx);
                 (failed, tx.take_hooks())
             };
-            let settled = if failed.is_some() {
-                hooks.clear();
-                conn.batch(&format!("ROLLBACK TO op; RELEASE op{next}"))
-                    .map(|_| None)
+            // The op's queued writes are not waited for: they travel with the next exchange
+            // (a later op's read, or the COMMIT), so ops stream to the server without a round
+            // trip each. A queued write that the server refuses is found by that exchange and
+            // fails the batch (see `Conn`), unless it is found within its own op.
+            let clean = failed.is_none() && conn.healthy();
+            let settled = if clean {
+                conn.release_queued("op");
+                Ok(None)
             } else {
-                match conn.batch(&format!("RELEASE op{next}")) {
-                    Ok(()) => Ok(None),
-                    // The op swallowed a failed statement (PostgreSQL then refuses everything
-                    // until a rollback): undo the op and say so, instead of a COMMIT that
-                    // PostgreSQL would turn into a silent rollback of the whole batch. (Had the
-                    // release worked and the next savepoint failed, this rollback fails too and
-                    // the batch is lost: the safe side.)
-                    Err(e) => {
-                        hooks.clear();
-                        conn.batch(&format!("ROLLBACK TO op; RELEASE op{next}"))
-                            .map(|_| Some(format!("the op's writes were rolled back: {e}")))
-                    }
-                }
+                hooks.clear();
+                // The op failed, or swallowed a failed statement (PostgreSQL then refuses
+                // everything until a rollback): undo the op, and in the second case say so,
+                // instead of a COMMIT that PostgreSQL would turn into a silent rollback of the
+                // whole batch. (A failed rollback loses the batch: the safe side.)
+                let why = conn.failure().unwrap_or("a statement failed").to_string();
+                conn.rollback_to("op").map(|()| {
+                    failed
+                        .is_none()
+                        .then(|| format!("the op's writes were rolled back: {why}"))
+                })
             };
             match settled {
                 Ok(own_failure) => done.push((job.complete, hooks, own_failure)),
@@ -444,17 +510,35 @@ fn writer_loop(
                 }
             }
         }
+        let committing = Instant::now();
         let commit = if let Some(msg) = lost {
             Err(StoreError::CommitFailed(msg))
+        } else if let Some(why) = conn.failure() {
+            // Every op ends healthy or rolled back; this is the last guard before a COMMIT
+            // that PostgreSQL would turn into a rollback.
+            Err(StoreError::CommitFailed(format!(
+                "a failed statement stands: {why}"
+            )))
         } else if faults.take_commit_failure() {
             Err(StoreError::CommitFailed("injected commit failure".into()))
         } else {
-            conn.batch("COMMIT")
+            conn.queue_sequence_catch_up()
+                .and_then(|()| log_batch(conn, epoch))
+                .and_then(|()| conn.batch("COMMIT"))
                 .map_err(|e| StoreError::CommitFailed(e.to_string()))
         };
+        conn.end_transaction();
         match commit {
             Ok(()) => {
-                metrics.record_commit(done.len() as u64, started.elapsed().as_micros() as u64);
+                conn.rows.committed(epoch);
+                let total = started.elapsed().as_micros() as u64;
+                metrics.record_commit(done.len() as u64, total);
+                stats::batch(
+                    done.len() as u64,
+                    begun.as_micros() as u64,
+                    committing.elapsed().as_micros() as u64,
+                    total,
+                );
                 for (complete, hooks, own_failure) in done {
                     match own_failure {
                         Some(msg) => complete(Err(StoreError::CommitFailed(msg))),
@@ -468,7 +552,11 @@ fn writer_loop(
                 }
             }
             Err(e) => {
-                if conn.batch("ROLLBACK").is_err() || conn.is_closed() {
+                // The outcome may be unknown (a lost answer to COMMIT): the cache is not kept.
+                conn.rows.clear();
+                let broken = conn.batch("ROLLBACK").is_err() || conn.is_closed();
+                conn.end_transaction();
+                if broken {
                     slot = None;
                 }
                 metrics.commit_failures.fetch_add(1, Ordering::Relaxed);

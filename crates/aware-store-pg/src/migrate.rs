@@ -279,6 +279,9 @@ pub fn sqlite_to_postgres(
             .map_err(pg_err)?;
         }
     }
+    // A gateway already running on this database must not trust rows its writer cached.
+    tx.execute("UPDATE aware_write_epoch SET epoch = epoch + 1", &[])
+        .map_err(pg_err)?;
     tx.commit().map_err(pg_err)?;
     src.execute_batch("COMMIT")?;
     for (table, copied) in &report.tables {

@@ -92,8 +92,8 @@ impl PgOptions {
 
     /// The driver configuration: the URL, the defaults, the password, and the session settings
     /// the store relies on (`synchronous_commit = on`, the statement timeout).
-    pub(crate) fn driver_config(&self) -> Result<postgres::Config> {
-        let mut c: postgres::Config = self
+    pub(crate) fn driver_config(&self) -> Result<tokio_postgres::Config> {
+        let mut c: tokio_postgres::Config = self
             .url
             .parse()
             .map_err(|_| StoreError::Unreachable(self.validate().err().unwrap_or_default()))?;

@@ -318,6 +318,18 @@ impl PgCluster {
         format!("postgres://postgres@127.0.0.1:{}/{name}", self.port)
     }
 
+    /// The same database over the cluster's unix socket, as a gateway on the database's own
+    /// machine would connect (the URL form docs/deployment.md gives: an empty host and the
+    /// socket directory in `host=`).
+    pub fn socket_url(&self, tcp_url: &str) -> String {
+        let name = tcp_url.rsplit('/').next().unwrap_or("postgres");
+        format!(
+            "postgresql:///{name}?host={}&port={}&user=postgres",
+            self.socket_dir().display(),
+            self.port
+        )
+    }
+
     /// Creates a fresh, empty database and returns its URL.
     pub fn database(&self) -> HResult<String> {
         let n = self.databases.fetch_add(1, Ordering::SeqCst);

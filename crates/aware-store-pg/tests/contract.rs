@@ -30,6 +30,32 @@ mod postgres_only {
     use aware_store_pg::testing::{ClusterOptions, PgCluster};
     use aware_store_pg::{PgOptions, PgStore, SCHEMA_VERSION};
 
+    /// Submits `ops` while the writer is held, so they form one batch; their outcomes by key
+    /// (`Err(true)`: failed as unavailable), sorted.
+    fn one_batch<const N: usize>(
+        store: &PgStore,
+        ops: [(&'static str, aware_store::WriteOp); N],
+    ) -> Vec<(&'static str, Result<(), bool>)> {
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        store.faults().set_stall_writer(true);
+        for (key, op) in ops {
+            let done_tx = done_tx.clone();
+            store
+                .submit(
+                    op,
+                    Box::new(move |r| {
+                        let _ = done_tx.send((key, r.map_err(|e| e.is_unavailable())));
+                    }),
+                )
+                .expect("submit");
+        }
+        store.faults().set_stall_writer(false);
+        drop(done_tx);
+        let mut outcomes: Vec<_> = done_rx.iter().collect();
+        outcomes.sort();
+        outcomes
+    }
+
     fn append(store: &PgStore, key: &'static str, at: i64) -> Result<i64, StoreError> {
         store.write(move |tx: &mut dyn WriteTx| {
             let seq = tx.insert_event(&contract::event(key, "main", at))?;
@@ -82,16 +108,12 @@ mod postgres_only {
                 tx.insert_session(&contract::session("agent:main:x", "main", 1))
             })
             .expect("seed");
-        let (done_tx, done_rx) = std::sync::mpsc::channel();
-        // Hold the writer so the three ops form one batch.
-        store.faults().set_stall_writer(true);
-        let ops: Vec<(&str, bool)> = vec![
+        let ops = [
             ("agent:main:a", false),
             ("agent:main:b", true),
             ("agent:main:c", false),
-        ];
-        for (key, swallow) in ops {
-            let done_tx = done_tx.clone();
+        ]
+        .map(|(key, swallow)| {
             let op: aware_store::WriteOp = Box::new(move |tx: &mut dyn WriteTx| {
                 if let Err(e) = tx.insert_session(&contract::session(key, "main", 1)) {
                     return Some(e.to_string());
@@ -102,19 +124,9 @@ mod postgres_only {
                 }
                 None
             });
-            store
-                .submit(
-                    op,
-                    Box::new(move |r| {
-                        let _ = done_tx.send((key, r.map_err(|e| e.is_unavailable())));
-                    }),
-                )
-                .expect("submit");
-        }
-        store.faults().set_stall_writer(false);
-        drop(done_tx);
-        let mut outcomes: Vec<(&str, Result<(), bool>)> = done_rx.iter().collect();
-        outcomes.sort();
+            (key, op)
+        });
+        let outcomes = one_batch(&store, ops);
         assert_eq!(
             outcomes,
             [
@@ -133,6 +145,365 @@ mod postgres_only {
             !exists("agent:main:b"),
             "the swallowing op's own write was committed"
         );
+    }
+
+    /// Writes are not waited for one by one (docs/performance.md, "PostgreSQL write path"):
+    /// a queued write the server refuses is found by a later exchange. Then the whole batch
+    /// fails as unavailable and none of it is applied (the ops were not acknowledged), and the
+    /// next batch works.
+    #[test]
+    fn a_queued_write_the_server_refuses_fails_its_batch_and_nothing_of_it_commits() {
+        let url = PgCluster::shared().database().expect("database");
+        let store = PgStore::open(PgOptions::new(url)).expect("open");
+        let ops = [
+            ("agent:main:a", false),
+            ("agent:main:b", true),
+            ("agent:main:c", false),
+        ]
+        .map(|(key, refused)| {
+            let op: aware_store::WriteOp = Box::new(move |tx: &mut dyn WriteTx| {
+                let mut turn = human_turn(0);
+                turn.id = format!("{key}-0");
+                if refused {
+                    // Checked at the API edge; here it stands for any write the server refuses.
+                    turn.text = "a\u{0}b".into();
+                }
+                tx.insert_turn(key, "main", &turn)
+                    .err()
+                    .map(|e| e.to_string())
+            });
+            (key, op)
+        });
+        let outcomes = one_batch(&store, ops);
+        assert_eq!(
+            outcomes,
+            [
+                ("agent:main:a", Err(true)),
+                ("agent:main:b", Err(true)),
+                ("agent:main:c", Err(true))
+            ]
+        );
+        let turns = |k: &'static str| {
+            store
+                .read(move |r: &dyn ReadTx| r.turn_count(k, "main"))
+                .expect("read")
+        };
+        assert_eq!((turns("agent:main:a"), turns("agent:main:c")), (0, 0));
+        store
+            .write(|tx: &mut dyn WriteTx| tx.insert_turn("agent:main:a", "main", &human_turn(0)))
+            .expect("the next batch works");
+        assert_eq!(turns("agent:main:a"), 1);
+    }
+
+    /// Savepoints are lazy: rolled back before anything inside them was sent, the queued
+    /// writes after them are dropped and the op's other writes commit; a savepoint with a read
+    /// inside reaches the server and is rolled back there.
+    #[test]
+    fn rolling_back_a_savepoint_drops_only_the_writes_after_it() {
+        let url = PgCluster::shared().database().expect("database");
+        let store = PgStore::open(PgOptions::new(url)).expect("open");
+        let turn = |id: &str, index: i64| {
+            let mut t = human_turn(index);
+            t.id = id.into();
+            t
+        };
+        store
+            .write(move |tx: &mut dyn WriteTx| {
+                tx.insert_turn("agent:main:a", "main", &turn("a0", 0))?;
+                tx.savepoint("queued")?;
+                tx.insert_turn("agent:main:a", "main", &turn("a1", 1))?;
+                tx.rollback_to("queued")?;
+                tx.savepoint("sent")?;
+                tx.insert_turn("agent:main:b", "main", &turn("b0", 0))?;
+                // A read sends the queue, savepoint included.
+                assert_eq!(tx.turns("agent:main:b", "main", None, 10)?.len(), 1);
+                tx.rollback_to("sent")?;
+                tx.savepoint("kept")?;
+                tx.insert_turn("agent:main:c", "main", &turn("c0", 0))?;
+                tx.release("kept")
+            })
+            .expect("write");
+        let turns = |k: &'static str| {
+            store
+                .read(move |r: &dyn ReadTx| r.turn_count(k, "main"))
+                .expect("read")
+        };
+        assert_eq!(
+            (
+                turns("agent:main:a"),
+                turns("agent:main:b"),
+                turns("agent:main:c")
+            ),
+            (1, 0, 1)
+        );
+    }
+
+    fn watch_cursor(notified: i64, created_at: i64, muted: bool) -> aware_store::CursorRow {
+        aware_store::CursorRow {
+            watcher: "agent:main:w".into(),
+            target_key: "agent:main:t".into(),
+            target_agent: "main".into(),
+            state: aware_core::CursorState {
+                // A muted row is settled.
+                last_seen: if muted { notified } else { 0 },
+                notified,
+                material: notified,
+                muted,
+                origin: aware_core::Origin::Watch,
+                notice_opened_at: (notified > 0 && !muted).then_some(1),
+                updated_at: notified,
+            },
+            created_at,
+        }
+    }
+
+    fn human_turn(index: i64) -> aware_store::TurnRow {
+        aware_store::TurnRow {
+            id: format!("turn-{index}"),
+            index,
+            role: "user".into(),
+            text: "hello".into(),
+            at: index,
+            actor_type: aware_core::ActorType::Human,
+            actor_id: None,
+            provenance_json: "{}".into(),
+            channel: None,
+            run_id: None,
+            origin: None,
+            upstream_text: None,
+            idempotency_key: None,
+        }
+    }
+
+    /// What one writer's batches read: the session, its turn count, the cursor and the live
+    /// watchers of the target (the rows a writer may keep between its batches).
+    type Seen = (
+        Option<aware_store::SessionRow>,
+        i64,
+        Option<aware_store::CursorRow>,
+        Vec<String>,
+    );
+
+    fn look(store: &PgStore) -> Seen {
+        store
+            .write(|tx: &mut dyn WriteTx| {
+                Ok((
+                    tx.session("agent:main:t", "main")?,
+                    tx.turn_count("agent:main:t", "main")?,
+                    tx.cursor("agent:main:w", "agent:main:t", "main")?,
+                    tx.live_watchers_of("agent:main:t", "main")?,
+                ))
+            })
+            .expect("look")
+    }
+
+    /// Two gateways' writers on one database, alternating: each must see the other's writes to
+    /// the rows it read or wrote before (the writer's row cache is kept only while no other
+    /// writer committed in between), and its own writes across its batches.
+    #[test]
+    fn a_writer_sees_another_writers_commits_to_rows_it_has_seen() {
+        let url = PgCluster::shared().database().expect("database");
+        let a = PgStore::open(PgOptions::new(url.clone())).expect("open a");
+        let b = PgStore::open(PgOptions::new(url)).expect("open b");
+        a.write(|tx: &mut dyn WriteTx| {
+            tx.insert_session(&contract::session("agent:main:t", "main", 1))?;
+            tx.insert_session(&contract::session("agent:main:w", "main", 1))?;
+            let n = tx.turn_count("agent:main:t", "main")?;
+            tx.insert_turn("agent:main:t", "main", &human_turn(n))?;
+            tx.put_cursor(&watch_cursor(1, 1, false))
+        })
+        .expect("a writes");
+        let (s, turns, c, live) = look(&a);
+        assert_eq!(s.map(|s| s.updated_at), Some(1));
+        assert_eq!(turns, 1);
+        assert_eq!(c.map(|c| c.state.notified), Some(1));
+        assert_eq!(live, ["agent:main:w"]);
+
+        // B changes every one of those rows (and reads them first, so it has them too).
+        look(&b);
+        b.write(|tx: &mut dyn WriteTx| {
+            tx.update_session(&contract::session("agent:main:t", "main", 2))?;
+            let n = tx.turn_count("agent:main:t", "main")?;
+            tx.insert_turn("agent:main:t", "main", &human_turn(n))?;
+            tx.put_cursor(&watch_cursor(2, 1, true))
+        })
+        .expect("b writes");
+        let (s, turns, c, live) = look(&a);
+        assert_eq!(
+            s.map(|s| s.updated_at),
+            Some(2),
+            "A saw a stale session row"
+        );
+        assert_eq!(turns, 2, "A saw a stale turn count");
+        assert_eq!(
+            c.map(|c| (c.state.notified, c.state.muted)),
+            Some((2, true)),
+            "A saw a stale cursor"
+        );
+        assert!(live.is_empty(), "A saw stale live watchers: {live:?}");
+
+        // A writes again; B, whose last look is older than A's write, must see it.
+        a.write(|tx: &mut dyn WriteTx| {
+            tx.delete_cursor("agent:main:w", "agent:main:t", "main")?;
+            tx.delete_turns("agent:main:t", "main")?;
+            Ok(())
+        })
+        .expect("a deletes");
+        let (_, turns, c, live) = look(&b);
+        assert_eq!((turns, c, live), (0, None, Vec::<String>::new()));
+        // And a write another process makes outside any gateway (`aware migrate` raises the
+        // counter too): B's own rows are re-read after A's commit, so a third commit by A
+        // after B's look is seen again.
+        a.write(|tx: &mut dyn WriteTx| tx.put_cursor(&watch_cursor(3, 7, false)))
+            .expect("a puts");
+        let (_, _, c, live) = look(&b);
+        assert_eq!(c.map(|c| (c.state.notified, c.created_at)), Some((3, 7)));
+        assert_eq!(live, ["agent:main:w"]);
+    }
+
+    /// The write log's other paths: a bulk write by another writer (logged as "everything"),
+    /// and a write by a process that raises the epoch without a log row (as `aware migrate`
+    /// does), must each make a writer drop what it cached; a batch that touched other sessions
+    /// only must not hide its own rows' changes either.
+    #[test]
+    fn a_writer_drops_cached_rows_after_bulk_writes_and_unlogged_epochs() {
+        let url = PgCluster::shared().database().expect("database");
+        let a = PgStore::open(PgOptions::new(url.clone())).expect("open a");
+        let b = PgStore::open(PgOptions::new(url)).expect("open b");
+        a.write(|tx: &mut dyn WriteTx| {
+            tx.insert_session(&contract::session("agent:main:t", "main", 1))?;
+            tx.insert_session(&contract::session("agent:main:w", "main", 1))?;
+            tx.insert_session(&contract::session("agent:main:other", "main", 1))?;
+            tx.put_cursor(&watch_cursor(1, 1, false))
+        })
+        .expect("a writes");
+        assert_eq!(look(&a).2.map(|c| c.state.notified), Some(1));
+
+        // B writes only another session: A keeps its rows, and they are still right.
+        b.write(|tx: &mut dyn WriteTx| {
+            tx.update_session(&contract::session("agent:main:other", "main", 9))
+        })
+        .expect("b writes another session");
+        let (s, _, c, _) = look(&a);
+        assert_eq!(s.map(|s| s.updated_at), Some(1));
+        assert_eq!(c.map(|c| c.state.notified), Some(1));
+
+        // A bulk write by B (cursor expiry, as retention runs it) is logged as everything.
+        b.write(|tx: &mut dyn WriteTx| tx.expire_cursors_batch(100, 10))
+            .expect("b expires");
+        let (_, _, c, live) = look(&a);
+        assert_eq!(c, None, "A kept a cursor B's bulk expiry deleted");
+        assert!(live.is_empty(), "A kept stale live watchers: {live:?}");
+        let mut outside = b.connect().expect("connect");
+        // A change from outside any writer: the session row changed and the epoch raised
+        // without a log row.
+        outside
+            .batch_execute(
+                "UPDATE sessions SET updated_at = 42 WHERE session_key = 'agent:main:t'; \
+                 UPDATE aware_write_epoch SET epoch = epoch + 1",
+            )
+            .expect("outside write");
+        let (s, _, _, _) = look(&a);
+        assert_eq!(
+            s.map(|s| s.updated_at),
+            Some(42),
+            "A kept a row across an epoch the log does not account for"
+        );
+    }
+
+    /// The unix-socket URL form of docs/deployment.md (`postgresql:///db?host=/socket/dir`)
+    /// opens the store and carries writes and reads.
+    #[test]
+    fn the_unix_socket_url_form_connects() {
+        let cluster = PgCluster::shared();
+        let url = cluster.socket_url(&cluster.database().expect("database"));
+        assert!(url.starts_with("postgresql:///"), "{url}");
+        let options = PgOptions::new(url.clone());
+        options.validate().expect("the URL form is accepted");
+        let store = PgStore::open(options).expect("open over the socket");
+        store
+            .write(|tx: &mut dyn WriteTx| {
+                tx.insert_session(&contract::session("agent:main:t", "main", 1))
+            })
+            .expect("write");
+        let found = store
+            .read(|tx| tx.session("agent:main:t", "main"))
+            .expect("read");
+        assert!(found.is_some(), "{url}");
+    }
+
+    /// Writes the writer cached and then rolled back (a failed op, a savepoint rolled back
+    /// inside a good op) are not seen by later ops.
+    #[test]
+    fn rolled_back_writes_are_not_seen_by_later_ops() {
+        let url = PgCluster::shared().database().expect("database");
+        let store = PgStore::open(PgOptions::new(url)).expect("open");
+        store
+            .write(|tx: &mut dyn WriteTx| {
+                tx.insert_session(&contract::session("agent:main:t", "main", 1))?;
+                tx.put_cursor(&watch_cursor(1, 1, false))
+            })
+            .expect("seed");
+        assert_eq!(look(&store).2.map(|c| c.state.notified), Some(1));
+        let failed: Result<(), StoreError> = store.write(|tx: &mut dyn WriteTx| {
+            tx.put_cursor(&watch_cursor(5, 1, false))?;
+            tx.update_session(&contract::session("agent:main:t", "main", 5))?;
+            Err(StoreError::Corrupt("the op gives up".into()))
+        });
+        assert!(failed.is_err());
+        let (s, _, c, _) = look(&store);
+        assert_eq!(c.map(|c| c.state.notified), Some(1), "a failed op's cursor");
+        assert_eq!(s.map(|s| s.updated_at), Some(1), "a failed op's session");
+        store
+            .write(|tx: &mut dyn WriteTx| {
+                tx.savepoint("inner")?;
+                tx.put_cursor(&watch_cursor(6, 1, true))?;
+                tx.rollback_to("inner")
+            })
+            .expect("rolled back inside");
+        let (_, _, c, live) = look(&store);
+        assert_eq!(
+            c.map(|c| c.state.notified),
+            Some(1),
+            "a rolled-back savepoint's cursor"
+        );
+        assert_eq!(live, ["agent:main:w"]);
+    }
+
+    /// The writer numbers a batch's events itself after one `nextval` and moves the sequence
+    /// past them before `COMMIT`: numbers stay increasing and unique across batches, ops and
+    /// writers of two gateways, and a number is never given twice.
+    #[test]
+    fn locally_numbered_sequences_continue_across_batches_and_writers() {
+        let url = PgCluster::shared().database().expect("database");
+        let a = PgStore::open(PgOptions::new(url.clone())).expect("open a");
+        let b = PgStore::open(PgOptions::new(url)).expect("open b");
+        let three = a
+            .write(|tx: &mut dyn WriteTx| {
+                let mut out = Vec::new();
+                for at in 1..=3 {
+                    out.push(tx.insert_event(&contract::event("agent:main:s", "main", at))?);
+                }
+                Ok(out)
+            })
+            .expect("three in one op");
+        assert_eq!(three, [three[0], three[0] + 1, three[0] + 2]);
+        let mut seen = three.clone();
+        for i in 0..6 {
+            let store = if i % 2 == 0 { &b } else { &a };
+            seen.push(append(store, "agent:main:s", 10 + i).expect("append"));
+        }
+        assert!(
+            seen.windows(2).all(|w| w[0] < w[1]),
+            "sequences not increasing: {seen:?}"
+        );
+        let stored: Vec<i64> = a
+            .read(|r: &dyn ReadTx| r.events_after("agent:main:s", "main", 0, 100))
+            .expect("read")
+            .iter()
+            .map(|e| e.sequence)
+            .collect();
+        assert_eq!(stored, seen);
     }
 
     #[test]

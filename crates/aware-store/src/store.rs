@@ -94,13 +94,25 @@ pub trait StoreExt: Store {
         &self,
         op: impl FnOnce(&mut dyn WriteTx) -> Result<R> + Send + 'static,
     ) -> impl Future<Output = Result<R>> + Send {
+        self.write_async_as(op)
+    }
+
+    /// [`StoreExt::write_async`] with the op's own error type.
+    fn write_async_as<R, E>(
+        &self,
+        op: impl FnOnce(&mut dyn WriteTx) -> Result<R, E> + Send + 'static,
+    ) -> impl Future<Output = Result<R, E>> + Send
+    where
+        R: Send + 'static,
+        E: From<StoreError> + std::fmt::Display + Send + 'static,
+    {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let submitted = submit_typed(self, false, op, move |r| {
             let _ = tx.send(r);
         });
         async move {
             submitted?;
-            rx.await.map_err(|_| StoreError::WriterGone)?
+            rx.await.map_err(|_| E::from(StoreError::WriterGone))?
         }
     }
 

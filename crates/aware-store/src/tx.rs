@@ -53,6 +53,29 @@ pub trait ReadTx {
     fn cursors_by_target(&self, target_key: &str, target_agent: &str) -> Result<Vec<CursorRow>>;
     /// Watcher keys of non-muted cursors on the target, in key order.
     fn live_watchers_of(&self, target_key: &str, target_agent: &str) -> Result<Vec<String>>;
+    /// For each `(watcher key, watcher agent)`, in order: whether that watcher's session
+    /// exists, and its cursor on the target. The append's per-watcher step (02 §3) needs both
+    /// for every candidate; a backend may read them for all candidates at once. The default is
+    /// `session_exists` and `cursor` per watcher.
+    fn watcher_cursors(
+        &self,
+        target_key: &str,
+        target_agent: &str,
+        watchers: &[(&str, &str)],
+    ) -> Result<Vec<(bool, Option<CursorRow>)>> {
+        watchers
+            .iter()
+            .map(|(key, agent)| {
+                let exists = self.session_exists(key, agent)?;
+                let cursor = if exists {
+                    self.cursor(key, target_key, target_agent)?
+                } else {
+                    None
+                };
+                Ok((exists, cursor))
+            })
+            .collect()
+    }
     /// Pending, non-muted cursors of a watcher, ordered by notified, target key, target agent.
     fn pending_by_watcher(&self, watcher: &str) -> Result<Vec<CursorRow>>;
     /// Distinct watcher keys that have at least one pending cursor.
@@ -138,6 +161,14 @@ pub trait WriteTx: ReadTx {
     fn upsert_head(&mut self, key: &str, agent: &str, sequence: i64, now: i64) -> Result<()>;
 
     fn put_cursor(&mut self, row: &CursorRow) -> Result<()>;
+    /// Writes `row` over `before`, the same cursor as read earlier in this transaction. The
+    /// result is the same as `put_cursor(row)`; a backend may write only the columns that
+    /// changed (the append's common case moves only `material_sequence` and `updated_at`, and
+    /// rewriting every column maintains every cursor index). The default is `put_cursor`.
+    fn update_cursor(&mut self, before: &CursorRow, row: &CursorRow) -> Result<()> {
+        let _ = before;
+        self.put_cursor(row)
+    }
     fn delete_cursor(
         &mut self,
         watcher: &str,

@@ -114,6 +114,7 @@ impl Server {
                 );
                 Some(url)
             }
+            StoreChoice::PostgresAt(ref url) => Some(url.clone()),
         };
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("config.toml"), &config).unwrap();
@@ -298,6 +299,17 @@ impl Server {
         self.logs.lock().map(|l| l.clone()).unwrap_or_default()
     }
 
+    /// The stderr (logs) of every gateway of the set, gateway by gateway (for one gateway, the
+    /// same as [`Server::logs`]). A request is logged by the gateway it reached, so a test that
+    /// looks for a line caused by a request uses this.
+    pub fn all_logs(&self) -> String {
+        let mut all = self.logs();
+        for g in &self.more {
+            all.push_str(&g.logs.lock().map(|l| l.clone()).unwrap_or_default());
+        }
+        all
+    }
+
     /// Graceful stop (SIGTERM) of every gateway, then start them again on the same store at the
     /// current test time.
     pub fn restart(&mut self) {
@@ -372,44 +384,33 @@ impl Server {
         headers: &[(&str, String)],
         body: Option<&str>,
     ) -> Resp {
-        let agent = ureq::AgentBuilder::new()
-            .timeout(Duration::from_secs(60))
-            .build();
-        let mut r = agent.request(method, &format!("{base}{path}"));
-        if let Some(t) = &self.token {
-            r = r.set("Authorization", &format!("Bearer {t}"));
-        }
-        for (k, v) in headers {
-            r = r.set(k, v);
-        }
-        let result = match body {
-            Some(b) => r.set("Content-Type", "application/json").send_string(b),
-            None => r.call(),
+        try_request(base, self.token.as_deref(), method, path, headers, body)
+            .unwrap_or_else(|e| panic!("{e} (pick {:?})", self.pick))
+    }
+
+    /// `kill -9` gateway `i` (0-based) alone; the others keep serving. Its address stays in
+    /// [`Server::gateway_base`] (requests to it are refused) until [`Server::start_gateway`].
+    pub fn kill9_gateway(&mut self, i: usize) {
+        let child = if i == 0 {
+            self.child.take()
+        } else {
+            self.more[i - 1].child.take()
         };
-        let resp = match result {
-            Ok(r) => r,
-            Err(ureq::Error::Status(_, r)) => r,
-            Err(e) => panic!("{method} {base}{path} (pick {:?}): {e}", self.pick),
-        };
-        let status = resp.status();
-        let headers = resp
-            .headers_names()
-            .into_iter()
-            .map(|n| {
-                let v = resp.header(&n).unwrap_or("").to_string();
-                (n, v)
-            })
-            .collect();
-        let mut text = String::new();
-        let _ = resp.into_reader().take(64 << 20).read_to_string(&mut text);
-        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
-        Resp {
-            status,
-            body,
-            headers,
+        if let Some(c) = child {
+            kill(c);
         }
     }
 
+    /// Starts gateway `i` (0-based) again on the set's store (a new port) and waits until it is
+    /// healthy.
+    pub fn start_gateway(&mut self, i: usize) {
+        if i == 0 {
+            self.spawn();
+        } else {
+            let g = self.spawn_gateway(&format!("port-{i}"));
+            self.more[i - 1] = g;
+        }
+    }
     pub fn get(&self, path: &str) -> Resp {
         self.request("GET", path, None, None)
     }
@@ -541,6 +542,20 @@ impl Server {
         assert_eq!(r.status, 200, "{}", r.body);
         r.body
     }
+    /// The sum over every gateway of a `/metrics` line (each process counts what it did
+    /// itself); `None` when no gateway has the line. For one gateway, [`Server::metric`].
+    pub fn metric_sum(&self, line_prefix: &str) -> Option<f64> {
+        (0..self.gateway_count())
+            .filter_map(|i| {
+                let r = self.request_to(self.gateway_base(i), "GET", "/metrics", &[], None);
+                let text = r.body.as_str().unwrap_or("").to_string();
+                text.lines().find_map(|l| {
+                    l.strip_prefix(line_prefix)
+                        .and_then(|rest| rest.trim().parse::<f64>().ok())
+                })
+            })
+            .reduce(|a, b| a + b)
+    }
     pub fn metric(&self, line_prefix: &str) -> Option<f64> {
         let text = self.get("/metrics").body.as_str().unwrap_or("").to_string();
         text.lines().find_map(|l| {
@@ -548,6 +563,56 @@ impl Server {
                 .and_then(|rest| rest.trim().parse().ok())
         })
     }
+}
+
+/// One request to the gateway at `base` (with a bearer `token` if given). A transport failure
+/// (refused, reset, timed out) is an `Err` saying which request failed; any HTTP status is an
+/// answer. For tests that expect gateways to go away under them; [`Server::request_to`] panics
+/// instead.
+pub fn try_request(
+    base: &str,
+    token: Option<&str>,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    body: Option<&str>,
+) -> Result<Resp, String> {
+    let agent = ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(60))
+        .build();
+    let mut r = agent.request(method, &format!("{base}{path}"));
+    if let Some(t) = token {
+        r = r.set("Authorization", &format!("Bearer {t}"));
+    }
+    for (k, v) in headers {
+        r = r.set(k, v);
+    }
+    let result = match body {
+        Some(b) => r.set("Content-Type", "application/json").send_string(b),
+        None => r.call(),
+    };
+    let resp = match result {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => return Err(format!("{method} {base}{path}: {e}")),
+    };
+    let status = resp.status();
+    let headers = resp
+        .headers_names()
+        .into_iter()
+        .map(|n| {
+            let v = resp.header(&n).unwrap_or("").to_string();
+            (n, v)
+        })
+        .collect();
+    let mut text = String::new();
+    let _ = resp.into_reader().take(64 << 20).read_to_string(&mut text);
+    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    Ok(Resp {
+        status,
+        body,
+        headers,
+    })
 }
 
 impl Drop for Server {

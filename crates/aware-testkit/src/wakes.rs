@@ -34,11 +34,28 @@ pub struct Wakes {
 }
 
 impl Wakes {
+    /// Subscribes to `GET /v1/wakes{query}` on the gateway the pick gives, as `caller`.
+    ///
+    /// On several gateways, first waits until every wake requested so far has reached every
+    /// gateway (a fence-only stream on each, fenced through all of them): a wake produced on
+    /// another gateway travels over the store's notification channel, and one still under way
+    /// when the stream connects would arrive after its catch-up. So, as on one gateway, the new
+    /// stream carries the catch-up and the wakes requested after it connected.
     pub fn subscribe(server: &Server, query: &str, caller: Option<&str>) -> Self {
+        if server.gateway_count() > 1 {
+            for i in 0..server.gateway_count() {
+                Self::subscribe_at(server, server.gateway_base(i), "?agent=fence", None);
+            }
+        }
+        Self::subscribe_at(server, server.next_base(), query, caller)
+    }
+
+    /// [`Wakes::subscribe`] on the gateway at `base`, without the cluster-wide fence first.
+    pub fn subscribe_at(server: &Server, base: &str, query: &str, caller: Option<&str>) -> Self {
         let received = Arc::new(Mutex::new(Vec::new()));
         let markers = Arc::new(Mutex::new(Vec::new()));
         let (r2, m2) = (received.clone(), markers.clone());
-        let url = format!("{}/v1/wakes{}", server.next_base(), query);
+        let url = format!("{base}/v1/wakes{query}");
         let token = server.token.clone();
         let caller_seg = caller.map(seg);
         // A marker must match the filter: the first `session=` if any, else a session of the

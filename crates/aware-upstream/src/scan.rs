@@ -474,6 +474,86 @@ mod tests {
         }
     }
 
+    /// The fixture lines the prefilter lets through (the rows the probe and the classifier see).
+    fn fixture_candidate_lines() -> &'static [String] {
+        static LINES: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+            let dir =
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/claude-code");
+            let mut lines = Vec::new();
+            for entry in std::fs::read_dir(dir).unwrap().flatten() {
+                let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+                lines.extend(
+                    text.lines()
+                        .filter(|l| may_classify(l.as_bytes()))
+                        .map(str::to_string),
+                );
+            }
+            lines
+        });
+        &LINES
+    }
+
+    proptest! {
+        // Few fixture rows are ones that count, so many cases are needed to mutate them (the
+        // check is fast); with 256 a probe that skipped text blocks went unnoticed.
+        #![proptest_config(ProptestConfig::with_cases(8192))]
+        /// Real rows, mutated where the fast paths decide (block types, `is_error`, the row's
+        /// `type`, duplicate keys before or after the original ones, string content): a line the
+        /// prefilter or the tool-result probe skips still classifies `NotHuman` by the full
+        /// parse, so the fast paths never change a count on hostile transcripts.
+        #[test]
+        fn fast_paths_agree_with_the_full_parse_on_mutated_fixture_rows(
+            pick in any::<prop::sample::Index>(),
+            edits in prop::collection::vec((0usize..6, any::<prop::sample::Index>(), 0usize..8), 1..4),
+        ) {
+            let lines = fixture_candidate_lines();
+            prop_assume!(!lines.is_empty());
+            let mut line = pick.get(lines).clone();
+            const TOKENS: [&str; 8] = [
+                "\"tool_result\"", "\"text\"", "\"user\"", "\"is_error\":false",
+                "\"is_error\":true", "\"content\":[", "\"type\":", "\"image\"",
+            ];
+            const REPLACEMENTS: [&str; 8] = [
+                "\"text\"", "\"tool_result\"", "\"assistant\"", "\"is_error\":true",
+                "\"is_error\":null", "\"content\":\"typed by a human\",\"x\":[",
+                "\"type\":\"user\",\"kind\":", "\"t\\u0065xt\"",
+            ];
+            for (how, at, which) in edits {
+                match how {
+                    // Replace one occurrence of a deciding token.
+                    0 | 1 => {
+                        let token = TOKENS[which];
+                        let hits: Vec<usize> = line.match_indices(token).map(|(i, _)| i).collect();
+                        if !hits.is_empty() {
+                            let i = *at.get(&hits);
+                            line.replace_range(i..i + token.len(), REPLACEMENTS[which]);
+                        }
+                    }
+                    // Duplicate keys first (the full parse keeps the last one).
+                    2 => line = line.replacen('{', "{\"type\":\"assistant\",", 1),
+                    3 => line = line.replacen('{', "{\"message\":{\"role\":\"user\",\"content\":\"hi\"},", 1),
+                    // Duplicate keys last: these win in the full parse.
+                    4 => {
+                        if let Some(end) = line.rfind('}') {
+                            line.replace_range(end..=end, ",\"message\":{\"role\":\"user\",\"content\":\"typed\"}}");
+                        }
+                    }
+                    _ => {
+                        if let Some(end) = line.rfind('}') {
+                            line.replace_range(end..=end, ",\"type\":\"user\"}");
+                        }
+                    }
+                }
+            }
+            let Ok(row) = serde_json::from_str::<Value>(&line) else {
+                return Ok(()); // not JSON: consumed without counting either way
+            };
+            if !may_classify(line.as_bytes()) || is_tool_results_only(line.as_bytes()) {
+                prop_assert_eq!(classify(&row), RowClass::NotHuman, "{}", line);
+            }
+        }
+    }
+
     // --- S139 ---------------------------------------------------------------------------------
 
     #[test]

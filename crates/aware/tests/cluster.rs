@@ -416,3 +416,57 @@ fn a_webhook_is_delivered_once_per_wake_across_the_cluster() {
     });
     assert_eq!(state_hooks(), 1, "bodies: {:?}", bodies.lock().unwrap());
 }
+
+/// A `sessions_send` caller waiting on gateway A gets the reply posted on gateway B: B's writer
+/// cannot signal A's waiter, so B publishes the run id on the cluster bus and A's listener
+/// receives it (its periodic re-read is only the safety net).
+#[test]
+fn a_reply_posted_on_gateway_b_ends_the_wait_on_gateway_a_over_the_bus() {
+    let url = PgCluster::shared().database().expect("test database");
+    let a = gateway(&url);
+    let b = gateway(&url);
+    wait_until("both listening", || {
+        [&a, &b]
+            .iter()
+            .all(|s| s.get("/health").body["cluster"]["listening"] == true)
+    });
+    a.create(W);
+    a.create(X);
+    let wakes = Wakes::subscribe(&b, &format!("?session={}", seg(X)), None);
+    let (answer, run) = std::thread::scope(|scope| {
+        let waiter = scope.spawn(|| {
+            a.tool(
+                W,
+                "sessions_send",
+                json!({"sessionKey": X, "message": "ping", "timeoutSeconds": 30}),
+            )
+        });
+        let mut run = None;
+        wait_until("the message wake on B", || {
+            run = wakes
+                .received
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|w| w["reason"] == "message")
+                .and_then(|w| w["runId"].as_str().map(str::to_string));
+            run.is_some()
+        });
+        let run = run.expect("run id");
+        let r = b.post(
+            &format!("/v1/sessions/{}/turns", seg(X)),
+            json!({"role": "assistant", "text": "pong", "runId": run}),
+        );
+        assert_eq!(r.status, 201, "{}", r.body);
+        (waiter.join().expect("waiter"), run)
+    });
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.body["status"], "ok", "{}", answer.body);
+    assert_eq!(answer.body["reply"], "pong");
+    assert_eq!(answer.body["runId"], run.as_str());
+    wait_until("A received the reply signal", || {
+        a.metric("aware_cluster_replies_received_total")
+            .unwrap_or(0.0)
+            >= 1.0
+    });
+}

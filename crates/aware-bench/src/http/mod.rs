@@ -2,8 +2,11 @@
 //! client, each workload next to a floor measured in the same process.
 //!
 //! Every gateway runs in-process (`aware_gateway::run` on `127.0.0.1:0`, a fresh temporary data
-//! dir, the wall clock, `notify_on_create = false`); the clients are plain threads with blocking
-//! `aware_client` clients, each holding one keep-alive connection.
+//! dir, the wall clock, `notify_on_create = false`); the clients are plain threads, each holding
+//! one keep-alive connection. The measured requests go through a raw HTTP/1.1 client
+//! (`raw.rs`), which costs the shared cores little; `--ureq-client` uses `aware_client`
+//! (ureq) instead, as the runs before round 3 of issue 13 did. Set-up always uses
+//! `aware_client`.
 //!
 //! 1. `session_status` with `changesSince` returning a 50-event page while the store holds
 //!    ~50,000 event rows; one client. Floors: the same page through `Engine::list_since` (the
@@ -15,6 +18,7 @@
 //!    against the RSS before the gateway started. Runs first, so that baseline is the bare
 //!    process rather than what workloads 1 and 2 left in the allocator.
 
+mod raw;
 mod rss;
 mod status;
 mod turns;
@@ -78,18 +82,24 @@ pub fn run(args: HttpBenchArgs, json: bool) -> Result<()> {
     let plan = Plan {
         scale,
         dir: tmp.path().to_path_buf(),
+        ureq_client: args.ureq_client,
     };
     let turns = (args.turns / scale).max(args.clients as u64);
     let calls = (args.calls / scale).max(50);
     let mut report = Report::new("bench-http", args.quick, json);
     report.say(&format!(
         "aware bench-http{}: in-process gateways on 127.0.0.1:0 (wall clock, notify_on_create \
-         off), blocking aware-client clients with keep-alive connections; calls={} turns={} clients={} \
+         off), {} with keep-alive connections; calls={} turns={} clients={} \
          cpus={} loadavg={} dir={}",
         if args.quick {
             " --quick (counts / 10)"
         } else {
             ""
+        },
+        if args.ureq_client {
+            "blocking aware-client (ureq) clients"
+        } else {
+            "raw HTTP/1.1 load clients (aware-client for set-up)"
         },
         fmt_int(calls),
         fmt_int(turns),

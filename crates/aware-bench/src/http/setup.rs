@@ -31,6 +31,11 @@ pub struct HttpBenchArgs {
     /// `session_status` calls measured in workload 1.
     #[arg(long, default_value_t = 2_000)]
     pub calls: u64,
+    /// Drive workloads 1 and 2 with `aware-client` (ureq), as up to round 2 of issue 13,
+    /// instead of the bench's raw keep-alive client, which spends far less CPU per request on
+    /// the cores the gateway shares (for comparing with earlier runs).
+    #[arg(long)]
+    pub ureq_client: bool,
     /// Directory for the gateways' data dirs (a fresh temporary directory is made inside it and
     /// removed afterwards). Default: the system temporary directory.
     #[arg(long, value_name = "PATH")]
@@ -59,6 +64,8 @@ pub(crate) const TURN_BODY: &str =
 pub(crate) struct Plan {
     pub(crate) scale: u64,
     pub(crate) dir: PathBuf,
+    /// Load clients on `aware-client` (ureq) instead of the raw keep-alive client.
+    pub(crate) ureq_client: bool,
 }
 
 impl Plan {

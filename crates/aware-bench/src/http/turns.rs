@@ -1,5 +1,6 @@
 //! Workload 2: concurrent human turns, over HTTP and in-process.
 
+use super::raw::{contains, RawConn};
 use super::rss::ProcStatus;
 use super::setup::*;
 use crate::report::*;
@@ -229,6 +230,7 @@ pub(crate) struct Load {
 /// out, all released together; stops at the time cap.
 pub(crate) fn http_load(plan: &Plan, loads: Vec<Load>, total: u64) -> Result<Throughput> {
     let clients = loads.len();
+    let ureq_client = plan.ureq_client;
     let barrier = Arc::new(Barrier::new(clients + 1));
     let stop = Arc::new(AtomicBool::new(false));
     let client_cpu = Arc::new(AtomicU64::new(0));
@@ -239,10 +241,41 @@ pub(crate) fn http_load(plan: &Plan, loads: Vec<Load>, total: u64) -> Result<Thr
             let (barrier, stop, client_cpu) = (barrier.clone(), stop.clone(), client_cpu.clone());
             let count = share(total, clients, t);
             std::thread::spawn(move || {
-                let agent = new_agent(&load.base)?;
-                // Open the connection before the clock starts.
-                let _ = send(&agent, "GET", "/health", None, None);
                 let mut lat = Vec::with_capacity(count as usize);
+                let failed = |code: u16, body: &[u8]| {
+                    anyhow!(
+                        "{} {} answered {code}: {}",
+                        load.method,
+                        load.path,
+                        String::from_utf8_lossy(body)
+                    )
+                };
+                if ureq_client {
+                    let agent = new_agent(&load.base)?;
+                    // Open the connection before the clock starts.
+                    let _ = send(&agent, "GET", "/health", None, None);
+                    barrier.wait();
+                    let cpu0 = thread_cpu_ns();
+                    for _ in 0..count {
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        let s = Instant::now();
+                        let (code, body) = send(&agent, load.method, &load.path, None, load.body)?;
+                        lat.push(s.elapsed().as_nanos() as u64);
+                        if code != load.expect.0 || !body.contains(load.expect.1) {
+                            return Err(failed(code, body.as_bytes()));
+                        }
+                    }
+                    client_cpu.fetch_add(thread_cpu_ns().saturating_sub(cpu0), Ordering::Relaxed);
+                    return Ok(lat);
+                }
+                let mut conn = RawConn::connect(&load.base)?;
+                let request =
+                    RawConn::request(&load.base, load.method, &load.path, None, load.body);
+                // Open the connection before the clock starts.
+                let health = RawConn::request(&load.base, "GET", "/health", None, None);
+                conn.send(&health)?;
                 barrier.wait();
                 let cpu0 = thread_cpu_ns();
                 for _ in 0..count {
@@ -250,10 +283,10 @@ pub(crate) fn http_load(plan: &Plan, loads: Vec<Load>, total: u64) -> Result<Thr
                         break;
                     }
                     let s = Instant::now();
-                    let (code, body) = send(&agent, load.method, &load.path, None, load.body)?;
+                    let a = conn.send(&request)?;
                     lat.push(s.elapsed().as_nanos() as u64);
-                    if code != load.expect.0 || !body.contains(load.expect.1) {
-                        bail!("{} {} answered {code}: {body}", load.method, load.path);
+                    if a.status != load.expect.0 || !contains(a.body, load.expect.1) {
+                        return Err(failed(a.status, a.body));
                     }
                 }
                 client_cpu.fetch_add(thread_cpu_ns().saturating_sub(cpu0), Ordering::Relaxed);

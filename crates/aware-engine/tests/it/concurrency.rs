@@ -542,3 +542,36 @@ fn reset_racing_a_drain() {
         started.elapsed()
     );
 }
+
+/// The async write path (`post_turn_async`, the gateway's `POST …/turns`) dropped right after
+/// its first poll, as when the client hangs up: the turn still commits and its wake still goes
+/// out, without waiting for another write to apply the effects queue.
+#[test]
+fn a_dropped_async_turn_still_commits_and_wakes_its_watcher() {
+    let w = World::family();
+    let mut wakes = w.engine.subscribe_wakes();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let engine = w.engine.clone();
+    rt.block_on(async move {
+        let child = sref(C);
+        let mut fut = std::pin::pin!(engine.post_turn_async(&child, NewTurn::user("hello")));
+        tokio::select! {
+            biased;
+            _ = &mut fut => {}
+            () = std::future::ready(()) => {}
+        }
+        // `fut` is dropped here, mid-flight.
+    });
+    let wake = rt
+        .block_on(async {
+            tokio::time::timeout(std::time::Duration::from_secs(20), wakes.recv()).await
+        })
+        .expect("the dropped turn's wake never came")
+        .expect("wake");
+    assert_eq!(wake.session_key, W, "{wake:?}");
+    assert_eq!(w.pending(W).notices.len(), 1);
+}

@@ -153,9 +153,10 @@ pub(super) async fn sessions_send(
         let signal = engine.watch_reply(&sent.run_id);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout as u64);
         // On a store several gateways share (PostgreSQL), the reply may commit on another
-        // gateway, whose writer cannot signal this process: read again every 250 ms as well.
+        // gateway: its signal comes over the cluster bus (`NOTIFY`); a lost one is a hint
+        // lost, so read again every 2 s as well.
         let recheck = (aware_store::Store::info(&**engine.store()).backend != "sqlite")
-            .then_some(Duration::from_millis(250));
+            .then_some(Duration::from_secs(2));
         let mut last_read = false;
         end = loop {
             let (e, t, r) = (engine.clone(), target_ref.clone(), sent.run_id.clone());

@@ -7,7 +7,7 @@ mod read;
 
 use crate::body::Obj;
 use crate::error::{ApiError, ApiResult};
-use crate::request::Req;
+use crate::request::{must_exist, Req};
 use crate::wire;
 use aware_core::SessionRef;
 use axum::http::StatusCode;
@@ -94,6 +94,9 @@ pub fn list() -> Value {
     ]})
 }
 
+/// A tool call. The caller's existence is not checked yet: `session_status` checks it in its
+/// one blocking call, every other tool before its own work; the dispatcher checks it again when
+/// the call fails.
 pub(crate) async fn call(
     req: &Req,
     name: &str,
@@ -114,6 +117,9 @@ pub(crate) async fn call(
     })?;
     let mut b = Obj::parse(&req.body, true)?;
     let engine = req.state.engine()?;
+    if tool != Tool::SessionStatus {
+        must_exist(req, "caller session", &caller).await?;
+    }
     let (e, c, b) = (&engine, &caller, &mut b);
     match tool {
         Tool::SessionStatus => read::session_status(req, e, c, b).await,

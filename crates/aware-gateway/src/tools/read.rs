@@ -5,7 +5,7 @@ use crate::access::{check_agent, visible_agents};
 use crate::body::Obj;
 use crate::error::{ApiError, ApiResult};
 use crate::request::{parse_agent, parse_key, session_not_found, Req};
-use crate::state::blocking;
+use crate::state::{blocking, short_read};
 use crate::wire::{self, tools as answers};
 use aware_core::SessionRef;
 use aware_engine::Engine;
@@ -43,12 +43,20 @@ pub(super) async fn session_status(
             Ok(())
         }
     });
-    let e = engine.clone();
-    let (session, changes) = blocking(move || {
+    let (e, c) = (engine.clone(), caller.clone());
+    let (session, changes) = short_read(engine, move || {
+        // The caller's existence check comes first (the dispatcher left it to this call, so
+        // that the whole tool is one blocking hop); when the caller is the target, the
+        // target's row is that check.
+        let same = c == t;
+        if !same && !e.session_exists(&c)? {
+            return Err(session_not_found("caller session", &c.key));
+        }
         // The session row is the existence check (one read fewer than `session_exists`).
         let s = match e.get_session(&t) {
             Err(aware_engine::EngineError::SessionNotFound(_)) => {
-                return Err(session_not_found("session", &t.key))
+                let what = if same { "caller session" } else { "session" };
+                return Err(session_not_found(what, &t.key));
             }
             other => other?,
         };
@@ -60,7 +68,12 @@ pub(super) async fn session_status(
         Ok((s, c))
     })
     .await?;
-    wire::ok(answers::status(&session, changes.as_ref()))
+    let answer = answers::status(&session, changes.as_ref());
+    Ok(wire::json_response(
+        axum::http::StatusCode::OK,
+        &answer,
+        answer.size_hint(),
+    ))
 }
 
 pub(super) async fn sessions_list(

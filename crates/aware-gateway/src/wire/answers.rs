@@ -1,7 +1,7 @@
 //! The answers of the HTTP routes (03 §5.4, 04 §2–§3, 03 §9), built from the resources of
 //! `wire`.
 
-use super::{cursor, event, goal, run, session, turn};
+use super::{cursor, event, goal, run, session, turn, EventJson, TurnJson};
 use aware_core::StoredEvent;
 use aware_engine::{
     AckResult, AdoptResult, CompactionOutcome, GoalChange, PruneReport, RunEnd, Session,
@@ -36,15 +36,27 @@ pub fn turn_page(turns: &[TurnRow], more: bool, truncated: bool) -> Value {
     json!({"turns": turns.iter().map(turn).collect::<Vec<_>>(), "hasMore": more, "truncated": truncated})
 }
 
-pub fn posted_turn(out: &TurnOutcome) -> Value {
-    if out.duplicate {
-        return json!({"turn": turn(&out.turn), "duplicate": true});
+/// The `POST …/turns` answer, written straight from the outcome: `{"turn", "event"?}`, or
+/// `{"turn", "duplicate": true}` for a repeated idempotency key.
+pub fn posted_turn(out: &TurnOutcome) -> PostedTurn<'_> {
+    PostedTurn(out)
+}
+
+pub struct PostedTurn<'a>(&'a TurnOutcome);
+
+impl serde::Serialize for PostedTurn<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let out = self.0;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("turn", &TurnJson(&out.turn))?;
+        if out.duplicate {
+            m.serialize_entry("duplicate", &true)?;
+        } else if let Some(ev) = &out.event {
+            m.serialize_entry("event", &EventJson(ev))?;
+        }
+        m.end()
     }
-    let mut body = json!({"turn": turn(&out.turn)});
-    if let Some(ev) = &out.event {
-        body["event"] = event(ev);
-    }
-    body
 }
 
 pub fn ack(r: &AckResult) -> Value {

@@ -17,12 +17,33 @@ use axum::response::{IntoResponse, Response};
 
 /// A 200 answer with a JSON body.
 pub(crate) fn ok(v: impl Serialize) -> crate::error::ApiResult<Response> {
-    Ok((StatusCode::OK, axum::Json(v)).into_response())
+    Ok(json_response(StatusCode::OK, &v, 512))
 }
 
 /// A 201 answer with a JSON body.
 pub(crate) fn created(v: impl Serialize) -> crate::error::ApiResult<Response> {
-    Ok((StatusCode::CREATED, axum::Json(v)).into_response())
+    Ok(json_response(StatusCode::CREATED, &v, 512))
+}
+
+/// A JSON answer serialised into one buffer of about the expected size: `axum::Json` starts at
+/// 128 bytes and grows (an 18 KB `session_status` answer was copied about eight times on the way).
+pub(crate) fn json_response(status: StatusCode, v: &impl Serialize, size_hint: usize) -> Response {
+    let mut buf = Vec::with_capacity(size_hint);
+    match serde_json::to_writer(&mut buf, v) {
+        Ok(()) => (
+            status,
+            [(
+                axum::http::header::CONTENT_TYPE,
+                axum::http::HeaderValue::from_static("application/json"),
+            )],
+            buf,
+        )
+            .into_response(),
+        // Only a Serialize impl that fails can get here (ours do not); answer as axum did.
+        Err(e) => {
+            crate::error::ApiError::internal(format!("serialising the answer: {e}")).into_response()
+        }
+    }
 }
 
 /// The goal object of a session or a goal change.
@@ -74,6 +95,72 @@ pub fn session(s: &Session) -> Value {
     m.insert("createdAt".into(), r.created_at.into());
     m.insert("updatedAt".into(), r.updated_at.into());
     Value::Object(m)
+}
+
+/// A turn serialised straight from the row (the same fields in the same order as [`turn`]),
+/// for the hot `POST …/turns` answer.
+pub struct TurnJson<'a>(pub &'a TurnRow);
+
+impl Serialize for TurnJson<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let t = self.0;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("id", &t.id)?;
+        m.serialize_entry("index", &t.index)?;
+        m.serialize_entry("role", &t.role)?;
+        m.serialize_entry("text", &t.text)?;
+        m.serialize_entry("at", &t.at)?;
+        m.serialize_entry("actorType", t.actor_type.as_str())?;
+        if let Some(a) = &t.actor_id {
+            m.serialize_entry("actorId", a)?;
+        }
+        // Parsed, not copied raw, so the text is the same as `turn`'s (escapes, number forms).
+        let prov: Value =
+            serde_json::from_str(&t.provenance_json).unwrap_or_else(|_| json!({"kind": "human"}));
+        m.serialize_entry("provenance", &prov)?;
+        for (k, v) in [
+            ("channel", &t.channel),
+            ("runId", &t.run_id),
+            ("origin", &t.origin),
+            ("upstreamText", &t.upstream_text),
+        ] {
+            if let Some(v) = v {
+                m.serialize_entry(k, v)?;
+            }
+        }
+        m.end()
+    }
+}
+
+/// An event serialised straight from the stored event (the same fields in the same order as
+/// [`event`]).
+pub struct EventJson<'a>(pub &'a StoredEvent);
+
+impl Serialize for EventJson<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let e = self.0;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("sequence", &e.sequence)?;
+        m.serialize_entry("sessionKey", &e.session_key)?;
+        if let Some(v) = &e.session_id {
+            m.serialize_entry("sessionId", v)?;
+        }
+        m.serialize_entry("agentId", &e.agent_id)?;
+        m.serialize_entry("kind", e.kind.as_str())?;
+        m.serialize_entry("actorType", e.actor_type.as_str())?;
+        if let Some(v) = &e.actor_id {
+            m.serialize_entry("actorId", v)?;
+        }
+        if let Some(v) = &e.run_id {
+            m.serialize_entry("runId", v)?;
+        }
+        m.serialize_entry("occurredAt", &e.occurred_at)?;
+        m.serialize_entry("summary", &e.summary)?;
+        if let Some(p) = &e.payload {
+            m.serialize_entry("payload", p)?;
+        }
+        m.end()
+    }
 }
 
 pub fn event(e: &StoredEvent) -> Value {

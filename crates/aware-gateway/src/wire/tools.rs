@@ -8,8 +8,14 @@ use serde_json::{json, Value};
 /// The text of `session_status`: the session's head and, with `changesSince`, its changes as
 /// pretty JSON (the same keys in the same order as the answer's own).
 pub fn status_text(s: &Session, state_version: i64, changes: Option<&StateChanges>) -> String {
+    use std::fmt::Write as _;
     let r = &s.row;
-    let mut t = format!(
+    // One buffer of about the final size: the pretty page is written into it, not built as a
+    // string of its own and copied in.
+    let mut t = String::with_capacity(changes.map_or(256, |c| 512 + 240 * c.events.len()));
+    // Writing to a String cannot fail.
+    let _ = write!(
+        t,
         "Session {} (agent {}, kind {})\nStatus: {}\n",
         r.key,
         r.agent_id,
@@ -17,12 +23,12 @@ pub fn status_text(s: &Session, state_version: i64, changes: Option<&StateChange
         s.status()
     );
     if let Some(p) = &r.parent_key {
-        t.push_str(&format!("Parent: {p}\n"));
+        let _ = writeln!(t, "Parent: {p}");
     }
     if let Some(g) = &r.goal {
-        t.push_str(&format!("Goal: {} [{}]\n", g.text, g.status));
+        let _ = writeln!(t, "Goal: {} [{}]", g.text, g.status);
     }
-    t.push_str(&format!("State version: {state_version}"));
+    let _ = write!(t, "State version: {state_version}");
     if let Some(c) = changes {
         // The same keys in the same order as the answer's `stateVersion` and `stateChanges`,
         // serialised from the page itself rather than from a copy of its JSON value.
@@ -36,45 +42,69 @@ pub fn status_text(s: &Session, state_version: i64, changes: Option<&StateChange
             state_version,
             state_changes: StateChangesJson(c),
         };
-        let pretty = serde_json::to_string_pretty(&block).unwrap_or_default();
-        t.push_str(&format!(
-            "\n\nSession state changes:\n```json\n{pretty}\n```"
-        ));
+        t.push_str("\n\nSession state changes:\n```json\n");
+        let mut bytes = t.into_bytes();
+        // serde_json writes UTF-8 only, so the buffer stays a valid string; checked anyway.
+        let _ = serde_json::to_writer_pretty(&mut bytes, &block);
+        bytes.extend_from_slice(b"\n```");
+        t = String::from_utf8(bytes)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
     }
     t
 }
 
 /// The `session_status` answer: the session's fields, then the page and the text, written
-/// straight from the engine's page (no intermediate `Value` for the events).
-#[derive(serde::Serialize)]
+/// straight from the session row and the engine's page (no intermediate `Value`).
 pub struct StatusAnswer<'a> {
-    #[serde(flatten)]
-    head: Value,
-    #[serde(rename = "stateChanges", skip_serializing_if = "Option::is_none")]
-    state_changes: Option<StateChangesJson<'a>>,
-    #[serde(rename = "statusText")]
+    session: &'a Session,
+    state_changes: Option<&'a StateChanges>,
     status_text: String,
 }
 
-pub fn status<'a>(session: &Session, changes: Option<&'a StateChanges>) -> StatusAnswer<'a> {
-    // The session row's head, read with the row (`version` read it again before).
-    let version = session.state_version;
-    let r = &session.row;
-    let mut out = json!({"ok": true, "sessionKey": r.key, "agentId": r.agent_id, "sessionId": r.session_id, "kind": r.kind, "status": session.status()});
-    if let Some(l) = &r.label {
-        out["label"] = l.clone().into();
+impl serde::Serialize for StatusAnswer<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let session = self.session;
+        let r = &session.row;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("ok", &true)?;
+        m.serialize_entry("sessionKey", &r.key)?;
+        m.serialize_entry("agentId", &r.agent_id)?;
+        m.serialize_entry("sessionId", &r.session_id)?;
+        m.serialize_entry("kind", &r.kind)?;
+        m.serialize_entry("status", session.status())?;
+        if let Some(l) = &r.label {
+            m.serialize_entry("label", l)?;
+        }
+        if let Some(p) = &r.parent_key {
+            m.serialize_entry("parentSessionKey", p)?;
+        }
+        if let Some(g) = &r.goal {
+            m.serialize_entry("goal", &goal(g))?;
+        }
+        // The session row's head, read with the row.
+        m.serialize_entry("stateVersion", &session.state_version)?;
+        if let Some(c) = self.state_changes {
+            m.serialize_entry("stateChanges", &StateChangesJson(c))?;
+        }
+        m.serialize_entry("statusText", &self.status_text)?;
+        m.end()
     }
-    if let Some(p) = &r.parent_key {
-        out["parentSessionKey"] = p.clone().into();
+}
+
+impl StatusAnswer<'_> {
+    /// About the size of the serialised answer: the text twice (escaped in the answer) plus
+    /// the page once more.
+    pub fn size_hint(&self) -> usize {
+        self.status_text.len() * 2 + 1024
     }
-    if let Some(g) = &r.goal {
-        out["goal"] = goal(g);
-    }
-    out["stateVersion"] = version.into();
+}
+
+pub fn status<'a>(session: &'a Session, changes: Option<&'a StateChanges>) -> StatusAnswer<'a> {
     StatusAnswer {
-        head: out,
-        state_changes: changes.map(StateChangesJson),
-        status_text: status_text(session, version, changes),
+        session,
+        state_changes: changes,
+        status_text: status_text(session, session.state_version, changes),
     }
 }
 

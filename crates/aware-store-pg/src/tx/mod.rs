@@ -1,7 +1,7 @@
 //! The row primitives of [`ReadTx`]/[`WriteTx`] in PostgreSQL, on one connection inside the
 //! writer's transaction or a reader's snapshot.
 
-use crate::conn::{col, Conn, Param};
+use crate::conn::{col, Conn, Owned, Param};
 use crate::Hook;
 use aware_store::{BatchResult, FaultPlan, Result, StoreError};
 use postgres::Row;
@@ -37,6 +37,14 @@ impl<'c> PgTx<'c> {
         std::mem::take(&mut self.hooks)
     }
 
+    /// The writer's row cache (readers have none: their snapshots are their own).
+    fn with_cache<R>(&self, f: impl FnOnce(&mut crate::cache::RowCache) -> R) -> Option<R> {
+        if self.reader {
+            return None;
+        }
+        Some(f(&mut self.conn.borrow_mut().rows))
+    }
+
     fn check_log_read(&self) -> Result<()> {
         if self.reader && self.faults.reads_fail() {
             return Err(StoreError::InjectedFault("signal-log reads fail"));
@@ -67,6 +75,11 @@ impl<'c> PgTx<'c> {
             Some(row) => Ok(Some(map(&row)?)),
             None => Ok(None),
         }
+    }
+
+    /// A write whose row count is not needed: queued to travel with the next exchange.
+    fn defer(&self, sql: &str, params: Vec<Owned>) -> Result<()> {
+        self.conn.borrow_mut().defer(sql, params)
     }
 
     fn exec(&self, sql: &str, params: &[Param<'_>]) -> Result<u64> {

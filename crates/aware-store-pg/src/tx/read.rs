@@ -11,16 +11,25 @@ use aware_store::{
 
 impl ReadTx for PgTx<'_> {
     fn session(&self, key: &str, agent: &str) -> Result<Option<SessionRow>> {
-        self.map_opt(
+        if let Some(Some(known)) = self.with_cache(|c| c.session(key, agent)) {
+            return Ok(known);
+        }
+        let row = self.map_opt(
             &format!(
                 "SELECT {SESSION_COLS} FROM sessions WHERE session_key = $1 AND agent_id = $2"
             ),
             &[&key, &agent],
             session_from_row,
-        )
+        )?;
+        self.with_cache(|c| c.saw_session(key, agent, row.clone()));
+        Ok(row)
     }
 
     fn session_exists(&self, key: &str, agent: &str) -> Result<bool> {
+        if !self.reader {
+            // The writer reads the whole row, so the next look at it is free.
+            return Ok(self.session(key, agent)?.is_some());
+        }
         Ok(self
             .map_opt(
                 "SELECT 1 FROM sessions WHERE session_key = $1 AND agent_id = $2",
@@ -256,14 +265,20 @@ impl ReadTx for PgTx<'_> {
         target_key: &str,
         target_agent: &str,
     ) -> Result<Option<CursorRow>> {
-        self.map_opt(
+        if let Some(Some(known)) = self.with_cache(|c| c.cursor(watcher, target_key, target_agent))
+        {
+            return Ok(known);
+        }
+        let row = self.map_opt(
             &format!(
                 "SELECT {CURSOR_COLS} FROM session_watch_cursors WHERE watcher_session_key = $1 \
                  AND target_session_key = $2 AND target_agent_id = $3"
             ),
             &[&watcher, &target_key, &target_agent],
             cursor_from_row,
-        )
+        )?;
+        self.with_cache(|c| c.saw_cursor(watcher, target_key, target_agent, row.clone()));
+        Ok(row)
     }
 
     fn cursors_by_watcher(&self, watcher: &str) -> Result<Vec<CursorRow>> {
@@ -305,12 +320,17 @@ impl ReadTx for PgTx<'_> {
     }
 
     fn live_watchers_of(&self, target_key: &str, target_agent: &str) -> Result<Vec<String>> {
-        self.map_vec(
+        if let Some(Some(known)) = self.with_cache(|c| c.live_watchers(target_key, target_agent)) {
+            return Ok(known);
+        }
+        let list: Vec<String> = self.map_vec(
             "SELECT watcher_session_key FROM session_watch_cursors WHERE target_session_key = $1 \
              AND target_agent_id = $2 AND muted = 0 ORDER BY watcher_session_key",
             &[&target_key, &target_agent],
             |r| col(r, 0),
-        )
+        )?;
+        self.with_cache(|c| c.saw_live_watchers(target_key, target_agent, &list));
+        Ok(list)
     }
 
     fn pending_by_watcher(&self, watcher: &str) -> Result<Vec<CursorRow>> {
@@ -483,14 +503,19 @@ impl ReadTx for PgTx<'_> {
     }
 
     fn turn_count(&self, key: &str, agent: &str) -> Result<i64> {
-        Ok(self
+        if let Some(Some(n)) = self.with_cache(|c| c.turn_count(key, agent)) {
+            return Ok(n);
+        }
+        let n = self
             .map_opt(
                 "SELECT COALESCE(MAX(idx) + 1, 0)::BIGINT FROM turns \
                  WHERE session_key = $1 AND agent_id = $2",
                 &[&key, &agent],
                 |r| col(r, 0),
             )?
-            .unwrap_or(0))
+            .unwrap_or(0);
+        self.with_cache(|c| c.saw_turn_count(key, agent, n));
+        Ok(n)
     }
 
     fn turn_by_idempotency(

@@ -2,33 +2,33 @@
 
 use super::mapping::*;
 use super::PgTx;
-use crate::conn::col;
+use crate::conn::{col, Owned, Param};
 use aware_store::{
     BatchResult, CursorRow, LinkRow, NewEvent, Result, RunRow, SessionRow, StoreError, TurnRow,
     WriteTx,
 };
 
-/// Quotes a savepoint name as an identifier.
-pub(super) fn ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
 impl WriteTx for PgTx<'_> {
+    // Savepoints are lazy and releases queued (see `Conn::savepoint`): a savepoint reaches the
+    // server only when an exchange happens inside it. A failure already known is reported at
+    // the release, where the caller can still roll back (01 §12: a failed append leaves its
+    // primary action standing); one the server reports later fails the whole op or batch.
     fn savepoint(&mut self, name: &str) -> Result<()> {
-        self.conn
-            .get_mut()
-            .batch(&format!("SAVEPOINT {}", ident(name)))
+        self.conn.get_mut().savepoint(name);
+        Ok(())
     }
     fn release(&mut self, name: &str) -> Result<()> {
-        self.conn
-            .get_mut()
-            .batch(&format!("RELEASE {}", ident(name)))
+        let conn = self.conn.get_mut();
+        if let Some(why) = conn.failure() {
+            return Err(StoreError::CommitFailed(format!(
+                "a statement inside savepoint {name} failed: {why}"
+            )));
+        }
+        conn.release_queued(name);
+        Ok(())
     }
     fn rollback_to(&mut self, name: &str) -> Result<()> {
-        let n = ident(name);
-        self.conn
-            .get_mut()
-            .batch(&format!("ROLLBACK TO {n}; RELEASE {n}"))
+        self.conn.get_mut().rollback_to(name)
     }
     fn after_commit(&mut self, hook: Box<dyn FnOnce() + Send>) {
         self.hooks.push(hook);
@@ -42,6 +42,31 @@ impl WriteTx for PgTx<'_> {
             .payload
             .as_ref()
             .map(|p| serde_json::Value::Object(p.clone()).to_string());
+        if !self.reader {
+            // The writer numbers the event itself (see `Conn::next_sequence`), so the insert
+            // is a queued write: its failure is reported by the append's release.
+            let sequence = self.conn.get_mut().next_sequence()?;
+            self.defer(
+                "INSERT INTO session_state_events (sequence, dedupe_key, session_key, \
+                 session_id, agent_id, kind, actor_type, actor_id, run_id, occurred_at, summary, \
+                 payload_json) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+                vec![
+                    Box::new(sequence),
+                    Box::new(e.dedupe_key.clone()),
+                    Box::new(e.session_key.clone()),
+                    Box::new(e.session_id.clone()),
+                    Box::new(e.agent_id.clone()),
+                    Box::new(e.kind.as_str().to_string()),
+                    Box::new(e.actor_type.as_str().to_string()),
+                    Box::new(e.actor_id.clone()),
+                    Box::new(e.run_id.clone()),
+                    Box::new(e.occurred_at),
+                    Box::new(e.summary.clone()),
+                    Box::new(payload),
+                ],
+            )?;
+            return Ok(sequence);
+        }
         let row = self.map_opt(
             "INSERT INTO session_state_events (dedupe_key, session_key, session_id, agent_id, \
              kind, actor_type, actor_id, run_id, occurred_at, summary, payload_json) \
@@ -65,21 +90,26 @@ impl WriteTx for PgTx<'_> {
     }
 
     fn upsert_head(&mut self, key: &str, agent: &str, sequence: i64, now: i64) -> Result<()> {
-        self.exec(
+        self.defer(
             "INSERT INTO session_state_heads (session_key, agent_id, last_sequence, \
              pruned_max_sequence, updated_at) VALUES ($1, $2, $3, 0, $4) \
              ON CONFLICT (session_key, agent_id) DO UPDATE SET last_sequence = \
              GREATEST(session_state_heads.last_sequence, EXCLUDED.last_sequence), \
              updated_at = EXCLUDED.updated_at",
-            &[&key, &agent, &sequence, &now],
-        )?;
-        Ok(())
+            vec![
+                Box::new(key.to_string()),
+                Box::new(agent.to_string()),
+                Box::new(sequence),
+                Box::new(now),
+            ],
+        )
     }
 
     fn put_cursor(&mut self, c: &CursorRow) -> Result<()> {
         crate::debug_check(&c.state);
+        self.with_cache(|cache| cache.put_cursor(c));
         let s = &c.state;
-        self.exec(
+        self.defer(
             "INSERT INTO session_watch_cursors (watcher_session_key, target_session_key, \
              target_agent_id, last_seen_sequence, notified_sequence, material_sequence, muted, \
              origin, notice_opened_at, created_at, updated_at) \
@@ -90,21 +120,20 @@ impl WriteTx for PgTx<'_> {
              material_sequence = EXCLUDED.material_sequence, muted = EXCLUDED.muted, \
              origin = EXCLUDED.origin, notice_opened_at = EXCLUDED.notice_opened_at, \
              updated_at = EXCLUDED.updated_at",
-            &[
-                &c.watcher,
-                &c.target_key,
-                &c.target_agent,
-                &s.last_seen,
-                &s.notified,
-                &s.material,
-                &i64::from(s.muted),
-                &s.origin.as_str(),
-                &s.notice_opened_at,
-                &c.created_at,
-                &s.updated_at,
+            vec![
+                Box::new(c.watcher.clone()),
+                Box::new(c.target_key.clone()),
+                Box::new(c.target_agent.clone()),
+                Box::new(s.last_seen),
+                Box::new(s.notified),
+                Box::new(s.material),
+                Box::new(i64::from(s.muted)),
+                Box::new(s.origin.as_str().to_string()),
+                Box::new(s.notice_opened_at),
+                Box::new(c.created_at),
+                Box::new(s.updated_at),
             ],
-        )?;
-        Ok(())
+        )
     }
 
     fn delete_cursor(
@@ -113,14 +142,17 @@ impl WriteTx for PgTx<'_> {
         target_key: &str,
         target_agent: &str,
     ) -> Result<bool> {
-        Ok(self.exec(
+        let n = self.exec(
             "DELETE FROM session_watch_cursors WHERE watcher_session_key = $1 \
              AND target_session_key = $2 AND target_agent_id = $3",
             &[&watcher, &target_key, &target_agent],
-        )? > 0)
+        )?;
+        self.with_cache(|c| c.deleted_cursor(watcher, target_key, target_agent));
+        Ok(n > 0)
     }
 
     fn delete_cursors_of_watcher(&mut self, watcher: &str) -> Result<u64> {
+        self.with_cache(|c| c.forget_cursors());
         self.exec(
             "DELETE FROM session_watch_cursors WHERE watcher_session_key = $1",
             &[&watcher],
@@ -128,6 +160,7 @@ impl WriteTx for PgTx<'_> {
     }
 
     fn delete_cursors_of_target(&mut self, target_key: &str, target_agent: &str) -> Result<u64> {
+        self.with_cache(|c| c.forget_cursors());
         self.exec(
             "DELETE FROM session_watch_cursors WHERE target_session_key = $1 \
              AND target_agent_id = $2",
@@ -135,67 +168,32 @@ impl WriteTx for PgTx<'_> {
         )
     }
 
+    // Waited for: creating a session that exists must fail here (the contract's nested
+    // savepoint case relies on it).
     fn insert_session(&mut self, s: &SessionRow) -> Result<()> {
-        let goal = s.goal.as_ref();
-        let up = s.upstream.as_ref();
+        let params = session_params(s);
+        let refs: Vec<Param<'_>> = params.iter().map(|p| &**p as Param<'_>).collect();
         self.exec(
             &format!(
                 "INSERT INTO sessions ({SESSION_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, \
                  $9, $10, $11, $12, $13, $14, $15, $16, $17)"
             ),
-            &[
-                &s.key,
-                &s.agent_id,
-                &s.session_id,
-                &s.kind,
-                &s.label,
-                &s.parent_key,
-                &s.created_via,
-                &s.active_run_id,
-                &goal.map(|g| g.text.as_str()),
-                &goal.map(|g| g.status.as_str()),
-                &goal.map(|g| g.updated_at),
-                &i64::from(s.orphaned),
-                &s.created_at,
-                &s.updated_at,
-                &up.map(|u| u.catalog_id.as_str()),
-                &up.map(|u| u.host_id.as_str()),
-                &up.map(|u| u.thread_id.as_str()),
-            ],
+            &refs,
         )?;
+        self.with_cache(|c| c.inserted_session(s));
         Ok(())
     }
 
     fn update_session(&mut self, s: &SessionRow) -> Result<()> {
-        let goal = s.goal.as_ref();
-        let up = s.upstream.as_ref();
-        self.exec(
+        self.with_cache(|c| c.updated_session(s));
+        self.defer(
             "UPDATE sessions SET session_id = $3, kind = $4, label = $5, \
              parent_session_key = $6, created_via = $7, active_run_id = $8, goal_text = $9, \
              goal_status = $10, goal_updated_at = $11, orphaned = $12, created_at = $13, \
              updated_at = $14, upstream_catalog = $15, upstream_host = $16, \
              upstream_thread = $17 WHERE session_key = $1 AND agent_id = $2",
-            &[
-                &s.key,
-                &s.agent_id,
-                &s.session_id,
-                &s.kind,
-                &s.label,
-                &s.parent_key,
-                &s.created_via,
-                &s.active_run_id,
-                &goal.map(|g| g.text.as_str()),
-                &goal.map(|g| g.status.as_str()),
-                &goal.map(|g| g.updated_at),
-                &i64::from(s.orphaned),
-                &s.created_at,
-                &s.updated_at,
-                &up.map(|u| u.catalog_id.as_str()),
-                &up.map(|u| u.host_id.as_str()),
-                &up.map(|u| u.thread_id.as_str()),
-            ],
-        )?;
-        Ok(())
+            session_params(s),
+        )
     }
 
     fn delete_session(&mut self, key: &str, agent: &str) -> Result<bool> {
@@ -216,10 +214,13 @@ impl WriteTx for PgTx<'_> {
                 &[&key, &agent],
             )?;
         }
+        // (A failure above rolls the op back, which empties the cache.)
+        self.with_cache(|c| c.deleted_session(key, agent));
         Ok(existed)
     }
 
     fn mark_children_orphaned(&mut self, parent_key: &str, agent: Option<&str>) -> Result<u64> {
+        self.with_cache(|c| c.forget_sessions());
         self.exec(
             "UPDATE sessions SET orphaned = 1 WHERE parent_session_key = $1 \
              AND ($2::TEXT IS NULL OR agent_id = $2)",
@@ -267,32 +268,33 @@ impl WriteTx for PgTx<'_> {
     }
 
     fn insert_turn(&mut self, key: &str, agent: &str, t: &TurnRow) -> Result<()> {
-        self.exec(
+        self.with_cache(|c| c.inserted_turn(key, agent, t.index));
+        self.defer(
             "INSERT INTO turns (session_key, agent_id, idx, id, role, text, at, actor_type, \
              actor_id, provenance_json, channel, run_id, origin, upstream_text, idempotency_key) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
-            &[
-                &key,
-                &agent,
-                &t.index,
-                &t.id,
-                &t.role,
-                &t.text,
-                &t.at,
-                &t.actor_type.as_str(),
-                &t.actor_id,
-                &t.provenance_json,
-                &t.channel,
-                &t.run_id,
-                &t.origin,
-                &t.upstream_text,
-                &t.idempotency_key,
+            vec![
+                Box::new(key.to_string()),
+                Box::new(agent.to_string()),
+                Box::new(t.index),
+                Box::new(t.id.clone()),
+                Box::new(t.role.clone()),
+                Box::new(t.text.clone()),
+                Box::new(t.at),
+                Box::new(t.actor_type.as_str().to_string()),
+                Box::new(t.actor_id.clone()),
+                Box::new(t.provenance_json.clone()),
+                Box::new(t.channel.clone()),
+                Box::new(t.run_id.clone()),
+                Box::new(t.origin.clone()),
+                Box::new(t.upstream_text.clone()),
+                Box::new(t.idempotency_key.clone()),
             ],
-        )?;
-        Ok(())
+        )
     }
 
     fn delete_turns(&mut self, key: &str, agent: &str) -> Result<u64> {
+        self.with_cache(|c| c.deleted_turns(key, agent));
         self.exec(
             "DELETE FROM turns WHERE session_key = $1 AND agent_id = $2",
             &[&key, &agent],
@@ -387,6 +389,7 @@ impl WriteTx for PgTx<'_> {
     }
 
     fn expire_cursors_batch(&mut self, cutoff: i64, limit: u32) -> Result<BatchResult> {
+        self.with_cache(|c| c.forget_cursors());
         let n = self.exec(
             "DELETE FROM session_watch_cursors WHERE row_id IN (SELECT row_id \
              FROM session_watch_cursors WHERE muted = 0 AND updated_at < $1 LIMIT $2)",
@@ -410,6 +413,7 @@ impl WriteTx for PgTx<'_> {
         limit: u32,
         now: i64,
     ) -> Result<(Option<i64>, Vec<String>)> {
+        self.with_cache(|c| c.forget_cursors());
         let rows: Vec<(i64, String)> = self.map_vec(
             "SELECT c.row_id, c.watcher_session_key FROM session_watch_cursors c \
              WHERE c.row_id > $1 AND c.muted = 0 AND c.notified_sequence > c.last_seen_sequence \
@@ -431,4 +435,29 @@ impl WriteTx for PgTx<'_> {
         let last = ids.last().copied();
         Ok((last, rows.into_iter().map(|(_, w)| w).collect()))
     }
+}
+
+/// The 17 columns of a session row in `SESSION_COLS` order, owned for a queued write.
+fn session_params(s: &SessionRow) -> Vec<Owned> {
+    let goal = s.goal.as_ref();
+    let up = s.upstream.as_ref();
+    vec![
+        Box::new(s.key.clone()),
+        Box::new(s.agent_id.clone()),
+        Box::new(s.session_id.clone()),
+        Box::new(s.kind.clone()),
+        Box::new(s.label.clone()),
+        Box::new(s.parent_key.clone()),
+        Box::new(s.created_via.clone()),
+        Box::new(s.active_run_id.clone()),
+        Box::new(goal.map(|g| g.text.clone())),
+        Box::new(goal.map(|g| g.status.as_str().to_string())),
+        Box::new(goal.map(|g| g.updated_at)),
+        Box::new(i64::from(s.orphaned)),
+        Box::new(s.created_at),
+        Box::new(s.updated_at),
+        Box::new(up.map(|u| u.catalog_id.clone())),
+        Box::new(up.map(|u| u.host_id.clone())),
+        Box::new(up.map(|u| u.thread_id.clone())),
+    ]
 }

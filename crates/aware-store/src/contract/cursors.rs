@@ -286,3 +286,116 @@ pub fn console_cursors_of_a_watcher_set_in_one_ordered_read(store: &dyn Store) {
     );
     assert!(read(store, |r| r.console_cursors_held_by(&[])).is_empty());
 }
+
+/// `watcher_cursors` answers what `session_exists` and `cursor` answer for each candidate, in
+/// order, and `update_cursor` leaves the row (and every read over the cursor indexes) as
+/// `put_cursor` would, whether only the watermark moved or more.
+pub fn watcher_cursors_and_update_cursor_match_the_row_primitives(store: &dyn Store) {
+    let t = "agent:main:t";
+    let c1 = cursor("agent:main:w1", t, "main", (1, 3, 3), 10);
+    let c3 = cursor("agent:main:w3", t, "main", (2, 2, 2), 11);
+    let other = cursor("agent:main:w2", "agent:main:u", "main", (0, 4, 4), 12);
+    let put = [c1.clone(), c3.clone(), other];
+    write(store, move |tx| {
+        tx.insert_session(&session("agent:main:w1", "main", 1))?;
+        tx.insert_session(&session("agent:main:w2", "main", 1))?;
+        put.iter().try_for_each(|c| tx.put_cursor(c))
+    });
+    let candidates = [
+        ("agent:main:w3", "main"), // a cursor, no session
+        ("agent:main:w1", "main"),
+        ("agent:main:w2", "main"), // a session, a cursor on another target only
+        ("agent:main:w1", "ops"),  // the key exists under another agent only
+        ("agent:main:nobody", "main"),
+    ];
+    let found = read(store, |r| r.watcher_cursors(t, "main", &candidates));
+    let one_by_one: Vec<(bool, Option<CursorRow>)> = read(store, |r| {
+        candidates
+            .iter()
+            .map(|(k, a)| {
+                let exists = r.session_exists(k, a)?;
+                Ok((
+                    exists,
+                    if exists {
+                        r.cursor(k, t, "main")?
+                    } else {
+                        None
+                    },
+                ))
+            })
+            .collect()
+    });
+    assert_eq!(
+        found, one_by_one,
+        "watcher_cursors differs from the row reads"
+    );
+    assert_eq!(
+        found,
+        [
+            (false, None),
+            (true, Some(c1.clone())),
+            (true, None),
+            (false, None),
+            (false, None)
+        ]
+    );
+    assert!(read(store, |r| r.watcher_cursors(t, "main", &[])).is_empty());
+
+    // Only the frozen watermark and the time move (the append's usual case).
+    let mut moved = c1.clone();
+    moved.state.material = 7;
+    moved.state.updated_at = 20;
+    let (before, after) = (c1.clone(), moved.clone());
+    write(store, move |tx| tx.update_cursor(&before, &after));
+    assert_eq!(
+        read(store, |r| r.cursor("agent:main:w1", t, "main")),
+        Some(moved.clone())
+    );
+    // More moves: an ack-like change leaves nothing pending.
+    let mut acked = moved.clone();
+    acked.state.last_seen = 3;
+    acked.state.notified = 3;
+    acked.state.material = 3;
+    acked.state.notice_opened_at = None;
+    acked.state.updated_at = 30;
+    let (before, after) = (moved.clone(), acked.clone());
+    write(store, move |tx| tx.update_cursor(&before, &after));
+    assert_eq!(
+        read(store, |r| r.cursor("agent:main:w1", t, "main")),
+        Some(acked)
+    );
+    assert!(read(store, |r| r.pending_by_watcher("agent:main:w1")).is_empty());
+    // And back to pending through the narrow path again: the pending reads see it.
+    let reopened = {
+        let mut c = cursor("agent:main:w1", t, "main", (3, 8, 8), 40);
+        c.created_at = c1.created_at;
+        c
+    };
+    let mut later = reopened.clone();
+    later.state.material = 9;
+    later.state.updated_at = 41;
+    let (a, b, c) = (acked_row(&reopened), reopened.clone(), later.clone());
+    write(store, move |tx| {
+        tx.update_cursor(&a, &b)?;
+        tx.update_cursor(&b, &c)
+    });
+    assert_eq!(
+        read(store, |r| r.cursor("agent:main:w1", t, "main")),
+        Some(later.clone())
+    );
+    assert_eq!(
+        read(store, |r| r.pending_by_watcher("agent:main:w1")),
+        [later]
+    );
+    assert_eq!(read(store, |r| r.cursors_by_target(t, "main")).len(), 2);
+}
+
+/// The row `reopened` was written over: its acked predecessor (same key, nothing pending).
+fn acked_row(reopened: &CursorRow) -> CursorRow {
+    let mut c = reopened.clone();
+    c.state.notified = c.state.last_seen;
+    c.state.material = c.state.last_seen;
+    c.state.notice_opened_at = None;
+    c.state.updated_at = 30;
+    c
+}

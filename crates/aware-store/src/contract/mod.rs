@@ -19,6 +19,7 @@ macro_rules! contract_suite {
             concurrent_writers_get_distinct_sequences,
             heads_rise_only_and_watermarks_survive_pruning,
             cursor_rows_round_trip_in_the_promised_orders,
+            watcher_cursors_and_update_cursor_match_the_row_primitives,
             fifo_insert_delete_clear_expire,
             prune_batches_take_the_lowest_sequences,
             cursor_expiry_spares_muted_rows,

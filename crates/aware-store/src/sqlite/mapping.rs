@@ -84,6 +84,11 @@ pub(super) const CURSOR_COLS: &str = "watcher_session_key, target_session_key, t
      last_seen_sequence, notified_sequence, material_sequence, muted, origin, notice_opened_at, \
      created_at, updated_at";
 
+/// `CURSOR_COLS` qualified with the alias `c`, for joins.
+pub(super) const CURSOR_COLS_C: &str = "c.watcher_session_key, c.target_session_key, \
+     c.target_agent_id, c.last_seen_sequence, c.notified_sequence, c.material_sequence, c.muted, \
+     c.origin, c.notice_opened_at, c.created_at, c.updated_at";
+
 pub(super) fn cursor_from_row(row: &Row<'_>) -> rusqlite::Result<CursorRow> {
     let origin: String = row.get(7)?;
     Ok(CursorRow {

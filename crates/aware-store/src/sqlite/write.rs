@@ -91,6 +91,35 @@ impl WriteTx for SqlTx<'_> {
         Ok(())
     }
 
+    fn update_cursor(&mut self, before: &CursorRow, c: &CursorRow) -> Result<()> {
+        let (b, s) = (&before.state, &c.state);
+        // The append's usual change to a cursor whose notice is already open: only the frozen
+        // watermark and the time move. Writing just those two columns leaves the key, target and
+        // pending indexes alone (SQLite maintains an index only when a column it reads, or its
+        // WHERE clause reads, is assigned); the full upsert rewrote all five.
+        let narrow = before.watcher == c.watcher
+            && before.target_key == c.target_key
+            && before.target_agent == c.target_agent
+            && before.created_at == c.created_at
+            && b.last_seen == s.last_seen
+            && b.notified == s.notified
+            && b.muted == s.muted
+            && b.origin == s.origin
+            && b.notice_opened_at == s.notice_opened_at;
+        if narrow {
+            debug_assert!(s.invariant_holds(), "cursor invariant broken: {c:?}");
+            let changed = self.exec(
+                "UPDATE session_watch_cursors SET material_sequence = ?4, updated_at = ?5 \
+                 WHERE watcher_session_key = ?1 AND target_session_key = ?2 AND target_agent_id = ?3",
+                &[&c.watcher, &c.target_key, &c.target_agent, &s.material, &s.updated_at],
+            )?;
+            if changed == 1 {
+                return Ok(());
+            }
+        }
+        self.put_cursor(c)
+    }
+
     fn delete_cursor(
         &mut self,
         watcher: &str,
@@ -300,14 +329,20 @@ impl WriteTx for SqlTx<'_> {
         let limit = i64::from(limit);
         let victims = "SELECT sequence, session_key, agent_id FROM session_state_events \
                        WHERE occurred_at < ?1 ORDER BY sequence LIMIT ?2";
-        self.stamp_and_delete(victims, &[&cutoff, &limit], now)
+        // The victims are the lowest sequences with `occurred_at < cutoff`, so every such row
+        // between the lowest and highest victim is a victim: one range delete removes them.
+        let delete = "DELETE FROM session_state_events WHERE sequence BETWEEN ?1 AND ?2 \
+                      AND occurred_at < ?3";
+        self.stamp_and_delete(victims, &[&cutoff, &limit], delete, Some(cutoff), now)
     }
 
     fn prune_lowest_batch(&mut self, count: u64, now: i64) -> Result<BatchResult> {
         let count = count as i64;
         let victims = "SELECT sequence, session_key, agent_id FROM session_state_events \
                        ORDER BY sequence LIMIT ?1";
-        self.stamp_and_delete(victims, &[&count], now)
+        // The victims are the `count` lowest sequences: exactly the rows up to the highest one.
+        let delete = "DELETE FROM session_state_events WHERE sequence BETWEEN ?1 AND ?2";
+        self.stamp_and_delete(victims, &[&count], delete, None, now)
     }
 
     fn expire_cursors_batch(&mut self, cutoff: i64, limit: u32) -> Result<BatchResult> {

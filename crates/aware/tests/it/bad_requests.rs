@@ -919,6 +919,29 @@ fn specific_cases() -> Vec<Case> {
             .expect(404, "session_not_found", &["global"]),
         post("/v1/tools/nope", "{}").caller(W).expect(404, "unknown_tool", &["nope"]),
         post("/v1/tools/Session_Status", "{}").caller(W).expect(404, "unknown_tool", &["Session_Status"]),
+        // A missing caller or path session answers 404 ahead of every later error, also now
+        // that the tool call and the turn post make their existence checks in the same
+        // blocking call as their work (issue 13): checked when the call fails.
+        post("/v1/tools/nope", "{}").caller("agent:main:ghost")
+            .expect(404, "session_not_found", &["caller session", "agent:main:ghost"]),
+        post("/v1/tools/session_status?colour=red", "{}").caller("agent:main:ghost")
+            .expect(404, "session_not_found", &["caller session", "agent:main:ghost"]),
+        post("/v1/tools/session_status", "{").caller("agent:main:ghost")
+            .expect(404, "session_not_found", &["caller session", "agent:main:ghost"]),
+        post("/v1/tools/session_status", r#"{"limit":5}"#).caller("agent:main:ghost")
+            .expect(404, "session_not_found", &["caller session", "agent:main:ghost"]),
+        post("/v1/tools/session_status", r#"{"sessionKey":"agent:main:ghost2","changesSince":0}"#).caller("agent:main:ghost")
+            .expect(404, "session_not_found", &["caller session", "agent:main:ghost\""]),
+        post("/v1/tools/session_status", r#"{"sessionKey":"agent:main:ghost","bogus":1}"#).caller(W)
+            .expect(404, "session_not_found", &["session \"agent:main:ghost\""]),
+        post("/v1/tools/sessions_list", r#"{"limit":0}"#).caller("agent:main:ghost")
+            .expect(404, "session_not_found", &["caller session", "agent:main:ghost"]),
+        post(sp("agent:main:ghost", "/turns"), r#"{"role":"user","text":"hi"}"#)
+            .expect(404, "session_not_found", &["agent:main:ghost"]),
+        post(sp("agent:main:ghost", "/turns?colour=red"), r#"{"role":"user","text":"hi"}"#)
+            .expect(404, "session_not_found", &["agent:main:ghost"]),
+        post(sp("agent:main:ghost", "/turns"), &json!({"role": "user", "text": big_text}).to_string())
+            .expect(404, "session_not_found", &["agent:main:ghost"]),
         post("/v1/tools/session_status?x=1", "{}").caller(W).bad(&["x"]),
         // --- routes and methods -------------------------------------------------------------
         get("/").expect(404, "not_found", &["/"]),
@@ -1177,6 +1200,6 @@ fn all_cases() -> Vec<Case> {
 fn malformed_requests_are_refused_and_change_nothing() {
     let cases: Vec<Case> = all_cases();
     // The exact size of the table, so a generator that silently builds fewer cases fails.
-    assert_eq!(cases.len(), 948, "cases built");
+    assert_eq!(cases.len(), 958, "cases built");
     check_table(cases);
 }

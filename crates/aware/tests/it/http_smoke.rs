@@ -134,3 +134,68 @@ fn the_largest_offset_is_an_empty_last_page() {
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.body["sessions"], json!([]), "{}", r.body);
 }
+
+/// U+0000 in free text is refused with the same 400 on SQLite and PostgreSQL (PostgreSQL's
+/// text type cannot hold it; it used to fail the commit there with a 503), and nothing is
+/// stored by the refused requests.
+#[test]
+fn nul_in_free_text_is_refused_alike_on_both_stores() {
+    let db = aware_store_pg::testing::PgCluster::shared()
+        .database()
+        .expect("test database");
+    for s in [Server::family(), {
+        let s = Server::with_args(DEFAULT_CONFIG, &["--store", &db]);
+        s.create(W);
+        s.create_child(C, W);
+        s
+    }] {
+        let child = format!("/v1/sessions/{}", C.replace(':', "%3A"));
+        for (method, path, body, field) in [
+            (
+                "POST",
+                format!("{child}/turns"),
+                json!({"role": "user", "text": "a\u{0}b"}),
+                "text",
+            ),
+            (
+                "POST",
+                format!("{child}/turns"),
+                json!({"role": "user", "text": "ab", "upstreamText": "\u{0}"}),
+                "upstreamText",
+            ),
+            (
+                "PUT",
+                format!("{child}/goal"),
+                json!({"text": "g\u{0}"}),
+                "text",
+            ),
+            (
+                "POST",
+                format!("{child}/system-events"),
+                json!({"text": "x\u{0}y"}),
+                "text",
+            ),
+            (
+                "POST",
+                format!("{child}/system-events"),
+                json!({"text": "x", "contextKey": "k\u{0}"}),
+                "contextKey",
+            ),
+            (
+                "POST",
+                "/v1/sessions".to_string(),
+                json!({"key": "agent:main:n", "label": "l\u{0}"}),
+                "label",
+            ),
+        ] {
+            let r = s.request(method, &path, None, Some(&body.to_string()));
+            assert_eq!(r.status, 400, "{method} {path} {body}: {}", r.body);
+            assert_eq!(r.body["error"]["code"], "invalid_argument", "{}", r.body);
+            let msg = r.body["error"]["message"].as_str().unwrap_or_default();
+            assert!(msg.contains(field) && msg.contains("U+0000"), "{msg}");
+        }
+        let turns = s.get(&format!("{child}/turns"));
+        assert_eq!(turns.body["turns"], json!([]), "{}", turns.body);
+        assert_eq!(s.get("/v1/sessions/agent%3Amain%3An").status, 404);
+    }
+}

@@ -19,6 +19,7 @@ mod init;
 mod load;
 mod mcp;
 mod metrics;
+mod model_cluster;
 mod model_http;
 mod scenarios_lifecycle_and_api;
 mod scenarios_log_and_watchers;

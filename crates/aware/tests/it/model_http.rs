@@ -914,12 +914,12 @@ fn model_http_matches_reference() {
 // The model's own expectations, written from the spec (02 §8.1 notice template, §8.2 context
 // key codec) rather than taken from `aware_core`, so a formatting bug cannot hide behind itself.
 
-fn spec_context_key(target: &str) -> String {
+pub(crate) fn spec_context_key(target: &str) -> String {
     let hex: String = target.bytes().map(|b| format!("{b:02x}")).collect();
     format!("session-state:{hex}")
 }
 
-fn spec_notice_text(target: &str, last_seen: i64) -> String {
+pub(crate) fn spec_notice_text(target: &str, last_seen: i64) -> String {
     format!(
         "Session \"{target}\" changed (other actor). Reconcile before acting: session_status \
          sessionKey \"{target}\" changesSince {last_seen}."

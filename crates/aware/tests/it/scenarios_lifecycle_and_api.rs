@@ -153,11 +153,12 @@ const FENCE_FROM: &str = "agent:main:aware-test-fence-from";
 /// Waits (up to 20 s) until the server logged `needle`.
 fn wait_log(s: &Server, needle: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
-    while !s.logs().contains(needle) {
+    // Every gateway's log: the line is written by the gateway that did the work.
+    while !s.all_logs().contains(needle) {
         assert!(
             Instant::now() < deadline,
             "no {needle} in the log: {}",
-            s.logs()
+            s.all_logs()
         );
         std::thread::sleep(Duration::from_millis(20));
     }

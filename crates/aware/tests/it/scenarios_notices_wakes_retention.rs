@@ -962,6 +962,9 @@ fn s063_webhook_delivery() {
     s2.hdm(C);
     s3.hdm(C);
 
+    // Metrics and logs are summed over every gateway of a set: each process counts and logs what
+    // it delivered, and a wake's webhook goes from the gateway that produced it, once.
+
     // 500 then 200: two identical POSTs with the secret, one webhook delivery.
     assert!(
         wait_until(Duration::from_secs(10), || flaky.hits().len() >= 2),
@@ -970,10 +973,10 @@ fn s063_webhook_delivery() {
     );
     assert!(
         wait_until(Duration::from_secs(5), || s1
-            .metric("aware_wakes_delivered_total{channel=\"webhook\"}")
+            .metric_sum("aware_wakes_delivered_total{channel=\"webhook\"}")
             == Some(1.0)),
         "metric: {:?}",
-        s1.metric("aware_wakes_delivered_total{channel=\"webhook\"}")
+        s1.metric_sum("aware_wakes_delivered_total{channel=\"webhook\"}")
     );
     let hits = flaky.hits();
     assert_eq!(hits.len(), 2, "{hits:?}");
@@ -1012,10 +1015,10 @@ fn s063_webhook_delivery() {
     );
     assert!(
         wait_until(Duration::from_secs(10), || s2
-            .logs()
+            .all_logs()
             .contains("wake_webhook_failed")),
         "logs: {}",
-        s2.logs()
+        s2.all_logs()
     );
     let hits = broken.hits();
     assert_eq!(hits.len(), 5);
@@ -1027,11 +1030,11 @@ fn s063_webhook_delivery() {
     assert!(hits.iter().all(|h| h.body == hits[0].body));
     assert_eq!(s2.notice_texts(W), vec![nt(C, 1)]);
     assert_eq!(
-        s2.metric("aware_wakes_delivered_total{channel=\"webhook\"}"),
+        s2.metric_sum("aware_wakes_delivered_total{channel=\"webhook\"}"),
         Some(0.0)
     );
     assert!(
-        s2.metric("aware_wake_webhook_failures_total")
+        s2.metric_sum("aware_wake_webhook_failures_total")
             .unwrap_or(0.0)
             >= 1.0
     );
