@@ -65,7 +65,7 @@ impl Engine {
         Ok(self
             .inner
             .store
-            .read_as(|tx| tx.session_exists(s.key.as_str(), s.agent.as_str()))?)
+            .session_exists(s.key.as_str(), s.agent.as_str())?)
     }
 
     /// Sessions matching `filter`, newest `updated_at` first, with their state versions.

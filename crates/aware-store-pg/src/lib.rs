@@ -239,6 +239,18 @@ impl Store for PgStore {
         })
     }
 
+    /// One statement outside a transaction (a statement is its own snapshot): one round trip
+    /// where `read_with` takes two (the queued `BEGIN` with the statement, then `COMMIT`).
+    fn session_exists(&self, key: &str, agent: &str) -> Result<bool> {
+        let rows = self.with_reader(|conn| {
+            conn.query(
+                "SELECT 1 FROM sessions WHERE session_key = $1 AND agent_id = $2",
+                &[&key, &agent],
+            )
+        })?;
+        Ok(!rows.is_empty())
+    }
+
     /// One `listSince` page in a single statement (one statement is one snapshot): the page
     /// rows, then one row with the head and the earliest retained sequence.
     fn state_page(&self, key: &str, agent: &str, after: i64, limit: u32) -> Result<StatePage> {

@@ -51,6 +51,17 @@ pub trait Store: Send + Sync + 'static {
     /// Runs `f` once on a consistent read snapshot.
     fn read_with(&self, f: &mut dyn FnMut(&dyn ReadTx) -> Result<()>) -> Result<()>;
 
+    /// Whether the session exists: the check before most requests, so a backend with a round
+    /// trip per statement answers it with one statement and no transaction around it.
+    fn session_exists(&self, key: &str, agent: &str) -> Result<bool> {
+        let mut found = false;
+        self.read_with(&mut |tx| {
+            found = tx.session_exists(key, agent)?;
+            Ok(())
+        })?;
+        Ok(found)
+    }
+
     /// One `changesSince` page: up to `limit` events after `after`, with the stream's head and
     /// earliest retained sequence, all from one snapshot.
     fn state_page(&self, key: &str, agent: &str, after: i64, limit: u32) -> Result<StatePage>;

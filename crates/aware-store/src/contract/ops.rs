@@ -36,6 +36,10 @@ pub fn failed_ops_roll_back_and_drop_their_hooks(store: &dyn Store) {
     });
     assert!(dup.is_err());
     assert!(!read(store, |r| r.session_exists("agent:main:z", "main")));
+    // The one-statement form agrees with the one inside a read.
+    assert!(store.session_exists("agent:main:y", "main").unwrap());
+    assert!(!store.session_exists("agent:main:z", "main").unwrap());
+    assert!(!store.session_exists("agent:main:y", "other").unwrap());
     let r2 = ran.clone();
     write(store, move |tx| {
         tx.insert_session(&session("agent:main:x", "main", 1))?;
