@@ -28,6 +28,10 @@ use std::time::{Duration, Instant};
 
 /// The advisory lock key of the singletons ("aware" in ASCII, then "lead"): one per database.
 pub const LEADER_LOCK_KEY: i64 = 0x6177_6172_6500_6c64;
+/// The shortest time between two change hints of one gateway: the console coalesces its
+/// stream to one hint per 250 ms anyway, so more would only load every listener.
+pub const CHANGE_HINT_EVERY: Duration = Duration::from_millis(100);
+
 /// The notification channel of wakes.
 pub const WAKE_CHANNEL: &str = "aware_wakes";
 /// PostgreSQL refuses `NOTIFY` payloads of 8000 bytes or more.
@@ -98,8 +102,14 @@ pub struct ClusterStatus {
     pub received: AtomicU64,
     /// Reply signals of other gateways received (a `sessions_send` reply committed there).
     pub replies_received: AtomicU64,
+    /// Change hints of other gateways received (a commit there; the console's stream hints).
+    pub changes_received: AtomicU64,
     /// Listener reconnects after a lost connection.
     pub listener_reconnects: AtomicU64,
+    /// A commit happened here since the publisher last sent a change hint. The publisher sends
+    /// at most one hint per [`CHANGE_HINT_EVERY`], so a burst of commits is one hint, not one
+    /// per commit, and the last commit of a burst is never left without one.
+    change_pending: AtomicBool,
 }
 
 impl ClusterStatus {
@@ -167,6 +177,10 @@ impl WakeBus for PgBus {
             return;
         }
         self.send(payload);
+    }
+
+    fn publish_change(&self) {
+        self.status.change_pending.store(true, Ordering::Release);
     }
 }
 
@@ -376,6 +390,11 @@ fn listener_loop(
                                 status.replies_received.fetch_add(1, Ordering::Relaxed);
                                 engine.signal_remote_reply(&run_id);
                             }
+                        } else if let Some(origin) = decode_change(note.payload()) {
+                            if origin != status.node_id {
+                                status.changes_received.fetch_add(1, Ordering::Relaxed);
+                                engine.signal_remote_change();
+                            }
                         }
                     }
                     Ok(None) => break,
@@ -424,19 +443,32 @@ fn publisher_loop(
     rx: Receiver<String>,
 ) {
     let mut client: Option<Client> = None;
+    let mut last_change: Option<Instant> = None;
     while !stop.load(Ordering::SeqCst) {
-        let first = match rx.recv_timeout(Duration::from_millis(200)) {
-            Ok(p) => p,
-            Err(RecvTimeoutError::Timeout) => continue,
+        // Wakes up at least every 200 ms, so a pending change hint leaves within that even
+        // when no wake is queued.
+        let mut batch = match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(p) => vec![p],
+            Err(RecvTimeoutError::Timeout) => Vec::new(),
             Err(RecvTimeoutError::Disconnected) => break,
         };
         // Everything already queued goes in one round trip.
-        let mut batch = vec![first];
-        while batch.len() < 256 {
+        while !batch.is_empty() && batch.len() < 256 {
             match rx.try_recv() {
                 Ok(p) => batch.push(p),
                 Err(_) => break,
             }
+        }
+        let mut with_change = false;
+        if last_change.is_none_or(|t| t.elapsed() >= CHANGE_HINT_EVERY)
+            && status.change_pending.swap(false, Ordering::AcqRel)
+        {
+            batch.push(encode_change(&status.node_id));
+            last_change = Some(Instant::now());
+            with_change = true;
+        }
+        if batch.is_empty() {
+            continue;
         }
         if client.as_ref().is_none_or(|c| c.is_closed()) {
             client = connect(&config, "publisher");
@@ -453,7 +485,11 @@ fn publisher_loop(
                 .published
                 .fetch_add(batch.len() as u64, Ordering::Relaxed);
         } else {
-            // Hints only: the repair check on the other gateways finds these notices.
+            // Hints only: the repair check on the other gateways finds these notices; a change
+            // hint is tried again with the next round trip.
+            if with_change {
+                status.change_pending.store(true, Ordering::Release);
+            }
             status
                 .publish_dropped
                 .fetch_add(batch.len() as u64, Ordering::Relaxed);
@@ -509,6 +545,22 @@ pub fn decode_reply(payload: &str) -> Option<(String, String)> {
     Some((s("node")?, s("reply")?))
 }
 
+/// The notification payload of a change hint: only the publishing node (the receiver's console
+/// re-reads the store).
+pub fn encode_change(node: &str) -> String {
+    serde_json::json!({"node": node, "change": true}).to_string()
+}
+
+/// Reads a payload written by [`encode_change`]; `None` for anything else.
+pub fn decode_change(payload: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(payload).ok()?;
+    if v.get("change")?.as_bool()? {
+        Some(v.get("node")?.as_str()?.to_string())
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -536,5 +588,10 @@ mod tests {
         assert_eq!(decode_reply(&reply), Some(("n1".into(), "r7".into())));
         assert!(decode(&reply).is_none());
         assert!(decode_reply(&encode("n1", &w)).is_none());
+        // A change hint is neither, and neither is a change hint.
+        let change = encode_change("n1");
+        assert_eq!(decode_change(&change), Some("n1".into()));
+        assert!(decode(&change).is_none() && decode_reply(&change).is_none());
+        assert!(decode_change(&reply).is_none() && decode_change(&encode("n1", &w)).is_none());
     }
 }

@@ -128,6 +128,12 @@ impl Engine {
         }
     }
 
+    /// Another process committed a change ([`crate::WakeBus::publish_change`]): the console's
+    /// change stream hints here as for a local commit (its pages re-read the store).
+    pub fn signal_remote_change(&self) {
+        self.inner.changes.send_modify(|g| *g = g.wrapping_add(1));
+    }
+
     /// The periodic check that repairs lost notifications: a watcher whose pending notices grew
     /// since the previous check (a higher `notified`, or newly pending) and that got no
     /// `session-state` wake here in between is woken now, for this process's subscribers only.

@@ -492,6 +492,7 @@ fn apply_effects_through(inner: &Arc<Inner>, ticket: u64) {
 
 fn apply_effects(inner: &Arc<Inner>, effects: Effects, now: i64) {
     inner.changes.send_modify(|g| *g = g.wrapping_add(1));
+    inner.wakes.cluster.publish_change();
     let m = &inner.metrics;
     for kind in &effects.appended {
         m.appended(*kind);

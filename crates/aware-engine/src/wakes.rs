@@ -141,6 +141,11 @@ pub trait WakeBus: Send + Sync + 'static {
     /// again at once ([`crate::Engine::signal_remote_reply`] there). A hint like wakes: the
     /// waiter also re-reads on its own. Must not block. The default sends nothing.
     fn publish_reply(&self, _run_id: &str) {}
+    /// Called after every commit of this process that changed something, so the console's
+    /// change stream on other processes hints too ([`crate::Engine::signal_remote_change`]
+    /// there). A bus may coalesce a burst into one hint. Must not block. The default sends
+    /// nothing.
+    fn publish_change(&self) {}
 }
 
 /// Tells whether this process runs the cluster's singletons now.
@@ -185,6 +190,14 @@ impl ClusterHooks {
         let bus = self.bus.lock().ok().and_then(|b| b.clone());
         if let Some(bus) = bus {
             bus.publish_reply(run_id);
+        }
+    }
+
+    /// Tells the other processes that a commit here changed something.
+    pub(crate) fn publish_change(&self) {
+        let bus = self.bus.lock().ok().and_then(|b| b.clone());
+        if let Some(bus) = bus {
+            bus.publish_change();
         }
     }
 

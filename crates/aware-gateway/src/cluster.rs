@@ -73,7 +73,7 @@ pub(crate) fn metrics(state: &AppState, out: &mut String) {
         return;
     };
     let s = c.status();
-    let counters: [(&str, &str, u64); 8] = [
+    let counters: [(&str, &str, u64); 9] = [
         (
             "aware_cluster_leader_changes_total",
             "Times this gateway became leader.",
@@ -81,7 +81,7 @@ pub(crate) fn metrics(state: &AppState, out: &mut String) {
         ),
         (
             "aware_cluster_wakes_published_total",
-            "Wakes and reply signals this gateway published to the others (NOTIFY).",
+            "Wakes, reply signals and change hints this gateway published to the others (NOTIFY).",
             s.published.load(Ordering::Relaxed),
         ),
         (
@@ -101,6 +101,11 @@ pub(crate) fn metrics(state: &AppState, out: &mut String) {
                 .engine()
                 .map(|e| aware_engine::EngineMetrics::get(&e.metrics().wakes_repaired))
                 .unwrap_or(0),
+        ),
+        (
+            "aware_cluster_changes_received_total",
+            "Change hints of other gateways received (LISTEN): the console's change stream hints.",
+            s.changes_received.load(Ordering::Relaxed),
         ),
         (
             "aware_cluster_replies_received_total",

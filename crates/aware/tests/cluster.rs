@@ -217,6 +217,53 @@ fn a_turn_on_gateway_a_wakes_the_subscriber_on_gateway_b() {
     );
 }
 
+/// The console's change stream on gateway B hints at a commit on gateway A that wakes nobody
+/// (a session created without a parent): a change hint crosses, not a wake.
+#[test]
+fn a_commit_on_gateway_a_makes_the_console_stream_on_gateway_b_hint() {
+    use std::io::BufRead;
+    let url = PgCluster::shared().database().expect("test database");
+    let a = gateway(&url);
+    let b = gateway(&url);
+    wait_until("both listening", || {
+        [&a, &b]
+            .iter()
+            .all(|s| s.get("/health").body["cluster"]["listening"] == true)
+    });
+    let resp = ureq::get(&format!("{}/v1/console/events", b.base))
+        .call()
+        .expect("console events on B");
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let reader = std::io::BufReader::new(resp.into_reader());
+    std::thread::spawn(move || {
+        for line in reader.lines() {
+            let Ok(line) = line else { return };
+            if let Some(e) = line.strip_prefix("event: ") {
+                if tx.send(e.to_string()).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    let next = || {
+        rx.recv_timeout(std::time::Duration::from_secs(30))
+            .expect("an event within 30 s")
+    };
+    assert_eq!(next(), "hello");
+    a.create(X);
+    assert_eq!(next(), "change");
+    assert!(
+        b.metric("aware_cluster_changes_received_total")
+            .unwrap_or(0.0)
+            >= 1.0
+    );
+    assert_eq!(
+        b.metric("aware_cluster_wakes_received_total"),
+        Some(0.0),
+        "no wake crossed: the hint did"
+    );
+}
+
 /// Exactly one gateway leads; after `kill -9` of the leader the other takes over, and the
 /// singletons (the prune interval, the upstream monitor) run there and nowhere else.
 #[test]
