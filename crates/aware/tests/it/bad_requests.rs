@@ -1086,20 +1086,29 @@ fn fingerprint(s: &Server) -> Value {
         m.insert("status".into(), st.body);
         out.insert(format!("{agent}/{key}"), Value::Object(m));
     }
-    let metrics = s.get("/metrics").body.as_str().unwrap_or("").to_string();
-    let kept: Vec<&str> = metrics
-        .lines()
-        .filter(|l| {
-            !l.starts_with('#')
-                && !l.starts_with("aware_commit")
-                && !l.starts_with("aware_group_commit_ops")
-                && !l.starts_with("aware_http_requests_total")
-                // Request timings and the process's memory, fds and CPU move with any request.
-                && !l.starts_with("aware_http_request_duration_seconds")
-                && !l.starts_with("process_")
-        })
-        .collect();
-    out.insert("metrics".into(), json!(kept));
+    // Counters are per process: on a set of gateways, each one's, in gateway order.
+    let mut per_gateway = Vec::new();
+    for g in 0..s.gateway_count() {
+        let metrics = s.request_to(s.gateway_base(g), "GET", "/metrics", &[], None);
+        let metrics = metrics.body.as_str().unwrap_or("").to_string();
+        let kept: Vec<String> = metrics
+            .lines()
+            .filter(|l| {
+                !l.starts_with('#')
+                    && !l.starts_with("aware_commit")
+                    && !l.starts_with("aware_group_commit_ops")
+                    && !l.starts_with("aware_http_requests_total")
+                    // Request timings and the process's memory, fds and CPU move with any request.
+                    && !l.starts_with("aware_http_request_duration_seconds")
+                    && !l.starts_with("process_")
+                    // Cross-gateway hints of the set-up's commits arrive when they arrive.
+                    && !l.starts_with("aware_cluster_")
+            })
+            .map(str::to_string)
+            .collect();
+        per_gateway.push(json!(kept));
+    }
+    out.insert("metrics".into(), json!(per_gateway));
     out.insert("now".into(), s.get("/health").body["now"].clone());
     Value::Object(out)
 }
