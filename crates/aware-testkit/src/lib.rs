@@ -5,11 +5,13 @@
 //! - [`engine`]: [`engine::World`], an engine on a real SQLite file with a manual clock.
 //! - [`server`]: [`server::Server`], real `aware serve --test-clock` gateways on loopback, and
 //!   [`server::Wakes`], a `GET /v1/wakes` subscription.
+//! - [`rng`]: the seeded generator of the randomised tests.
 //! - [`transcript`]: builders of Claude Code transcript rows and the keys derived from them.
 
 pub mod engine;
 pub mod model;
 pub mod options;
+pub mod rng;
 pub mod server;
 pub mod spec;
 pub mod transcript;

@@ -174,6 +174,15 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// Until every gateway's `LISTEN` connection is up (remote wakes and hints arrive).
+fn wait_listening(gateways: &[&Server]) {
+    wait_until("every gateway listening", || {
+        gateways
+            .iter()
+            .all(|s| s.get("/health").body["cluster"]["listening"] == true)
+    });
+}
+
 fn leads(s: &Server) -> bool {
     s.get("/health").body["cluster"]["leader"] == true
 }
@@ -185,11 +194,7 @@ fn a_turn_on_gateway_a_wakes_the_subscriber_on_gateway_b() {
     let url = PgCluster::shared().database().expect("test database");
     let a = gateway(&url);
     let b = gateway(&url);
-    wait_until("both listening", || {
-        [&a, &b]
-            .iter()
-            .all(|s| s.get("/health").body["cluster"]["listening"] == true)
-    });
+    wait_listening(&[&a, &b]);
     a.create(W);
     a.create_child(C, W);
     let wakes = Wakes::subscribe(&b, &format!("?session={}", seg(W)), None);
@@ -225,11 +230,7 @@ fn a_commit_on_gateway_a_makes_the_console_stream_on_gateway_b_hint() {
     let url = PgCluster::shared().database().expect("test database");
     let a = gateway(&url);
     let b = gateway(&url);
-    wait_until("both listening", || {
-        [&a, &b]
-            .iter()
-            .all(|s| s.get("/health").body["cluster"]["listening"] == true)
-    });
+    wait_listening(&[&a, &b]);
     let resp = ureq::get(&format!("{}/v1/console/events", b.base))
         .call()
         .expect("console events on B");
@@ -425,11 +426,7 @@ fn a_webhook_is_delivered_once_per_wake_across_the_cluster() {
     let url = PgCluster::shared().database().expect("test database");
     let a = Server::with_args(&config, &["--store", &url]);
     let b = Server::with_args(&config, &["--store", &url]);
-    wait_until("both listening", || {
-        [&a, &b]
-            .iter()
-            .all(|s| s.get("/health").body["cluster"]["listening"] == true)
-    });
+    wait_listening(&[&a, &b]);
     a.create(W);
     a.create_child(C, W);
     let wakes = Wakes::subscribe(&b, &format!("?session={}", seg(W)), None);
@@ -472,11 +469,7 @@ fn a_reply_posted_on_gateway_b_ends_the_wait_on_gateway_a_over_the_bus() {
     let url = PgCluster::shared().database().expect("test database");
     let a = gateway(&url);
     let b = gateway(&url);
-    wait_until("both listening", || {
-        [&a, &b]
-            .iter()
-            .all(|s| s.get("/health").body["cluster"]["listening"] == true)
-    });
+    wait_listening(&[&a, &b]);
     a.create(W);
     a.create(X);
     let wakes = Wakes::subscribe(&b, &format!("?session={}", seg(X)), None);

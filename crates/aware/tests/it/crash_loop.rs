@@ -27,6 +27,7 @@
 //! crash too. See docs/testing.md.
 
 use crate::common::*;
+use aware_testkit::rng::Rng;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -38,25 +39,6 @@ const CHILDREN: usize = 16;
 const DEFAULT_ITERATIONS: usize = 3;
 const REQUESTS_PER_CLIENT: usize = 40;
 const CLIENT_DEADLINE: Duration = Duration::from_secs(30);
-
-/// splitmix64: small, seedable, good enough to pick operations and kill points.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn child_key(i: usize) -> String {
     format!("agent:main:subagent:crash{i:02}")
@@ -93,7 +75,7 @@ fn client(base: String, seed: u64, deadline: Instant, answered_total: Arc<Atomic
     let agent = ureq::AgentBuilder::new()
         .timeout(Duration::from_secs(30))
         .build();
-    let mut rng = Rng::new(seed);
+    let mut rng = Rng(seed);
     let mut log = ClientLog::default();
     for i in 0..REQUESTS_PER_CLIENT {
         if Instant::now() >= deadline {
@@ -597,7 +579,7 @@ fn kill9_under_concurrent_load_loses_and_reissues_nothing() {
     };
     v.check(&server, &children, "baseline");
     let mut answered_seqs: HashSet<i64> = HashSet::new();
-    let mut rng = Rng::new(seed);
+    let mut rng = Rng(seed);
 
     for it in 0..iterations {
         let total = (CLIENTS * REQUESTS_PER_CLIENT) as u64;
@@ -609,7 +591,7 @@ fn kill9_under_concurrent_load_loses_and_reissues_nothing() {
         let handles: Vec<_> = (0..CLIENTS)
             .map(|t| {
                 let base = server.base.clone();
-                let client_seed = rng.next() ^ t as u64;
+                let client_seed = rng.next_u64() ^ t as u64;
                 let (answered, running) = (answered.clone(), running.clone());
                 std::thread::spawn(move || {
                     let log = client(base, client_seed, deadline, answered);

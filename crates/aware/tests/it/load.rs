@@ -20,6 +20,7 @@
 //! (an absolute path: the test runs in crates/aware).
 
 use crate::common::{bin, seg, DEFAULT_CONFIG};
+use aware_testkit::rng::Rng;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
@@ -41,20 +42,6 @@ fn child(i: usize) -> String {
 }
 fn watcher(i: usize) -> String {
     format!("agent:main:watcher{i}")
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 struct Proc {

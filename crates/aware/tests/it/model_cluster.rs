@@ -41,6 +41,7 @@ use aware_store_pg::testing::{ClusterOptions, PgCluster};
 use aware_testkit::model::{
     parent_of, qualified, KindClass as Class, MCursor, MSession, Model, C, D, G, KEYS, N, W, X,
 };
+use aware_testkit::rng::Rng;
 use aware_testkit::spec::T0;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -100,57 +101,43 @@ enum Op {
     },
 }
 
-/// splitmix64: small, seeded, reproducible.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn other_than(&mut self, w: usize) -> usize {
-        (w + 1 + self.below(N - 1)) % N
-    }
+/// A watcher other than `w`.
+fn other_than(rng: &mut Rng, w: usize) -> usize {
+    (w + 1 + rng.index(N - 1)) % N
 }
 
 fn gen(rng: &mut Rng, k: usize, n: u64) -> Op {
-    let s = rng.below(N);
-    let w = rng.below(WATCHERS);
-    match rng.below(34) {
+    let s = rng.index(N);
+    let w = rng.index(WATCHERS);
+    match rng.index(34) {
         0..=9 => Op::Turn {
             t: s,
             text: format!("client {k} turn {n}"),
         },
         10..=14 => Op::Goal {
             t: s,
-            text: rng.below(3) as u8,
-            complete: rng.below(2) == 1,
-            actor: (rng.below(3) > 0).then(|| rng.below(WATCHERS)),
+            text: rng.index(3) as u8,
+            complete: rng.index(2) == 1,
+            actor: (rng.index(3) > 0).then(|| rng.index(WATCHERS)),
         },
         15..=16 => Op::Compaction {
             t: s,
-            op: rng.below(4) as u8,
+            op: rng.index(4) as u8,
             summary: format!("client {k} compaction {n}"),
         },
         17..=21 => Op::Watch {
             w,
-            t: rng.other_than(w),
+            t: other_than(rng, w),
         },
         22..=23 => Op::Unwatch {
             w,
-            t: rng.other_than(w),
+            t: other_than(rng, w),
         },
         24..=28 => Op::Drain { s: w },
         29..=32 => Op::Ack {
             w,
-            t: rng.other_than(w),
-            last_seen: rng.below(2) == 1,
+            t: other_than(rng, w),
+            last_seen: rng.index(2) == 1,
         },
         _ => Op::Reset { s: w },
     }
@@ -405,7 +392,7 @@ impl Client {
     ) -> Result<Resp, String> {
         let base = {
             let bases = self.shared.bases.read().unwrap_or_else(|e| e.into_inner());
-            bases[self.picks.below(bases.len())].clone()
+            bases[self.picks.index(bases.len())].clone()
         };
         let headers: Vec<(&str, String)> = caller
             .map(|c| vec![("X-Aware-Session", seg(&self.key(c)))])
