@@ -131,12 +131,7 @@ pub(crate) async fn path_session(
     caller: Option<&SessionRef>,
     q: &mut Query,
 ) -> ApiResult<SessionRef> {
-    let key = parse_key(&decode_segment(seg)?)?;
-    let agent = match q.take("agentId")? {
-        Some(a) => Some(parse_agent("agentId", &a)?),
-        None => None,
-    };
-    let r = resolve_ref(req, &key, agent.as_ref(), caller)?;
+    let r = path_session_unchecked(req, seg, caller, q)?;
     must_exist(req, "session", &r).await?;
     path_session_access(req, caller, &r)?;
     Ok(r)
