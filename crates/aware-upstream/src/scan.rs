@@ -64,18 +64,8 @@ pub fn scan_window(window: &[u8], input: &ScanInput) -> Option<(usize, ScanOutpu
 /// Feeds the complete lines of `window` to `scanner`; the bytes consumed (through the last
 /// `\n`), or `None` when the window holds no `\n` (nothing is fed then).
 pub(crate) fn scan_lines(window: &[u8], scanner: &mut Scanner) -> Option<usize> {
-    let last_newline = memchr::memrchr(b'\n', window)?;
-    let complete = window.get(..=last_newline)?;
-    // Line ends found with memchr (vectorised) rather than a byte-at-a-time split: with the
-    // prefilter below, finding lines became a large share of the scan (perf, W7).
-    let mut start = 0;
-    for end in memchr::memchr_iter(b'\n', complete) {
-        let line = complete.get(start..end).unwrap_or_default();
-        start = end + 1;
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
+    let (consumed, lines) = complete_lines(window)?;
+    for line in lines {
         if !may_classify(line) || is_tool_results_only(line) {
             continue;
         }
@@ -87,7 +77,26 @@ pub(crate) fn scan_lines(window: &[u8], scanner: &mut Scanner) -> Option<usize> 
         };
         scanner.feed(&row);
     }
-    Some(last_newline + 1)
+    Some(consumed)
+}
+
+/// The complete rows of a window: the bytes through its last `\n` (what a scan consumes) and
+/// its lines, each without its `\n` and a trailing `\r`, blank ones left out; `None` when the
+/// window holds no `\n` (a row still being written: bytes are never skipped). Line ends are
+/// found with memchr (vectorised) rather than a byte-at-a-time split: with the prefilters,
+/// finding lines became a large share of the scans (perf, W7).
+pub(crate) fn complete_lines(window: &[u8]) -> Option<(usize, impl Iterator<Item = &[u8]>)> {
+    let last_newline = memchr::memrchr(b'\n', window)?;
+    let complete = window.get(..=last_newline)?;
+    let mut start = 0;
+    let lines = memchr::memchr_iter(b'\n', complete)
+        .map(move |end| {
+            let line = complete.get(start..end).unwrap_or_default();
+            start = end + 1;
+            line.strip_suffix(b"\r").unwrap_or(line)
+        })
+        .filter(|line| !line.iter().all(u8::is_ascii_whitespace));
+    Some((last_newline + 1, lines))
 }
 
 /// Byte-level prefilter: whether a line can be a row the classifier gives a meaning (a `user`

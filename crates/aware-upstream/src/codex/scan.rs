@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use super::classify::classify_codex;
 use crate::classify::{normalise, RowClass};
-use crate::scan::{ScanInput, ScanOutput};
+use crate::scan::{complete_lines, ScanInput, ScanOutput};
 
 /// Scans the complete rows of a window read from a rollout at the marker offset.
 ///
@@ -13,23 +13,15 @@ use crate::scan::{ScanInput, ScanOutput};
 /// bytes are never skipped); otherwise the bytes consumed (through the last `\n`) and the count.
 /// Codex has no queue rows, so the output's `queued` memory is always empty.
 pub fn scan_codex_window(window: &[u8], input: &ScanInput) -> Option<(usize, ScanOutput)> {
-    let last_newline = memchr::memrchr(b'\n', window)?;
-    let complete = window.get(..=last_newline)?;
+    let (consumed, lines) = complete_lines(window)?;
     let mut out = ScanOutput::default();
-    let mut start = 0;
-    for end in memchr::memchr_iter(b'\n', complete) {
-        let line = complete.get(start..end).unwrap_or_default();
-        start = end + 1;
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.iter().all(u8::is_ascii_whitespace) || !may_be_human(line) {
-            continue;
-        }
+    for line in lines.filter(|l| may_be_human(l)) {
         let Ok(row) = serde_json::from_slice::<Value>(line) else {
             continue;
         };
         feed_codex_row(&row, input, &mut out);
     }
-    Some((last_newline + 1, out))
+    Some((consumed, out))
 }
 
 /// Byte-level prefilter: whether a line can be a row [`classify_codex`] calls human, so that
