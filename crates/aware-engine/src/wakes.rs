@@ -51,8 +51,9 @@ pub(crate) struct WakeHub {
 }
 
 impl WakeHub {
-    pub(crate) fn new(window_ms: i64) -> Self {
-        let (sender, _) = broadcast::channel(4096);
+    pub(crate) fn new(window_ms: i64, buffer: usize) -> Self {
+        // A ring of 0 is refused by tokio (a panic); one slot is the least that works.
+        let (sender, _) = broadcast::channel(buffer.max(1));
         WakeHub {
             coalescer: Mutex::new(Coalescer::new(window_ms)),
             next_id: AtomicU64::new(1),
