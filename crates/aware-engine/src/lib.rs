@@ -38,7 +38,7 @@ pub use links::{
 };
 pub use metrics::EngineMetrics;
 pub use model::*;
-pub use wakes::{Leadership, Wake, WakeBus, WakeReason};
+pub use wakes::{Leadership, Wake, WakeBookkeeping, WakeBus, WakeReason};
 
 use aware_core::{AgentId, EventKind, RetentionPolicy};
 use aware_store::{Durability, SqliteStore, Store, StoreExt, StoreOptions, WriteTx};
@@ -214,6 +214,12 @@ impl Engine {
         self.inner.store.as_any().downcast_ref::<SqliteStore>()
     }
     /// Subscribes to delivered wakes.
+    /// How many watchers the wake bookkeeping holds now: it follows the watchers woken
+    /// recently, so a gateway that sees sessions come and go keeps a flat footprint.
+    pub fn wake_bookkeeping(&self) -> WakeBookkeeping {
+        self.inner.wakes.bookkeeping()
+    }
+
     pub fn subscribe_wakes(&self) -> tokio::sync::broadcast::Receiver<Wake> {
         self.inner.wakes.subscribe()
     }
