@@ -227,38 +227,48 @@ impl Engine {
     /// One `session-state` wake per eligible watcher with pending notices, for a subscriber that
     /// just connected (02 §10 catch-up). These do not take part in coalescing.
     pub fn catch_up_wakes(&self) -> Result<Vec<Wake>> {
-        let now = self.now();
         let watchers = self.inner.store.read_as(|r| r.watchers_with_pending())?;
+        self.catch_up_of(watchers)
+    }
+
+    /// [`Engine::catch_up_wakes`] for the listed watchers only (a wake stream's `session=`
+    /// filter): one snapshot read per listed session, so the cost follows the filter, not the
+    /// pending watchers of the whole store. Keys that repeat are read once; the wakes come in
+    /// key order, as the whole catch-up's do.
+    pub fn catch_up_wakes_of(&self, watchers: &[String]) -> Result<Vec<Wake>> {
+        let mut watchers = watchers.to_vec();
+        watchers.sort();
+        watchers.dedup();
+        self.catch_up_of(watchers)
+    }
+
+    fn catch_up_of(&self, watchers: Vec<String>) -> Result<Vec<Wake>> {
+        let now = self.now();
         let mut out = Vec::new();
         for w in watchers.into_iter().filter(|w| wake_eligible(w)) {
-            // Rows of watchers that no longer exist are left to expire (02 §12), never woken.
-            let exists = aware_core::SessionKey::parse(&w)
+            let Some((key, agent)) = aware_core::SessionKey::parse(&w)
                 .ok()
                 .and_then(|k| k.qualified_agent().map(|a| (k, a)))
-                .map(|(k, a)| {
-                    self.inner
-                        .store
-                        .read_as(|r| r.session_exists(k.as_str(), a.as_str()))
-                })
-                .transpose()?
-                .unwrap_or(false);
-            if !exists {
+            else {
                 continue;
-            }
-            let pending = self.inner.store.read_as(|r| r.pending_by_watcher(&w))?;
+            };
+            // Rows of watchers that no longer exist are left to expire (02 §12), never woken.
+            // Existence and the pending rows come from one snapshot.
+            let pending = self.inner.store.read_as(|r| {
+                if r.session_exists(key.as_str(), agent.as_str())? {
+                    r.pending_by_watcher(&w)
+                } else {
+                    Ok(Vec::new())
+                }
+            })?;
             if pending.is_empty() {
                 continue;
             }
-            let agent = aware_core::SessionKey::parse(&w)
-                .ok()
-                .and_then(|k| k.qualified_agent())
-                .map(|a| a.as_str().to_string())
-                .unwrap_or_default();
             out.push(
                 self.inner.wakes.number(Wake {
                     id: 0,
                     session_key: w,
-                    agent_id: agent,
+                    agent_id: agent.as_str().to_string(),
                     reason: WakeReason::SessionState,
                     targets: pending
                         .into_iter()

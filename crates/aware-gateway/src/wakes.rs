@@ -74,11 +74,20 @@ pub(crate) async fn sse(
     // Subscribe before the catch-up read so nothing falls between them.
     let rx = engine.subscribe_wakes();
     let e = engine.clone();
-    let catch_up: Vec<Wake> = blocking(move || Ok(e.catch_up_wakes()?))
-        .await?
-        .into_iter()
-        .filter(|w| filter.matches(w))
-        .collect();
+    // With `session=`, only the listed watchers are read: the cost of a connect follows its
+    // filter, not the pending watchers of the whole store.
+    let listed = filter.sessions.clone();
+    let catch_up: Vec<Wake> = blocking(move || {
+        Ok(if listed.is_empty() {
+            e.catch_up_wakes()?
+        } else {
+            e.catch_up_wakes_of(&listed)?
+        })
+    })
+    .await?
+    .into_iter()
+    .filter(|w| filter.matches(w))
+    .collect();
     let sent = state.clone();
     let f2 = filter.clone();
     // Lives inside the stream, so the gauge falls when the client disconnects and axum drops it.

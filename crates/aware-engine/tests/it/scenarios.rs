@@ -2050,3 +2050,50 @@ fn s100_spawn_in_full() {
         "label_taken"
     );
 }
+
+/// The catch-up of a wake stream that names its sessions (`GET /v1/wakes?session=…`, 02 §10)
+/// reads only those watchers and gives exactly what the whole catch-up, filtered, gives: a wake
+/// per listed eligible watcher with pending notices and its targets, none for a watcher with
+/// nothing pending, a subagent or a session that does not exist, one for a key listed twice.
+#[test]
+fn the_catch_up_of_listed_sessions_is_the_whole_catch_up_filtered() {
+    let w = World::new();
+    let (y, t, t2) = ("agent:main:y", "agent:main:t", "agent:main:t2");
+    for s in [W, X, y, t, t2] {
+        w.create(s);
+    }
+    w.create_child(C, W);
+    for s in [W, X, y] {
+        w.watch(s, t);
+    }
+    w.watch(X, t2);
+    w.hdm(t);
+    w.hdm(t2);
+    w.hdm(C);
+    w.drain(y);
+    let shape = |wakes: Vec<Wake>| -> Vec<(String, String, Vec<(String, String)>)> {
+        wakes
+            .into_iter()
+            .map(|k| (k.session_key, k.agent_id, k.targets))
+            .collect()
+    };
+    let whole = shape(w.engine.catch_up_wakes().unwrap());
+    assert_eq!(whole.len(), 2, "W and X: {whole:?}");
+    for listed in [
+        vec![W],
+        vec![X, W, X],
+        vec![y],
+        vec![C],
+        vec!["agent:main:nobody"],
+        vec![y, X, "agent:main:nobody", C, W],
+    ] {
+        let keys: Vec<String> = listed.iter().map(|k| k.to_string()).collect();
+        let want: Vec<_> = whole
+            .iter()
+            .filter(|(k, _, _)| keys.contains(k))
+            .cloned()
+            .collect();
+        let got = shape(w.engine.catch_up_wakes_of(&keys).unwrap());
+        assert_eq!(got, want, "listed {listed:?}");
+    }
+}

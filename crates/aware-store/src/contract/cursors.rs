@@ -55,6 +55,13 @@ pub fn cursor_rows_round_trip_in_the_promised_orders(store: &dyn Store) {
         order(read(store, |r| r.pending_by_watcher_limit(w, 2))),
         expected[..2]
     );
+    // The read a wake stream's `session=` catch-up makes per listed session: that watcher's
+    // rows only (not `v`'s on the same target), nothing for a watcher without rows.
+    assert_eq!(
+        order(read(store, |r| r.pending_by_watcher("agent:main:v"))),
+        [("agent:main:t1".to_string(), "main".to_string())]
+    );
+    assert!(read(store, |r| r.pending_by_watcher("agent:main:nobody")).is_empty());
     assert_eq!(
         read(store, |r| r.watchers_with_pending()),
         ["agent:main:v", w]
