@@ -415,8 +415,8 @@ fn init_rewrites_faithfully_or_refuses() {
         & 0o777;
     assert_eq!(mode, 0o600);
 
+    std::fs::write(p.join(".mcp.json"), "{}").unwrap();
     std::fs::set_permissions(p.join(".mcp.json"), std::fs::Permissions::from_mode(0o444)).unwrap();
-    std::fs::write(p.join("shared-settings.json"), "{}").unwrap();
     let out = init(&s, p, &[]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
     assert!(
