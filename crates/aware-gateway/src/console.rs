@@ -549,6 +549,8 @@ async fn overview(req: &Req, caller: Option<&SessionRef>, q: Query) -> ApiResult
 async fn events(req: &Req, q: Query) -> ApiResult<Response> {
     q.finish()?;
     let engine = req.state.engine()?;
+    // Counted with the wake streams (streams.rs): the slot lives inside the stream.
+    let slot = crate::streams::claim(&req.state.streams, &req.state.config.http, &req.identity)?;
     let rx = engine.subscribe_changes();
     let first = *rx.borrow();
     let hello = futures_util::stream::once(async move {
@@ -558,7 +560,7 @@ async fn events(req: &Req, q: Query) -> ApiResult<Response> {
                 .data(json!({"generation": first}).to_string()),
         )
     });
-    let changes = futures_util::stream::unfold(rx, |mut rx| async move {
+    let changes = futures_util::stream::unfold((rx, slot), |(mut rx, slot)| async move {
         rx.changed().await.ok()?;
         let generation = *rx.borrow_and_update();
         let ev = Event::default()
@@ -566,7 +568,7 @@ async fn events(req: &Req, q: Query) -> ApiResult<Response> {
             .data(json!({"generation": generation}).to_string());
         // A burst of commits becomes one hint: the page re-reads everything anyway.
         tokio::time::sleep(Duration::from_millis(250)).await;
-        Some((Ok::<Event, Infallible>(ev), rx))
+        Some((Ok::<Event, Infallible>(ev), (rx, slot)))
     });
     use futures_util::StreamExt;
     Ok(Sse::new(hello.chain(changes))

@@ -30,27 +30,17 @@ pub fn check_bind_policy(config: &GatewayConfig) -> Result<(), String> {
         ));
     }
     config.check_tokens().map_err(|e| e.to_string())?;
-    if !config.bind_is_loopback() {
-        // Off loopback the token is all that stands between the network and the hub: a short
-        // or blank one is guessable.
-        let tokens = config
-            .token
-            .iter()
-            .map(|t| ("the bearer token".to_string(), t))
-            .chain(config.agents.iter().filter_map(|(id, a)| {
-                a.token
-                    .as_ref()
-                    .map(|t| (format!("agents.{id}.token_file"), t))
-            }));
-        for (what, t) in tokens {
-            if t.trim().is_empty() || t.len() < 16 {
-                return Err(format!(
-                    "refusing to listen on {} with a weak token: {what} must be at least 16 bytes and not blank",
-                    config.bind
-                ));
-            }
-        }
-    }
+    // Off loopback the token is all that stands between the network and the hub.
+    let tokens = config
+        .token
+        .iter()
+        .map(|t| ("the bearer token".to_string(), t.as_str()))
+        .chain(config.agents.iter().filter_map(|(id, a)| {
+            a.token
+                .as_deref()
+                .map(|t| (format!("agents.{id}.token_file"), t))
+        }));
+    crate::edge::check_token_strength(config.bind, tokens)?;
     Ok(())
 }
 

@@ -243,7 +243,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
 
 /// Raises the soft limit on open descriptors to the hard limit, so the connection cap (not the
 /// descriptor limit) is what bounds connections.
-fn raise_fd_limit() {
+pub(crate) fn raise_fd_limit() {
     #[cfg(unix)]
     {
         let mut lim = libc::rlimit {
