@@ -355,6 +355,17 @@ impl GatewayConfig {
                         h.url
                     )));
                 }
+                // Credentials in the URL would travel in the Host header of every delivery and
+                // show in every message that names the URL; the receiver's secret is `secret`.
+                if parsed
+                    .as_ref()
+                    .is_ok_and(|u| !u.username().is_empty() || u.password().is_some())
+                {
+                    return Err(bad(format!(
+                        "agents.{id}.wake_webhook.url must not carry user:password@ (got {}); put the receiver's credential in agents.{id}.wake_webhook.secret (sent as Authorization: Bearer)",
+                        aware_store_pg::redact_url(&h.url)
+                    )));
+                }
                 policy.webhook = Some(Webhook {
                     url: h.url,
                     secret: h.secret,

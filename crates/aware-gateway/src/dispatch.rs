@@ -288,8 +288,8 @@ async fn session_route(
         S::Pending => notices::pending(req, t, q).await,
         S::Ack => notices::ack(req, t, q).await,
         S::SystemEvent => notices::system_event(req, t, q).await,
-        S::ListWatches => watches::list(req, t, q).await,
-        S::Watchers => watches::watchers(req, t, q).await,
+        S::ListWatches => watches::list(req, c, t, q).await,
+        S::Watchers => watches::watchers(req, c, t, q).await,
         S::Watch => watches::watch(req, c, t, q).await,
         S::Unwatch(target) => watches::unwatch(req, c, t, q, &target).await,
     }

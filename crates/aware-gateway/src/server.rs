@@ -168,11 +168,7 @@ pub enum RunError {
 /// Creates a directory (and its parents) readable by its owner only: the data dir holds the
 /// hub's state and must not be readable by other local users whatever the umask.
 pub fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
-    let mut b = std::fs::DirBuilder::new();
-    b.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
-    b.create(dir)
+    aware_store::create_private_dir(dir)
 }
 
 /// Serves on an already-bound listener until `shutdown` resolves, then finishes in-flight

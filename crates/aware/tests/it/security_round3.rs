@@ -449,3 +449,368 @@ fn one_agent_token_cannot_take_every_stream() {
     held.push(c);
     drop(held);
 }
+
+/// The advisory lock keys a gateway uses on PostgreSQL (docs/deployment.md, "Roles and
+/// grants"): leadership, and the migrations' lock (which write transactions took before).
+const LEADER_LOCK: i64 = 0x6177_6172_6500_6c64;
+const MIGRATION_LOCK: i64 = 0x6177_6172_6500_0001;
+
+#[test]
+fn a_connect_only_postgres_role_cannot_forge_wakes_or_stall_writes() {
+    use aware_store_pg::postgres::{Client, NoTls};
+    let url = aware_store_pg::testing::PgCluster::shared()
+        .database()
+        .expect("a test database");
+    let role = format!("stranger_{}", std::process::id());
+    let mut admin = Client::connect(&url, NoTls).expect("connect as the owner");
+    admin
+        .batch_execute(&format!(
+            "DROP ROLE IF EXISTS {role}; CREATE ROLE {role} LOGIN"
+        ))
+        .unwrap();
+    // No grant at all: CONNECT comes from PUBLIC, as on a default installation.
+    let stranger_url = url.replacen("postgres@", &format!("{role}@"), 1);
+    let mut stranger = Client::connect(&stranger_url, NoTls).expect("connect as the stranger");
+    // The stranger holds the leadership lock before any gateway starts.
+    stranger
+        .execute("SELECT pg_advisory_lock($1)", &[&LEADER_LOCK])
+        .unwrap();
+    let s = Server::with_options(ServerOptions {
+        config: DEFAULT_CONFIG.to_string(),
+        args: Vec::new(),
+        gateways: 2,
+        store: StoreChoice::PostgresAt(url.clone()),
+        pick: Pick::First,
+    });
+    // It is named, in the log and on /health.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !s.all_logs().contains("cluster_lock_held_by_stranger") {
+        assert!(Instant::now() < deadline, "{}", s.all_logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(s.all_logs().contains(&role), "{}", s.all_logs());
+    let health = s.get("/health");
+    let held_by = health.body["cluster"]["leaderLockHeldBy"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    assert!(held_by.contains(&role), "{:?}", health.body);
+
+    // Writes do not wait for any lock the stranger can take.
+    stranger
+        .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
+        .unwrap();
+    for i in 0..2 {
+        let r = s.request_to(
+            s.gateway_base(i),
+            "POST",
+            "/v1/sessions",
+            &[],
+            Some(&json!({"key": format!("agent:main:w{i}")}).to_string()),
+        );
+        assert_eq!(r.status, 201, "gateway {i}: {:?}", r.body);
+    }
+
+    // A forged wake, unsigned and with a made-up signature, then a real wake produced on the
+    // other gateway: notifications arrive in commit order, so the real one is a fence.
+    let (status, head, sse) = open_unread(s.port, "/v1/wakes", None);
+    assert_eq!(status, 200, "{head}");
+    let forged = json!({"node": "forged", "sessionKey": "agent:main:forged", "agentId": "main",
+                        "reason": "message", "at": 1})
+    .to_string();
+    let fake_mac = format!("aware1:{}:{forged}", "0".repeat(64));
+    for payload in [forged.as_str(), fake_mac.as_str()] {
+        stranger
+            .execute("SELECT pg_notify('aware_wakes', $1)", &[&payload])
+            .unwrap();
+    }
+    let other = s.gateway_base(1).to_string();
+    let boss = "agent:main:boss";
+    let r = s.request_to(
+        &other,
+        "POST",
+        "/v1/sessions",
+        &[],
+        Some(&json!({"key": boss}).to_string()),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let r = s.request_to(
+        &other,
+        "POST",
+        "/v1/tools/sessions_spawn",
+        &[("X-Aware-Session", seg(boss))],
+        Some(&json!({"task": "fence"}).to_string()),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let child = r.body["childSessionKey"].as_str().unwrap().to_string();
+    let mut sse = BufReader::new(sse);
+    let mut seen = String::new();
+    let mut line = String::new();
+    while !seen.contains(&child) {
+        line.clear();
+        let n = sse.read_line(&mut line).unwrap_or(0);
+        assert!(n > 0, "the stream ended before the fence: {seen}");
+        seen.push_str(&line);
+    }
+    assert!(
+        !seen.contains("agent:main:forged"),
+        "a forged wake was delivered: {seen}"
+    );
+    let rejected = s
+        .metric("aware_cluster_notifications_rejected_total")
+        .unwrap_or(0.0);
+    assert!(rejected >= 2.0, "{rejected}");
+    drop(stranger);
+}
+
+#[test]
+fn a_hidden_agents_watchers_stay_hidden_and_a_hidden_target_is_403_either_way() {
+    let (s, _secrets) = with_ops_token(
+        "[agents.hidden]\nvisible_agents = [\"ops\"]\n[agents.shared]\nvisible_agents = [\"ops\"]\n",
+    );
+    let auth = [("Authorization", format!("Bearer {MAIN_TOKEN}"))];
+    for k in ["agent:hidden:h", "agent:shared:s"] {
+        let r = s.request_with(
+            "POST",
+            "/v1/sessions",
+            &auth,
+            Some(&json!({"key": k}).to_string()),
+        );
+        assert_eq!(r.status, 201, "{:?}", r.body);
+    }
+    // The operator registers a hidden and a visible watcher on ops's session.
+    for w in ["agent:hidden:h", "agent:shared:s"] {
+        let r = s.request_with(
+            "POST",
+            &format!("/v1/sessions/{}/watches", seg(w)),
+            &auth,
+            Some(&json!({"target": "agent:ops:main"}).to_string()),
+        );
+        assert_eq!(r.status, 200, "{w}: {:?}", r.body);
+    }
+    let r = as_ops(
+        &s,
+        "GET",
+        "/v1/sessions/agent:ops:main/watchers",
+        Some("agent:ops:main"),
+        None,
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let watchers: Vec<&str> = r.body["watchers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["watcherSessionKey"].as_str())
+        .collect();
+    assert_eq!(watchers, ["agent:shared:s"], "{:?}", r.body);
+    // The same without a caller session (the token's own view).
+    let r = as_ops(
+        &s,
+        "GET",
+        "/v1/sessions/agent:ops:main/watchers",
+        None,
+        None,
+    );
+    assert!(
+        !r.body.to_string().contains("agent:hidden:"),
+        "{:?}",
+        r.body
+    );
+    // The operator sees both.
+    let r = s.request_with("GET", "/v1/sessions/agent:ops:main/watchers", &auth, None);
+    assert_eq!(
+        r.body["watchers"].as_array().map(Vec::len),
+        Some(2),
+        "{:?}",
+        r.body
+    );
+    // A hidden target is 403 whether it exists or not.
+    for target in ["agent:hidden:h", "agent:hidden:does-not-exist"] {
+        let r = as_ops(
+            &s,
+            "POST",
+            "/v1/sessions/agent:ops:main/watches",
+            Some("agent:ops:main"),
+            Some(json!({"target": target})),
+        );
+        assert_eq!(
+            (r.status, r.code()),
+            (403, "forbidden"),
+            "{target}: {:?}",
+            r.body
+        );
+    }
+}
+
+#[test]
+fn fan_out_answers_are_paged() {
+    let s = Server::start();
+    let target = "agent:main:popular";
+    s.create(target);
+    for i in 0..210 {
+        let w = format!("agent:main:w{i:03}");
+        s.create(&w);
+        assert_eq!(s.watch(&w, target).status, 200);
+    }
+    let path = format!("/v1/sessions/{}/watchers", seg(target));
+    let r = s.get(&path);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body["watchers"].as_array().map(Vec::len), Some(100));
+    assert_eq!(
+        (r.body["hasMore"].clone(), r.body["nextOffset"].clone()),
+        (json!(true), json!(100))
+    );
+    let mut seen = 0;
+    let mut offset = 0;
+    loop {
+        let r = s.get(&format!("{path}?limit=500&offset={offset}"));
+        let n = r.body["watchers"].as_array().map_or(0, Vec::len);
+        seen += n;
+        if r.body["hasMore"] != json!(true) {
+            break;
+        }
+        offset = r.body["nextOffset"].as_u64().unwrap() as usize;
+    }
+    assert_eq!(seen, 210);
+    let r = s.get(&format!("{path}?limit=501"));
+    assert_eq!(r.status, 400);
+    // The console page keeps 200 of them and says how many there are.
+    let r = s.get(&format!("/v1/console/sessions/{}", seg(target)));
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(r.body["watchers"].as_array().map(Vec::len), Some(200));
+    assert_eq!(r.body["watchersTotal"], json!(210));
+}
+
+#[test]
+fn a_garbage_catalog_cursor_is_a_400() {
+    let root = tempfile::tempdir().unwrap();
+    let cfg = format!(
+        "{DEFAULT_CONFIG}[claude]\nroot = \"{}\"\n",
+        root.path().display()
+    );
+    let s = Server::with_config(&cfg);
+    for catalog in ["claude", "codex"] {
+        let r = s.get(&format!("/v1/catalog?catalogId={catalog}&cursor=garbage"));
+        assert_eq!(
+            (r.status, r.code()),
+            (400, "invalid_argument"),
+            "{catalog}: {:?}",
+            r.body
+        );
+    }
+    assert!(!s.logs().contains("ERROR"), "{}", s.logs());
+}
+
+#[test]
+fn the_test_clock_cannot_be_set_past_the_year_9999() {
+    let s = Server::start();
+    for now in [i64::MAX, 253_402_300_800_000] {
+        let r = s.post("/v1/admin/clock", json!({"now": now}));
+        assert_eq!(
+            (r.status, r.code()),
+            (400, "invalid_argument"),
+            "{now}: {:?}",
+            r.body
+        );
+    }
+    let r = s.post("/v1/admin/clock", json!({"now": 253_402_300_799_999i64}));
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    // The engine still answers (timers ran at the new time without overflowing).
+    assert_eq!(s.get("/health").status, 200);
+}
+
+/// Runs the binary with `args` (and `config` as the data dir's config.toml) and expects exit 2
+/// with `shown` and without `secret` on stderr.
+fn exits_2_without_showing(args: &[&str], config: Option<&str>, shown: &str, secret: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args(args)
+        .env_remove("AWARE_STORE_URL")
+        .env_remove("AWARE_TOKEN")
+        .env_remove("AWARE_DATA_DIR")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    if let Some(c) = config {
+        std::fs::write(dir.path().join("config.toml"), c).unwrap();
+        cmd.arg("--data-dir").arg(dir.path());
+    }
+    let out = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert!(err.contains(shown), "{args:?}: {err}");
+    assert!(!err.contains(secret), "{args:?} shows the secret: {err}");
+}
+
+#[test]
+fn store_passwords_stay_off_command_lines_and_out_of_messages() {
+    // A password on the command line is readable by every local user: refused.
+    exits_2_without_showing(
+        &[
+            "serve",
+            "--store",
+            "postgres://aware:s3cret@127.0.0.1:1/aware",
+        ],
+        Some(DEFAULT_CONFIG),
+        "[store] password_file",
+        "s3cret",
+    );
+    exits_2_without_showing(
+        &[
+            "migrate",
+            "--from",
+            "/nonexistent",
+            "--to",
+            "postgres://aware@127.0.0.1:1/aware?password=s3cret",
+        ],
+        None,
+        "--password-file",
+        "s3cret",
+    );
+    // A libpq key=value string is refused without being repeated, whatever its spacing.
+    for url in [
+        "host=db password=s3cret",
+        "host=db password = s3cret",
+        "host=db PASSWORD='s3cret'",
+    ] {
+        exits_2_without_showing(
+            &["serve"],
+            Some(&format!("{DEFAULT_CONFIG}[store]\nurl = \"{url}\"\n")),
+            "must be a postgres:// or postgresql:// URL",
+            "s3cret",
+        );
+    }
+}
+
+#[test]
+fn a_webhook_url_with_credentials_is_refused() {
+    exits_2_without_showing(
+        &["serve"],
+        Some(&format!(
+            "{DEFAULT_CONFIG}[agents.main.wake_webhook]\nurl = \"http://hook:s3cret@127.0.0.1:9/wake\"\n"
+        )),
+        "must not carry user:password@",
+        "s3cret",
+    );
+}
+
+#[test]
+fn migrate_creates_its_data_dir_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let url = aware_store_pg::testing::PgCluster::shared()
+        .database()
+        .expect("a test database");
+    let parent = tempfile::tempdir().unwrap();
+    let to = parent.path().join("copy");
+    let out = Command::new(bin())
+        .args(["migrate", "--from", &url, "--to"])
+        .arg(&to)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mode = std::fs::metadata(&to).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700, "{mode:o}");
+}
