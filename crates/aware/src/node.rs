@@ -85,16 +85,15 @@ pub fn run(args: NodeServeArgs) -> Result<()> {
             args.bind
         ))
     });
+    // An empty token is no token, whichever way it came.
     let token = match &args.token_file {
         Some(path) => Some(
             aware_gateway::config::read_token_file("--token-file", path)
                 .unwrap_or_else(|e| config_error(e)),
         ),
-        None => args
-            .token
-            .or_else(|| std::env::var("AWARE_TOKEN").ok())
-            .filter(|t| !t.is_empty()),
-    };
+        None => args.token.or_else(|| std::env::var("AWARE_TOKEN").ok()),
+    }
+    .filter(|t| !t.is_empty());
     let allowed_hosts = args
         .allowed_host
         .iter()
