@@ -71,6 +71,8 @@ pub(crate) async fn sse(
         visible,
     });
     let engine = state.engine()?;
+    // Capped per identity and in total (streams.rs); held as long as the stream.
+    let slot = crate::streams::claim(&state.streams, &state.config.http, &req.identity)?;
     // Subscribe before the catch-up read so nothing falls between them.
     let rx = engine.subscribe_wakes();
     let e = engine.clone();
@@ -93,7 +95,7 @@ pub(crate) async fn sse(
     // Lives inside the stream, so the gauge falls when the client disconnects and axum drops it.
     let subscriber = StreamSubscriber::open(&state);
     let live = BroadcastStream::new(rx).filter_map(move |item| {
-        let _counted = &subscriber;
+        let _counted = (&subscriber, &slot);
         let out = match item {
             Ok(w) if f2.matches(&w) => {
                 sent.sse_delivered.fetch_add(1, Ordering::Relaxed);
