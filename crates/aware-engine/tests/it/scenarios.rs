@@ -2071,7 +2071,9 @@ fn the_catch_up_of_listed_sessions_is_the_whole_catch_up_filtered() {
     w.hdm(t2);
     w.hdm(C);
     w.drain(y);
-    let shape = |wakes: Vec<Wake>| -> Vec<(String, String, Vec<(String, String)>)> {
+    // A wake without its id and time (which differ between two reads).
+    type Shape = (String, String, Vec<(String, String)>);
+    let shape = |wakes: Vec<Wake>| -> Vec<Shape> {
         wakes
             .into_iter()
             .map(|k| (k.session_key, k.agent_id, k.targets))
