@@ -159,6 +159,8 @@ pub struct GatewayConfig {
     pub notify_on_create: bool,
     pub retention: RetentionPolicy,
     pub coalesce_secs: u64,
+    /// `[wakes] stream_buffer`: wakes kept for wake streams that have not sent them yet.
+    pub stream_buffer: usize,
     pub agents: BTreeMap<String, AgentPolicy>,
     /// `Some(start)` in test mode (03 §9).
     pub test_clock_start: Option<i64>,
@@ -223,6 +225,7 @@ impl GatewayConfig {
             notify_on_create: true,
             retention: RetentionPolicy::default(),
             coalesce_secs: 20,
+            stream_buffer: 4096,
             agents: BTreeMap::new(),
             test_clock_start: None,
             monitor: MonitorSettings::default(),
@@ -318,6 +321,10 @@ impl GatewayConfig {
         }
         if let Some(w) = &file.wakes {
             c.coalesce_secs = w.coalesce_secs.unwrap_or(c.coalesce_secs);
+            c.stream_buffer = w.stream_buffer.unwrap_or(c.stream_buffer);
+            if c.stream_buffer == 0 {
+                return Err(bad("wakes.stream_buffer must be at least 1 (got 0)"));
+            }
         }
         for (id, a) in file.agents.clone().unwrap_or_default() {
             let agent = AgentId::parse(&id).map_err(|e| bad(format!("agents.{id}: {e}")))?;
@@ -778,6 +785,28 @@ mod codex_tests {
         assert!(c.codex_home.is_some_and(|h| h.ends_with(".codex")));
         let c = load_with("[codex]\nenabled = false\nhome = \"/x\"\n", None);
         assert_eq!(c.codex_home, None);
+    }
+
+    #[test]
+    fn the_wake_stream_buffer_is_read_and_must_hold_one_wake() {
+        assert_eq!(load_with("", None).stream_buffer, 4096);
+        assert_eq!(
+            load_with("[wakes]\nstream_buffer = 8\n", None).stream_buffer,
+            8
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, "[wakes]\nstream_buffer = 0\n").unwrap();
+        let o = Overrides {
+            data_dir: Some(dir.path().to_path_buf()),
+            config: Some(path),
+            ..Overrides::default()
+        };
+        let e = GatewayConfig::load(&o, &|_| None).unwrap_err();
+        assert!(
+            e.to_string().contains("stream_buffer must be at least 1"),
+            "{e}"
+        );
     }
 
     #[test]

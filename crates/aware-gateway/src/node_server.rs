@@ -78,8 +78,10 @@ impl NodeServerConfig {
     }
 }
 
-/// Serves on an already-bound listener until `shutdown` resolves, then lets open requests
-/// finish for up to `http.shutdown_grace_secs`.
+/// Serves on an already-bound listener until `shutdown` resolves, through the gateway's own
+/// connection handling (`conn`: connection cap, head and idle deadlines, and the lingering close
+/// that keeps an early 401 or 404 from being lost to a reset), then lets open requests finish
+/// for up to `http.shutdown_grace_secs`.
 pub async fn run_node(
     listener: TcpListener,
     cfg: NodeServerConfig,
@@ -384,6 +386,54 @@ mod tests {
             (404, Some("not_found"))
         );
 
+        let _ = stop_tx.send(());
+        rt.block_on(server).unwrap().unwrap();
+    }
+
+    /// `aware node serve` closes like the gateway: a 401 answered before an 8 MiB body is read
+    /// reaches a client that writes 2 MiB of it before reading, every time (a close with the
+    /// body unread would reset the connection and fail that write).
+    #[test]
+    fn an_early_refusal_with_a_large_body_arrives_whole() {
+        use std::io::{Read, Write};
+        let dir = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = rt.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let cfg = NodeServerConfig {
+            node_id: "laptop".into(),
+            token: Some("nt".into()),
+            claude_root: dir.path().to_path_buf(),
+            codex_home: None,
+        };
+        let server = rt.spawn(run_node(listener, cfg, async {
+            let _ = stop_rx.await;
+        }));
+        let head = format!(
+            "POST /v1/node/claude/threads HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
+             Content-Length: {}\r\n\r\n",
+            8 << 20
+        );
+        let request = [head.into_bytes(), vec![b' '; 2 << 20]].concat();
+        for round in 0..50 {
+            let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            stream
+                .write_all(&request)
+                .unwrap_or_else(|e| panic!("round {round}: the request could not be written: {e}"));
+            let mut answer = String::new();
+            stream
+                .read_to_string(&mut answer)
+                .unwrap_or_else(|e| panic!("round {round}: the answer could not be read: {e}"));
+            assert!(
+                answer.starts_with("HTTP/1.1 401 ") && answer.ends_with('}'),
+                "round {round}: {answer:?}"
+            );
+        }
         let _ = stop_tx.send(());
         rt.block_on(server).unwrap().unwrap();
     }

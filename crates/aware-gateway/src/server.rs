@@ -18,6 +18,7 @@ fn engine_config(c: &GatewayConfig) -> EngineConfig {
     e.notify_on_create = c.notify_on_create;
     e.retention = c.retention;
     e.coalesce_secs = c.coalesce_secs;
+    e.wake_buffer = c.stream_buffer;
     e
 }
 

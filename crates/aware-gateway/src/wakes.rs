@@ -16,6 +16,7 @@ use std::convert::Infallible;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::sync::broadcast;
+use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 use tokio_stream::wrappers::BroadcastStream;
 
 struct Filter {
@@ -91,7 +92,20 @@ pub(crate) async fn sse(
                 sent.sse_delivered.fetch_add(1, Ordering::Relaxed);
                 Some(Ok::<Event, Infallible>(event_of(&w)))
             }
-            _ => None,
+            Ok(_) => None,
+            // The stream fell more than `[wakes] stream_buffer` wakes behind and the oldest are
+            // gone: said out loud, so the client resynchronises (reconnect for the catch-up, or
+            // read its sessions' pending notices) instead of waiting on a wake it will not get.
+            Err(BroadcastStreamRecvError::Lagged(missed)) => {
+                tracing::warn!(
+                    event = "wake_stream_lagged",
+                    missed,
+                    "a wake stream fell behind; it was sent `event: lagged`"
+                );
+                Some(Ok(Event::default()
+                    .event("lagged")
+                    .data(wire::stream_lagged(missed).to_string())))
+            }
         };
         std::future::ready(out)
     });

@@ -104,6 +104,7 @@ pub(super) struct FileRetention {
 #[serde(deny_unknown_fields)]
 pub(super) struct FileWakes {
     pub(super) coalesce_secs: Option<u64>,
+    pub(super) stream_buffer: Option<usize>,
 }
 
 #[derive(Debug, Clone, Deserialize, Default)]
