@@ -495,6 +495,10 @@ fn listener_loop(
                                 status.changes_received.fetch_add(1, Ordering::Relaxed);
                                 engine.signal_remote_change();
                             }
+                        } else {
+                            // Signed but not a message a gateway makes (a wake whose agentId
+                            // is not its key's agent): dropped and counted like a forgery.
+                            status.rejected.fetch_add(1, Ordering::Relaxed);
                         }
                     }
                     Ok(None) => break,
