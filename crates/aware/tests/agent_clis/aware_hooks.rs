@@ -1,0 +1,1 @@
+//! aware hook with the real CLIs (filled below).
