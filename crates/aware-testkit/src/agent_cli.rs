@@ -348,17 +348,26 @@ impl AgentHome {
     /// `codex exec … PROMPT` (with `ARGS` before the prompt) against `model`; panics on the
     /// deadline.
     pub fn codex_exec(&self, model: &ModelServer, prompt: &str, args: &[&str]) -> CliRun {
+        let mut all: Vec<String> = [
+            "exec",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        all.extend(Self::codex_offline_args(model));
+        all.extend(args.iter().map(|s| s.to_string()));
+        all.push(prompt.to_string());
+        self.codex(model, &all)
+    }
+
+    /// `codex ARGS…` with the model key in its environment (the offline settings are the
+    /// caller's: [`AgentHome::codex_offline_args`]); panics on the deadline.
+    pub fn codex(&self, model: &ModelServer, args: &[String]) -> CliRun {
         let mut cmd = self.command(installed_bin_dir().join("codex"));
-        cmd.env("AWARE_TEST_MODEL_KEY", API_KEY)
-            .args([
-                "exec",
-                "--skip-git-repo-check",
-                "--dangerously-bypass-approvals-and-sandbox",
-            ])
-            .args(Self::codex_offline_args(model))
-            .args(args)
-            .arg(prompt);
-        self.run("codex exec", cmd, model)
+        cmd.env("AWARE_TEST_MODEL_KEY", API_KEY).args(args);
+        self.run("codex", cmd, model)
     }
 
     fn run(&self, what: &str, mut cmd: Command, model: &ModelServer) -> CliRun {

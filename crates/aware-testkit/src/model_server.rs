@@ -65,8 +65,9 @@ pub enum CallKind {
     /// A shell command: Claude Code's `Bash` tool (`{"command"}`), Codex's `exec_command`
     /// (`{"cmd"}`).
     Shell(String),
-    /// Any other tool by the name the CLI offers it under (say `mcp__aware__session_status`, or
-    /// Claude Code's `Agent`), with its input object.
+    /// Any other tool by the name Claude Code offers it under (say `mcp__aware__session_status`,
+    /// or `Agent`), with its input object. For Codex an `mcp__SERVER__TOOL` name is sent as
+    /// tool `TOOL` in namespace `mcp__SERVER`, the shape Codex 0.169.0 accepts.
     Tool { name: String, input: Value },
 }
 
@@ -206,7 +207,7 @@ impl Request {
             }
             for inner in t["tools"].as_array().into_iter().flatten() {
                 if let Some(n) = inner["name"].as_str() {
-                    names.push(format!("{}.{n}", t["name"].as_str().unwrap_or("")));
+                    names.push(format!("{}__{n}", t["name"].as_str().unwrap_or("")));
                 }
             }
         }
@@ -662,8 +663,19 @@ fn responses_sse(index: usize, text: Option<&str>, calls: &[Call], tokens: u64) 
             CallKind::Shell(cmd) => ("exec_command".to_string(), json!({"cmd": cmd})),
             CallKind::Tool { name, input } => (name.clone(), input.clone()),
         };
-        items.push(json!({"type":"function_call","id":format!("fc_{}", call.id),
-            "call_id":call.id,"name":name,"arguments":arguments.to_string()}));
+        let mut item = json!({"type":"function_call","id":format!("fc_{}", call.id),
+            "call_id":call.id,"name":name,"arguments":arguments.to_string()});
+        // Codex offers an MCP server's tools as a namespace (`mcp__aware` with
+        // `session_status`, …) and refuses the joined name, so `mcp__S__T` is sent as name T in
+        // namespace `mcp__S`.
+        if let Some((server, tool)) = name
+            .strip_prefix("mcp__")
+            .and_then(|rest| rest.split_once("__"))
+        {
+            item["namespace"] = json!(format!("mcp__{server}"));
+            item["name"] = json!(tool);
+        }
+        items.push(item);
     }
     for (i, item) in items.iter().enumerate() {
         event(

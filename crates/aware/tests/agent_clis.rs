@@ -12,6 +12,7 @@ mod common;
 
 mod agent_clis {
     pub mod aware_hooks;
+    pub mod monitor;
     pub mod payloads;
     pub mod support;
 }
