@@ -14,6 +14,7 @@ mod crash_loop;
 mod docs_runnable;
 mod hardening;
 mod hook;
+mod hook_events;
 mod http_smoke;
 mod init;
 mod load;

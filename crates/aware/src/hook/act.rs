@@ -1,0 +1,297 @@
+//! What each hook event does on the gateway, and what it hands back to the CLI.
+//!
+//! Every notice handed to the CLI comes from a drain, which acknowledges what it returns in the
+//! same write (02 §9): two hooks that run at once (parallel tool calls, several matching hooks)
+//! can never both get the same notice, and a notice shown once is never shown again. The cheap
+//! path, a `PostToolUse` with nothing pending, is one request.
+
+use super::input::{Event, HookInput};
+use super::{Cli, Http, Output, Target};
+use aware_client::ClientError;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+/// Origin of recorded turns (03 §8 step 3).
+const ORIGIN: &str = "hook";
+
+pub fn act(
+    http: &Http,
+    target: &Target,
+    cli: Cli,
+    event: Event,
+    input: &HookInput,
+) -> Result<Output, String> {
+    match event {
+        Event::SessionStart | Event::PostToolUse => {
+            Ok(context(event, drain_or_create(http, target)?))
+        }
+        Event::UserPromptSubmit => user_prompt(http, target, cli, input),
+        Event::Stop => stop_gate(http, target, input),
+        // A compaction's forked summariser is no subagent of the user's: no child session.
+        Event::SubagentStart | Event::SubagentStop
+            if input.agent_type.as_deref().unwrap_or_default().is_empty() =>
+        {
+            Ok(Output::Nothing)
+        }
+        Event::SubagentStart => subagent_start(http, target, input),
+        Event::SubagentStop => subagent_stop(http, target, input),
+        Event::PreCompact => compacted(http, target, input),
+        // The CLI is gone: nothing can be handed to it, and the session's state is kept as it is
+        // so the next start (or another reader) finds every pending notice.
+        Event::SessionEnd => Ok(Output::Nothing),
+    }
+}
+
+/// Pending notices as context the CLI adds for the model (`additionalContext`).
+fn context(event: Event, prompt: String) -> Output {
+    if prompt.is_empty() {
+        return Output::Nothing;
+    }
+    Output::Json(json!({
+        "hookSpecificOutput": {"hookEventName": event.name(), "additionalContext": prompt}
+    }))
+}
+
+/// Drains the session and returns the drain's `prompt`; creates the session when it does not
+/// exist yet (a new session has nothing pending, so that costs no second drain).
+fn drain_or_create(http: &Http, target: &Target) -> Result<String, String> {
+    match http.post(&target.path("drain"), &json!({})) {
+        Ok(v) => Ok(prompt_of(&v)),
+        Err(e) if e.code() == "session_not_found" => {
+            create(http, target)?;
+            Ok(String::new())
+        }
+        Err(e) => Err(format!("cannot drain: {}", said(&e))),
+    }
+}
+
+fn create(http: &Http, target: &Target) -> Result<(), String> {
+    let mut body = json!({"key": target.key, "createdVia": "hook"});
+    if let Some(a) = &target.agent {
+        body["agentId"] = a.clone().into();
+    }
+    http.post("/v1/sessions", &body)
+        .map(|_| ())
+        .map_err(|e| format!("cannot create session: {}", said(&e)))
+}
+
+fn prompt_of(drained: &Value) -> String {
+    drained["prompt"].as_str().unwrap_or("").to_string()
+}
+
+/// 03 §8: the prompt is recorded as a human turn, then the session is drained.
+fn user_prompt(
+    http: &Http,
+    target: &Target,
+    cli: Cli,
+    input: &HookInput,
+) -> Result<Output, String> {
+    // Claude Code reports a background subagent's completion as a prompt of its own; nobody
+    // typed it, so it is no human turn. Its notices are still handed over.
+    if is_task_notification(&input.prompt) {
+        return Ok(match cli {
+            Cli::ClaudeCode => match drain_or_create(http, target)? {
+                p if p.is_empty() => Output::Nothing,
+                p => Output::Text(p),
+            },
+            Cli::Codex => context(Event::UserPromptSubmit, drain_or_create(http, target)?),
+        });
+    }
+    let turns = target.path("turns");
+    let turn = json!({
+        "role": "user",
+        "text": input.prompt,
+        "provenance": {"kind": "human"},
+        "channel": cli.channel(),
+        "origin": ORIGIN,
+    });
+    // Post first and create only on a 404: the common case (the session exists) costs one
+    // request less than create-then-post.
+    let recorded = match http.post(&turns, &turn) {
+        Ok(_) => Ok(()),
+        Err(e) if e.code() == "session_not_found" => {
+            create(http, target)?;
+            http.post(&turns, &turn)
+                .map(|_| ())
+                .map_err(|e| format!("cannot record the prompt: {}", said(&e)))
+        }
+        Err(e) if e.is_unavailable() => {
+            return Err(format!("cannot record the prompt: {}", said(&e)))
+        }
+        Err(e) => Err(format!("cannot record the prompt: {}", said(&e))),
+    };
+    // A prompt the gateway refused (e.g. over the size limit) must not hide the notices that
+    // are waiting: they are still drained and handed over, and the refusal is the warning.
+    let drained = http
+        .post(&target.path("drain"), &json!({}))
+        .map_err(|e| format!("cannot drain: {}", said(&e)))?;
+    let prompt = prompt_of(&drained);
+    if let Err(m) = recorded {
+        super::warn(&m);
+    }
+    Ok(match cli {
+        // Claude Code adds a UserPromptSubmit hook's plain stdout to the context (as before).
+        Cli::ClaudeCode if prompt.is_empty() => Output::Nothing,
+        Cli::ClaudeCode => Output::Text(prompt),
+        Cli::Codex => context(Event::UserPromptSubmit, prompt),
+    })
+}
+
+/// A prompt Claude Code writes itself when a background task ends.
+fn is_task_notification(prompt: &str) -> bool {
+    prompt.trim_start().starts_with("<task-notification>")
+}
+
+/// The stop gate: a notice pending when the agent is about to stop sends it back to work once,
+/// with the notice as the reason, so it reconciles before it ends its turn. It never blocks
+/// twice in a row (`stop_hook_active`: the CLI is continuing because of a stop hook), so it
+/// cannot loop; what arrives after that is for the waiting hook (`--wait`) to deliver.
+fn stop_gate(http: &Http, target: &Target, input: &HookInput) -> Result<Output, String> {
+    if input.stop_hook_active {
+        return Ok(Output::Nothing);
+    }
+    let prompt = drain_or_create(http, target)?;
+    if prompt.is_empty() {
+        return Ok(Output::Nothing);
+    }
+    Ok(Output::Json(json!({"decision": "block", "reason": prompt})))
+}
+
+/// The child session of a native subagent: `agent:<agent>:subagent:claude-<agent_id>`.
+fn child(target: &Target, agent_id: &str) -> Target {
+    let agent = target
+        .key
+        .strip_prefix("agent:")
+        .and_then(|r| r.split(':').next())
+        .or(target.agent.as_deref())
+        .unwrap_or("main")
+        .to_string();
+    Target {
+        key: format!("agent:{agent}:subagent:claude-{}", safe_id(agent_id)),
+        agent: None,
+    }
+}
+
+/// `agent_id` as it is when it is a short run of `[A-Za-z0-9._-]` (so it can be read in a key
+/// and a run id), else the first 32 hex digits of its SHA-256.
+fn safe_id(id: &str) -> String {
+    let plain = !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if plain {
+        id.to_string()
+    } else {
+        hex(&Sha256::digest(id.as_bytes()))[..32].to_string()
+    }
+}
+
+fn run_id(agent_id: &str) -> String {
+    format!("claude-{}", safe_id(agent_id))
+}
+
+/// A native subagent becomes a child session of the hook's session (`child_spawned` seeds the
+/// parent's cursor, 02 §4) with a run that its `SubagentStop` ends.
+fn subagent_start(http: &Http, target: &Target, input: &HookInput) -> Result<Output, String> {
+    let id = input.agent_id.as_deref().unwrap_or_default();
+    let kid = child(target, id);
+    let body = json!({"key": kid.key, "parentSessionKey": target.key, "createdVia": "hook"});
+    match http.post("/v1/sessions", &body) {
+        Ok(_) => {}
+        // The parent itself is new: create it, then the child.
+        Err(e) if e.code() == "session_not_found" => {
+            create(http, target)?;
+            http.post("/v1/sessions", &body)
+                .map_err(|e| format!("cannot create the subagent's session: {}", said(&e)))?;
+        }
+        Err(e) => {
+            return Err(format!(
+                "cannot create the subagent's session: {}",
+                said(&e)
+            ))
+        }
+    }
+    match http.post(&kid.path("runs"), &json!({"runId": run_id(id)})) {
+        Ok(_) => Ok(Output::Nothing),
+        // A repeated start (the same subagent resumed) keeps the run it has.
+        Err(e) if e.code() == "run_active" || e.code() == "run_conflict" => Ok(Output::Nothing),
+        Err(e) => Err(format!("cannot start the subagent's run: {}", said(&e))),
+    }
+}
+
+/// Ends the subagent's run (`run_completed` on its session), then gates its stop like `Stop`
+/// does for the main session, on the child's own notices.
+fn subagent_stop(http: &Http, target: &Target, input: &HookInput) -> Result<Output, String> {
+    let id = input.agent_id.as_deref().unwrap_or_default();
+    let kid = child(target, id);
+    let end = kid.path(&format!("runs/{}/end", super::seg(&run_id(id))));
+    match http.post(&end, &json!({"outcome": "ok"})) {
+        Ok(_) => {}
+        // Started before aware was set up (or its start was lost): nothing to end.
+        Err(e) if e.code() == "run_not_found" || e.code() == "session_not_found" => {
+            return Ok(Output::Nothing)
+        }
+        // Already ended (a repeated stop).
+        Err(e) if e.code() == "run_conflict" => {}
+        Err(e) => return Err(format!("cannot end the subagent's run: {}", said(&e))),
+    }
+    stop_gate(http, &kid, input)
+}
+
+/// `PreCompact` records `compacted` (03 §4.7). The operation id is the session, the transcript
+/// and its length at that moment: one id per compaction, the same id for a repeated delivery.
+fn compacted(http: &Http, target: &Target, input: &HookInput) -> Result<Output, String> {
+    let mut h = Sha256::new();
+    h.update(input.session_id.as_deref().unwrap_or_default().as_bytes());
+    h.update([0]);
+    if let Some(p) = &input.transcript_path {
+        h.update(p.as_bytes());
+        h.update([0]);
+        let len = std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+        h.update(len.to_le_bytes());
+    }
+    let op = format!("compact-{}", &hex(&h.finalize())[..32]);
+    let body = json!({"operationId": op, "summary": format!("[compacted: {}]", input.trigger.as_deref().unwrap_or("auto"))});
+    match http.post(&target.path("compaction"), &body) {
+        Ok(_) => Ok(Output::Nothing),
+        Err(e) if e.code() == "session_not_found" => {
+            create(http, target)?;
+            http.post(&target.path("compaction"), &body)
+                .map(|_| Output::Nothing)
+                .map_err(|e| format!("cannot record the compaction: {}", said(&e)))
+        }
+        Err(e) => Err(format!("cannot record the compaction: {}", said(&e))),
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A failed request as the warning line says it: the gateway's `<code>: <message>`, or that
+/// it is unavailable.
+pub fn said(e: &ClientError) -> String {
+    if e.is_unavailable() {
+        format!("gateway unavailable: {}", e.message())
+    } else {
+        e.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subagent_ids_stay_readable_or_are_hashed() {
+        assert_eq!(safe_id("a1b2c3"), "a1b2c3");
+        assert_eq!(safe_id("x/y").len(), 32);
+        assert_eq!(safe_id("").len(), 32);
+        let t = Target {
+            key: "agent:ops:project:x".into(),
+            agent: None,
+        };
+        assert_eq!(child(&t, "a1").key, "agent:ops:subagent:claude-a1");
+    }
+}

@@ -1,0 +1,293 @@
+//! `aware hook`: the hook of Claude Code and Codex CLI (03 §8, extended to the events that let a
+//! running agent hear a change before its next action; docs/claude-code.md, docs/codex.md).
+//!
+//! One command line serves every event: the event comes from the input's `hook_event_name`
+//! (or `--event`). `UserPromptSubmit` records the prompt as a human turn; `SessionStart` and
+//! `PostToolUse` hand pending notices to the model as added context; `Stop` sends the agent back
+//! once when a notice is pending; `SubagentStart`/`SubagentStop` make native subagents child
+//! sessions; `PreCompact` records `compacted`. `--wait` is the idle wake ([`wait`]).
+//!
+//! Every failure is one warning line on stderr, nothing on stdout and exit 0: a hook must never
+//! block or break the CLI. The work runs on a thread; the main thread stops waiting at
+//! `--timeout-ms`, and every HTTP request gets only the budget that is left, so the process ends
+//! within the deadline even when the gateway accepts connections and never answers.
+
+mod act;
+mod input;
+mod wait;
+
+use crate::client::seg;
+use crate::context::Conn;
+use aware_client::{Client, ClientError};
+use input::Event;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::io::Write;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Time kept back from the deadline for handing the answer over and printing it.
+const MARGIN: Duration = Duration::from_millis(100);
+
+/// Which CLI runs the hook: the answer's format and the channel of recorded prompts.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cli {
+    /// Claude Code (`.claude/settings.json`).
+    ClaudeCode,
+    /// Codex CLI (`.codex/hooks.json`).
+    Codex,
+}
+
+impl Cli {
+    fn channel(self) -> &'static str {
+        match self {
+            Cli::ClaudeCode => "claude-code",
+            Cli::Codex => "codex",
+        }
+    }
+}
+
+/// The hook events as `--event` accepts them.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+#[value(rename_all = "verbatim")]
+pub enum EventArg {
+    SessionStart,
+    UserPromptSubmit,
+    PostToolUse,
+    Stop,
+    SubagentStart,
+    SubagentStop,
+    PreCompact,
+    SessionEnd,
+}
+
+impl From<EventArg> for Event {
+    fn from(e: EventArg) -> Event {
+        match e {
+            EventArg::SessionStart => Event::SessionStart,
+            EventArg::UserPromptSubmit => Event::UserPromptSubmit,
+            EventArg::PostToolUse => Event::PostToolUse,
+            EventArg::Stop => Event::Stop,
+            EventArg::SubagentStart => Event::SubagentStart,
+            EventArg::SubagentStop => Event::SubagentStop,
+            EventArg::PreCompact => Event::PreCompact,
+            EventArg::SessionEnd => Event::SessionEnd,
+        }
+    }
+}
+
+/// The hook of Claude Code and Codex CLI. Reads the hook JSON on stdin and acts on its event.
+/// Run-time failures are one warning line on stderr and exit 0, so the CLI is never blocked;
+/// argument errors exit 1 (shown to the user, not blocking).
+#[derive(clap::Args, Debug)]
+#[command(
+    long_about = "Hook of Claude Code and Codex CLI. Reads the hook JSON on stdin; the event \
+                  comes from its hook_event_name (or --event). UserPromptSubmit records the \
+                  prompt as a human turn of the session (--session, else \
+                  agent:<agent>:claude:<sha256 of session_id>) and hands pending notices over; \
+                  SessionStart and PostToolUse hand pending notices over as added context; Stop \
+                  and SubagentStop send the agent back once when a notice is pending; \
+                  SubagentStart/SubagentStop make native subagents child sessions; PreCompact \
+                  records the compaction. With --wait (a Stop hook run with async and \
+                  asyncRewake) it waits for a notice and exits 2 with it on stderr, which wakes \
+                  an idle Claude Code session. Run-time failures are one warning line on stderr \
+                  and exit 0, so the CLI is never blocked; argument errors exit 1."
+)]
+pub struct HookArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    /// The whole hook finishes within this many milliseconds (then it gives up with a warning).
+    /// With --wait it bounds each request, not the wait.
+    #[arg(long, default_value_t = 3000, value_name = "MS")]
+    pub timeout_ms: u64,
+    /// The CLI that runs the hook: decides the answer's format and the channel of prompts.
+    #[arg(long, value_enum, default_value_t = Cli::ClaudeCode)]
+    pub cli: Cli,
+    /// The event, for a CLI whose input does not name it (else hook_event_name is read).
+    #[arg(long, value_enum)]
+    pub event: Option<EventArg>,
+    /// Wait for a pending notice on the session's wake stream; when one arrives, drain it,
+    /// print it on stderr and exit 2 (Claude Code's asyncRewake then wakes the session). One
+    /// waiter per session: a new one replaces the old.
+    #[arg(long)]
+    pub wait: bool,
+    /// With --wait: give up silently (exit 0) after this many seconds.
+    #[arg(long, default_value_t = 3600, value_name = "SECS", requires = "wait")]
+    pub wait_secs: u64,
+}
+
+/// What the hook hands back to the CLI.
+#[derive(Debug)]
+enum Output {
+    Nothing,
+    /// Plain stdout (Claude Code's `UserPromptSubmit` adds it to the context).
+    Text(String),
+    /// A JSON answer on stdout (`hookSpecificOutput`, `decision`).
+    Json(Value),
+}
+
+/// The message of a panic on the work thread, for the warning line.
+static PANIC: Mutex<Option<String>> = Mutex::new(None);
+
+pub fn run(args: HookArgs, outer: &Conn) {
+    let gw = match crate::context::resolve(args.conn.clone().or(outer), None)
+        .and_then(crate::client::connect)
+    {
+        Ok(c) => c,
+        Err(f) => {
+            warn(f.message());
+            return;
+        }
+    };
+    // A panic must not print its own report: the hook promises exactly one stderr line.
+    std::panic::set_hook(Box::new(|info| {
+        if let Ok(mut p) = PANIC.lock() {
+            *p = Some(info.to_string());
+        }
+    }));
+    if args.wait {
+        wait::run(gw, &args);
+        return;
+    }
+    let deadline = Instant::now() + Duration::from_millis(args.timeout_ms);
+    let (cli, forced) = (args.cli, args.event.map(Event::from));
+    let (tx, rx) = mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name("aware-hook".into())
+        .spawn(move || {
+            let _ = tx.send(work(&gw, cli, forced, deadline));
+        });
+    let outcome = match spawned {
+        Err(e) => Err(format!("cannot start the hook thread: {e}")),
+        Ok(_) => match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(r) => r,
+            Err(RecvTimeoutError::Timeout) => Err(format!(
+                "gave up after {} ms (--timeout-ms)",
+                args.timeout_ms
+            )),
+            Err(RecvTimeoutError::Disconnected) => Err(panicked()),
+        },
+    };
+    match outcome {
+        Ok(Output::Nothing) => {}
+        Ok(Output::Text(text)) => print_stdout(&text),
+        Ok(Output::Json(v)) => print_stdout(&v.to_string()),
+        Err(msg) => warn(&msg),
+    }
+}
+
+fn panicked() -> String {
+    format!(
+        "internal error: {}",
+        PANIC
+            .lock()
+            .ok()
+            .and_then(|p| p.clone())
+            .unwrap_or_else(|| "the hook thread stopped".into())
+    )
+}
+
+fn print_stdout(text: &str) {
+    // Write errors (a closed stdout) are ignored: there is nobody left to tell.
+    let mut out = std::io::stdout().lock();
+    let _ = out
+        .write_all(text.as_bytes())
+        .and_then(|_| out.write_all(b"\n"))
+        .and_then(|_| out.flush());
+}
+
+/// The one warning line on stderr, control characters flattened so it stays one line.
+fn warn(msg: &str) {
+    let line: String = msg
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let _ = writeln!(std::io::stderr().lock(), "aware hook: warning: {line}");
+}
+
+fn work(gw: &Client, cli: Cli, forced: Option<Event>, deadline: Instant) -> Result<Output, String> {
+    let bytes = input::read(std::io::stdin().lock())?;
+    let Some((event, hook)) = input::parse(&bytes, forced)? else {
+        return Ok(Output::Nothing);
+    };
+    // Nothing to do, so no target to resolve and no request to make.
+    if event == Event::SessionEnd || (event == Event::Stop && hook.stop_hook_active) {
+        return Ok(Output::Nothing);
+    }
+    let target = Target::resolve(gw, hook.session_id.as_deref())?;
+    let http = Http { gw, deadline };
+    act::act(&http, &target, cli, event, &hook)
+}
+
+/// The session the hook acts for.
+#[derive(Debug, Clone)]
+struct Target {
+    key: String,
+    /// `agentId` for a bare `--session` key given with `--agent`.
+    agent: Option<String>,
+}
+
+impl Target {
+    /// `--session`, else `agent:<agent or main>:claude:<sha256 hex of session_id>` (03 §8 step
+    /// 2), the key adoption mints for the same local thread (04 §3 step 4).
+    fn resolve(gw: &Client, session_id: Option<&str>) -> Result<Target, String> {
+        if let Some(s) = gw.session().filter(|s| !s.trim().is_empty()) {
+            let bare = !s.trim().to_ascii_lowercase().starts_with("agent:");
+            return Ok(Target {
+                key: s.to_string(),
+                agent: gw.agent().map(str::to_string).filter(|_| bare),
+            });
+        }
+        let id = session_id
+            .ok_or("hook input has no session_id (and no --session was given)".to_string())?;
+        Ok(Target {
+            key: claude_key(gw.agent().unwrap_or("main"), id),
+            agent: None,
+        })
+    }
+
+    fn query(&self) -> String {
+        self.agent
+            .as_deref()
+            .map(|a| format!("?agentId={}", seg(a)))
+            .unwrap_or_default()
+    }
+
+    fn path(&self, what: &str) -> String {
+        format!("/v1/sessions/{}/{what}{}", seg(&self.key), self.query())
+    }
+}
+
+/// `agent:<agent>:claude:<lowercase hex SHA-256 of session_id>`.
+fn claude_key(agent: &str, session_id: &str) -> String {
+    let digest = Sha256::digest(session_id.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("agent:{agent}:claude:{hex}")
+}
+
+/// Operator requests (no `X-Aware-Session`) bounded by the hook's deadline.
+struct Http<'a> {
+    gw: &'a Client,
+    deadline: Instant,
+}
+
+impl Http<'_> {
+    fn post(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
+        let budget = self
+            .deadline
+            .saturating_duration_since(Instant::now())
+            .saturating_sub(MARGIN);
+        if budget.is_zero() {
+            return Err(ClientError::Timeout {
+                url: self.gw.base().to_string(),
+                detail: "out of time (--timeout-ms)".into(),
+            });
+        }
+        self.gw
+            .request("POST", path)
+            .operator()
+            .timeout(budget)
+            .json(Some(body))
+    }
+}

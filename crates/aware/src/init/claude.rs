@@ -1,0 +1,182 @@
+//! `aware init claude-code`: `.claude/settings.json` (the hook on every event it acts on, and
+//! the waiting hook that wakes an idle session) and `.mcp.json` (the MCP server).
+
+use super::files::{Change, Scope};
+use super::{project_dir, read_json, replace_hooks, Common, Setup, UsageError};
+use crate::context::Conn;
+use anyhow::Result;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+
+/// The events the hook is installed on, each with the same command; the hook reads the event
+/// from its input. (`SessionEnd` is left out: the hook has nothing to do there.)
+pub const EVENTS: [&str; 7] = [
+    "SessionStart",
+    "UserPromptSubmit",
+    "PostToolUse",
+    "Stop",
+    "SubagentStart",
+    "SubagentStop",
+    "PreCompact",
+];
+
+/// Seconds Claude Code gives one hook run; the hook's own deadline (`--timeout-ms`, 3 s) ends it
+/// well before.
+const HOOK_TIMEOUT_SECS: u64 = 10;
+/// Default of `--wake-secs`.
+const WAKE_SECS: u64 = 3600;
+
+#[derive(clap::Args, Debug)]
+pub struct ClaudeCodeArgs {
+    /// Project directory [default: the current directory].
+    #[arg(long, value_name = "DIR")]
+    pub project: Option<PathBuf>,
+    #[command(flatten)]
+    pub common: Common,
+    /// Do not install the waiting Stop hook that wakes an idle session when a notice arrives.
+    #[arg(long)]
+    pub no_wake: bool,
+    /// How long the waiting hook waits after each stop before it gives up silently.
+    #[arg(long, default_value_t = WAKE_SECS, value_name = "SECS")]
+    pub wake_secs: u64,
+}
+
+pub fn run(args: ClaudeCodeArgs, outer: &Conn) -> Result<()> {
+    let project = project_dir(args.project.as_ref())?;
+    let setup = Setup::new(&args.common, &project, outer)?;
+    let scope = Scope::Project(project.clone());
+
+    let settings_path = project.join(".claude").join("settings.json");
+    let (old_settings, mut settings) = read_json(&settings_path, &scope)?;
+    let hook_cmd = setup.command(&["hook"]);
+    let wait_cmd = setup.command(&["hook", "--wait", "--wait-secs", &args.wake_secs.to_string()]);
+    merge_hooks(
+        &mut settings,
+        &hook_cmd,
+        (!args.no_wake).then_some(&wait_cmd),
+        args.wake_secs,
+    )
+    .map_err(|m| UsageError(format!("{}: {m}; fix or move it", settings_path.display())))?;
+
+    let mcp_path = project.join(".mcp.json");
+    let (old_mcp, mut mcp) = read_json(&mcp_path, &scope)?;
+    merge_mcp(&mut mcp, &setup.exe, &setup.mcp_args())
+        .map_err(|m| UsageError(format!("{}: {m}; fix or move it", mcp_path.display())))?;
+
+    let changes = [
+        Change {
+            path: settings_path,
+            old: old_settings,
+            new: super::pretty(&settings),
+            scope: scope.clone(),
+        },
+        Change {
+            path: mcp_path,
+            old: old_mcp,
+            new: super::pretty(&mcp),
+            scope,
+        },
+    ];
+    if !args.common.dry_run {
+        crate::client::out(&format!("hook command: {hook_cmd}"));
+        if !args.no_wake {
+            crate::client::out(&format!("waiting hook (Stop, async): {wait_cmd}"));
+        }
+    }
+    setup.finish(
+        &changes,
+        args.common.dry_run,
+        "(re)start Claude Code in the project and approve the \"aware\" MCP server",
+    )
+}
+
+/// The hook on every event of [`EVENTS`], and on `Stop` the waiting hook too (unless `wait` is
+/// None, which also removes one installed before).
+fn merge_hooks(
+    settings: &mut Value,
+    cmd: &str,
+    wait: Option<&String>,
+    wake_secs: u64,
+) -> Result<(), String> {
+    let hooks = settings
+        .as_object_mut()
+        .ok_or("not a JSON object")?
+        .entry("hooks")
+        .or_insert_with(|| json!({}))
+        .as_object_mut()
+        .ok_or("\"hooks\" is not an object")?;
+    for event in EVENTS {
+        let mut ours =
+            vec![json!({"type": "command", "command": cmd, "timeout": HOOK_TIMEOUT_SECS})];
+        if event == "Stop" {
+            if let Some(w) = wait {
+                // Claude Code runs it in the background and wakes the model when it exits 2.
+                ours.push(json!({"type": "command", "command": w, "async": true,
+                                 "asyncRewake": true, "timeout": wake_secs + 60}));
+            }
+        }
+        replace_hooks(hooks, event, ours)?;
+    }
+    Ok(())
+}
+
+/// Sets `mcpServers.aware`, keeping the other servers and any `env` already given to aware.
+fn merge_mcp(mcp: &mut Value, exe: &str, args: &[String]) -> Result<(), String> {
+    let servers = mcp
+        .as_object_mut()
+        .ok_or("not a JSON object")?
+        .entry("mcpServers")
+        .or_insert_with(|| json!({}));
+    let servers = servers
+        .as_object_mut()
+        .ok_or("\"mcpServers\" is not an object")?;
+    let entry = servers.entry("aware").or_insert_with(|| json!({}));
+    if !entry.is_object() {
+        *entry = json!({});
+    }
+    entry["command"] = exe.into();
+    entry["args"] = json!(args);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rerun_replaces_only_its_own_entries() {
+        let mut s = json!({"hooks": {"Stop": [
+            {"hooks": [{"type": "command", "command": "echo mine"}]},
+            {"hooks": [{"type": "command", "command": "/x/aware hook --session k"},
+                       {"type": "command", "command": "echo shared"}]}]}});
+        merge_hooks(
+            &mut s,
+            "/x/aware hook --session k",
+            Some(&"/x/aware hook --wait".into()),
+            60,
+        )
+        .unwrap();
+        let once = s.clone();
+        merge_hooks(
+            &mut s,
+            "/x/aware hook --session k",
+            Some(&"/x/aware hook --wait".into()),
+            60,
+        )
+        .unwrap();
+        assert_eq!(s, once);
+        let stop = s["hooks"]["Stop"].as_array().unwrap();
+        assert_eq!(stop[0]["hooks"][0]["command"], "echo mine");
+        assert_eq!(
+            stop[1]["hooks"],
+            json!([{"type": "command", "command": "echo shared"}])
+        );
+        assert_eq!(stop[3]["hooks"][0]["asyncRewake"], true);
+        assert_eq!(stop.len(), 4);
+        for e in EVENTS {
+            assert!(s["hooks"][e].is_array(), "{e}");
+        }
+        merge_hooks(&mut s, "/x/aware hook --session k", None, 60).unwrap();
+        assert_eq!(s["hooks"]["Stop"].as_array().unwrap().len(), 3);
+    }
+}

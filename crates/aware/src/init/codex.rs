@@ -1,0 +1,293 @@
+//! `aware init codex`: Codex CLI's MCP server (`[mcp_servers.aware]` in `config.toml`), its
+//! hooks (`hooks.json`), and the trust entries Codex requires before it runs a hook it did not
+//! write itself (without them it skips the hooks silently).
+//!
+//! Codex trusts one hook handler at a time: `[hooks.state."<hooks.json>:<event>:<group>:<handler>"]`
+//! in `$CODEX_HOME/config.toml` with `trusted_hash = "sha256:<hex>"`, the SHA-256 of the compact,
+//! key-sorted JSON of the handler's identity (checked against Codex 0.169.0: a wrong digit and
+//! the hook is skipped). Init trusts exactly the handlers it writes, nothing else of a project.
+//!
+//! A project's `.codex/` is read by Codex only in a trusted project. Trusting a project is the
+//! user's decision (it also lets the project's own `.codex/config.toml` start programs), so init
+//! only says so, unless `--trust-project` asks it to.
+
+use super::files::{self, Change, Scope};
+use super::{project_dir, read_json, replace_hooks, Common, Setup, UsageError};
+use crate::context::Conn;
+use anyhow::{bail, Result};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use toml_edit::{DocumentMut, Item, Table};
+
+/// The events the hook is installed on, with Codex's own label for each (used in trust keys).
+pub const EVENTS: [(&str, &str); 5] = [
+    ("SessionStart", "session_start"),
+    ("UserPromptSubmit", "user_prompt_submit"),
+    ("PostToolUse", "post_tool_use"),
+    ("Stop", "stop"),
+    ("PreCompact", "pre_compact"),
+];
+
+/// Seconds Codex gives one hook run (the hook's own deadline, 3 s, ends it well before).
+const HOOK_TIMEOUT_SECS: u64 = 10;
+
+#[derive(clap::Args, Debug)]
+pub struct CodexArgs {
+    /// Project directory [default: the current directory].
+    #[arg(long, value_name = "DIR", conflicts_with = "global")]
+    pub project: Option<PathBuf>,
+    /// Write to Codex's own config.toml and hooks.json ($CODEX_HOME, default ~/.codex), for
+    /// every project, instead of the project's .codex/.
+    #[arg(long)]
+    pub global: bool,
+    /// Also mark the project as trusted in $CODEX_HOME/config.toml (Codex reads a project's
+    /// .codex/ only in a trusted project).
+    #[arg(long, conflicts_with = "global")]
+    pub trust_project: bool,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// `$CODEX_HOME`, else `~/.codex`.
+pub fn codex_home() -> PathBuf {
+    if let Some(h) = std::env::var_os("CODEX_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(h);
+    }
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."))
+        .join(".codex")
+}
+
+pub fn run(args: CodexArgs, outer: &Conn) -> Result<()> {
+    let project = project_dir(args.project.as_ref())?;
+    let setup = Setup::new(&args.common, &project, outer)?;
+    let home = codex_home();
+    let user_config = home.join("config.toml");
+    let (dir, scope) = if args.global {
+        (home.clone(), Scope::User)
+    } else {
+        (project.join(".codex"), Scope::Project(project.clone()))
+    };
+    let hooks_path = dir.join("hooks.json");
+    let config_path = dir.join("config.toml");
+
+    // hooks.json: the hook on every event, one group each.
+    let cmd = setup.command(&["hook", "--cli", "codex"]);
+    let (old_hooks, mut hooks_doc) = read_json(&hooks_path, &scope)?;
+    let mut trusted = Vec::new();
+    {
+        let hooks = hooks_doc
+            .as_object_mut()
+            .and_then(|o| {
+                o.entry("hooks")
+                    .or_insert_with(|| json!({}))
+                    .as_object_mut()
+            })
+            .ok_or_else(|| {
+                UsageError(format!(
+                    "{}: \"hooks\" is not an object; fix or move it",
+                    hooks_path.display()
+                ))
+            })?;
+        for (event, label) in EVENTS {
+            let ours = json!({"type": "command", "command": cmd, "timeout": HOOK_TIMEOUT_SECS});
+            replace_hooks(hooks, event, vec![ours]).map_err(|m| {
+                UsageError(format!("{}: {m}; fix or move it", hooks_path.display()))
+            })?;
+            let group = hooks[event].as_array().map_or(0, |g| g.len()) - 1;
+            let key = format!("{}:{label}:{group}:0", hooks_path.display());
+            trusted.push((key, trust_hash(label, &cmd, HOOK_TIMEOUT_SECS)));
+        }
+    }
+
+    // config.toml of the project (or the global one): the MCP server.
+    let (old_config, mut config) = read_toml(&config_path, &scope)?;
+    set_mcp(&mut config, &setup.exe, &setup.mcp_args())
+        .map_err(|m| UsageError(format!("{}: {m}; fix or move it", config_path.display())))?;
+
+    // $CODEX_HOME/config.toml: the trust entries (and the project's trust when asked). With
+    // --global it is the same file as above.
+    let same = config_path == user_config;
+    let (old_user, mut user) = if same {
+        (None, DocumentMut::new())
+    } else {
+        read_toml(&user_config, &Scope::User)?
+    };
+    let trust_doc = if same { &mut config } else { &mut user };
+    for (key, hash) in &trusted {
+        set_trust(trust_doc, key, hash)
+            .map_err(|m| UsageError(format!("{}: {m}; fix or move it", user_config.display())))?;
+    }
+    let project_trusted = args.global || is_trusted(trust_doc, &project);
+    if args.trust_project && !project_trusted {
+        set_project_trust(trust_doc, &project)
+            .map_err(|m| UsageError(format!("{}: {m}; fix or move it", user_config.display())))?;
+    }
+
+    let mut changes = vec![
+        Change {
+            path: hooks_path,
+            old: old_hooks,
+            new: super::pretty(&hooks_doc),
+            scope: scope.clone(),
+        },
+        Change {
+            path: config_path,
+            old: old_config,
+            new: config.to_string(),
+            scope,
+        },
+    ];
+    if !same {
+        changes.push(Change {
+            path: user_config,
+            old: old_user,
+            new: user.to_string(),
+            scope: Scope::User,
+        });
+    }
+    if !args.common.dry_run {
+        crate::client::out(&format!("hook command: {cmd}"));
+    }
+    setup.finish(&changes, args.common.dry_run, "start Codex in the project")?;
+    if !project_trusted && !args.trust_project {
+        crate::client::out(&format!(
+            "note: Codex reads {}/.codex/ only when the project is trusted; trust it in Codex \
+             (or run again with --trust-project)",
+            project.display()
+        ));
+    }
+    Ok(())
+}
+
+/// `sha256:<hex>` of the compact, key-sorted JSON Codex hashes for one command handler alone in
+/// its group (no matcher).
+pub fn trust_hash(label: &str, command: &str, timeout: u64) -> String {
+    // Keys in sorted order by construction (serde_json here keeps insertion order).
+    let identity = json!({
+        "event_name": label,
+        "hooks": [{"async": false, "command": command, "timeout": timeout, "type": "command"}],
+    });
+    let digest = Sha256::digest(identity.to_string().as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
+fn read_toml(path: &Path, scope: &Scope) -> Result<(Option<String>, DocumentMut)> {
+    match files::read(path, scope)? {
+        Some(text) => match text.parse::<DocumentMut>() {
+            Ok(doc) => Ok((Some(text), doc)),
+            Err(e) => bail!(UsageError(format!(
+                "{} is not valid TOML ({}); nothing was written, fix it and run again",
+                path.display(),
+                e.to_string().trim()
+            ))),
+        },
+        None => Ok((None, DocumentMut::new())),
+    }
+}
+
+/// The sub-table `name` of `parent`, created implicit (no header of its own) when missing.
+fn table<'a>(parent: &'a mut Table, name: &str) -> Result<&'a mut Table, String> {
+    let item = parent.entry(name).or_insert_with(|| {
+        let mut t = Table::new();
+        t.set_implicit(true);
+        Item::Table(t)
+    });
+    item.as_table_mut().ok_or(format!(
+        "\"{name}\" is not a table (write it as [{name}] sections)"
+    ))
+}
+
+/// `[mcp_servers.aware]`: command and args; the table's other keys (e.g. `env`) are kept.
+fn set_mcp(doc: &mut DocumentMut, exe: &str, args: &[String]) -> Result<(), String> {
+    let servers = table(doc.as_table_mut(), "mcp_servers")?;
+    let aware = servers
+        .entry("aware")
+        .or_insert_with(|| Item::Table(Table::new()));
+    let aware = aware
+        .as_table_mut()
+        .ok_or("\"mcp_servers.aware\" is not a table")?;
+    aware["command"] = toml_edit::value(exe);
+    let mut list = toml_edit::Array::new();
+    for a in args {
+        list.push(a.as_str());
+    }
+    aware["args"] = toml_edit::value(list);
+    Ok(())
+}
+
+fn set_trust(doc: &mut DocumentMut, key: &str, hash: &str) -> Result<(), String> {
+    let state = table(table(doc.as_table_mut(), "hooks")?, "state")?;
+    let entry = state
+        .entry(key)
+        .or_insert_with(|| Item::Table(Table::new()));
+    let entry = entry
+        .as_table_mut()
+        .ok_or(format!("\"hooks.state.{key}\" is not a table"))?;
+    entry["trusted_hash"] = toml_edit::value(hash);
+    Ok(())
+}
+
+fn is_trusted(doc: &DocumentMut, project: &Path) -> bool {
+    doc.get("projects")
+        .and_then(|p| p.get(project.to_string_lossy().as_ref()))
+        .and_then(|p| p.get("trust_level"))
+        .and_then(|t| t.as_str())
+        == Some("trusted")
+}
+
+fn set_project_trust(doc: &mut DocumentMut, project: &Path) -> Result<(), String> {
+    let projects = table(doc.as_table_mut(), "projects")?;
+    let key = project.to_string_lossy();
+    let entry = projects
+        .entry(&key)
+        .or_insert_with(|| Item::Table(Table::new()));
+    let entry = entry
+        .as_table_mut()
+        .ok_or(format!("\"projects.{key}\" is not a table"))?;
+    entry["trust_level"] = toml_edit::value("trusted");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The worked example checked against Codex 0.169.0 (a handler without a timeout in
+    /// hooks.json is hashed with Codex's default of 600 s).
+    #[test]
+    fn trust_hash_matches_what_codex_accepts() {
+        assert_eq!(
+            trust_hash(
+                "post_tool_use",
+                "/usr/local/bin/aware hook --session agent:main:main",
+                600
+            ),
+            "sha256:e09e2aab6329d2e008db8814b85b0e3a135e48634593656b62f52cdc933db405"
+        );
+    }
+
+    #[test]
+    fn merging_keeps_the_users_keys_and_comments() {
+        let mut doc: DocumentMut =
+            "# mine\nmodel = \"o3\"\n\n[mcp_servers.aware]\nenv = { A = \"1\" }\n"
+                .parse()
+                .unwrap();
+        set_mcp(&mut doc, "/x/aware", &["mcp".into()]).unwrap();
+        set_trust(&mut doc, "/p/.codex/hooks.json:stop:0:0", "sha256:ab").unwrap();
+        let text = doc.to_string();
+        assert!(text.starts_with("# mine\nmodel = \"o3\""), "{text}");
+        assert!(text.contains("env = { A = \"1\" }"), "{text}");
+        assert!(text.contains("command = \"/x/aware\""), "{text}");
+        assert!(
+            text.contains(
+                "[hooks.state.\"/p/.codex/hooks.json:stop:0:0\"]\ntrusted_hash = \"sha256:ab\""
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("[hooks]\n"), "{text}");
+    }
+}
