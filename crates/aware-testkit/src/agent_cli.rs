@@ -308,7 +308,10 @@ impl AgentHome {
         env.extend([
             ("ANTHROPIC_BASE_URL".into(), model.base_url()),
             ("ANTHROPIC_API_KEY".into(), API_KEY.into()),
-            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".into(), "1".into()),
+            (
+                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".into(),
+                "1".into(),
+            ),
             ("DISABLE_AUTOUPDATER".into(), "1".into()),
         ]);
         env
@@ -407,7 +410,11 @@ impl AgentHome {
         let mut found = Vec::new();
         let root = self.home.join(".claude/projects");
         for project in std::fs::read_dir(&root).into_iter().flatten().flatten() {
-            for f in std::fs::read_dir(project.path()).into_iter().flatten().flatten() {
+            for f in std::fs::read_dir(project.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
                 let p = f.path();
                 if p.extension().is_some_and(|e| e == "jsonl") {
                     found.push(p);
@@ -457,7 +464,16 @@ impl Tmux {
         let mut cmd = Command::new("tmux");
         cmd.arg("-S")
             .arg(&socket)
-            .args(["-f", "/dev/null", "new-session", "-d", "-x", "200", "-y", "50"])
+            .args([
+                "-f",
+                "/dev/null",
+                "new-session",
+                "-d",
+                "-x",
+                "200",
+                "-y",
+                "50",
+            ])
             .arg("-c")
             .arg(cwd)
             .env_clear()

@@ -194,6 +194,33 @@ impl Request {
         }
         walk(&self.body, needle)
     }
+    /// The strings of the body that contain `needle`, each cut to 300 characters around its
+    /// first occurrence (for failure messages: where the model was shown it).
+    pub fn places(&self, needle: &str) -> Vec<String> {
+        fn walk(v: &Value, needle: &str, out: &mut Vec<String>) {
+            match v {
+                Value::String(s) => {
+                    if let Some(at) = s.find(needle) {
+                        let mut start = at.saturating_sub(150);
+                        while !s.is_char_boundary(start) {
+                            start -= 1;
+                        }
+                        let mut end = (at + needle.len() + 150).min(s.len());
+                        while !s.is_char_boundary(end) {
+                            end += 1;
+                        }
+                        out.push(s[start..end].to_string());
+                    }
+                }
+                Value::Array(a) => a.iter().for_each(|x| walk(x, needle, out)),
+                Value::Object(o) => o.values().for_each(|x| walk(x, needle, out)),
+                _ => {}
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.body, needle, &mut out);
+        out
+    }
     pub fn contains(&self, needle: &str) -> bool {
         self.count(needle) > 0
     }
@@ -517,7 +544,8 @@ fn classify(api: Api, body: &Value) -> Lane {
     // Claude Code's /compact: "…an <analysis> block followed by a <summary> block…"; Codex:
     // "You are performing a CONTEXT CHECKPOINT COMPACTION".
     if last_user_text.contains("CONTEXT CHECKPOINT COMPACTION")
-        || (last_user_text.contains("<summary>") && last_user_text.contains("Do NOT call any tools"))
+        || (last_user_text.contains("<summary>")
+            && last_user_text.contains("Do NOT call any tools"))
     {
         return Lane::Compaction;
     }
@@ -655,8 +683,10 @@ fn responses_sse(index: usize, text: Option<&str>, calls: &[Call], tokens: u64) 
     );
     let mut items = Vec::new();
     if let Some(t) = text {
-        items.push(json!({"type":"message","role":"assistant","id":format!("msg_{index}"),
-            "content":[{"type":"output_text","text":t}]}));
+        items.push(
+            json!({"type":"message","role":"assistant","id":format!("msg_{index}"),
+            "content":[{"type":"output_text","text":t}]}),
+        );
     }
     for call in calls {
         let (name, arguments) = match &call.kind {

@@ -34,7 +34,14 @@ struct Hub {
 }
 
 impl Hub {
-    fn new(cli: Cli, init_args: &[&str]) -> Self {
+    /// `no_wake`: Claude Code's waiting Stop hook left out (`--no-wake`), for print-mode runs
+    /// that test something else; Codex has no such hook.
+    fn new(cli: Cli, no_wake: bool) -> Self {
+        let init_args: &[&str] = if no_wake && cli == Cli::Claude {
+            &["--no-wake"]
+        } else {
+            &[]
+        };
         let s = Arc::new(Server::start());
         let home = AgentHome::new();
         match cli {
@@ -140,6 +147,29 @@ fn shown(model: &ModelServer, notice: &str) -> Vec<usize> {
         .collect()
 }
 
+/// Asserts how often the model was shown `notice`, request by request (main lane); on a
+/// mismatch the message says where it was shown.
+fn assert_shown(model: &ModelServer, notice: &str, want: &[usize]) {
+    let got = shown(model, notice);
+    if got != want {
+        let places: Vec<String> = model
+            .lane(Lane::Main)
+            .iter()
+            .flat_map(|r| {
+                r.places(notice)
+                    .into_iter()
+                    .map(move |p| format!("#{}: …{p}…", r.index))
+            })
+            .collect();
+        panic!(
+            "the notice was shown {got:?} times per request, want {want:?}\nnotice: {notice}\n\
+             shown at:\n{}\nrequests:{}",
+            places.join("\n"),
+            model.summary()
+        );
+    }
+}
+
 /// Nothing left for KEY: the notice was handed over and acknowledged.
 fn assert_nothing_pending(s: &Server) {
     let p = s.pending(KEY);
@@ -148,7 +178,7 @@ fn assert_nothing_pending(s: &Server) {
 }
 
 fn mid_run_delivery(cli: Cli) {
-    let hub = Hub::new(cli, &["--no-wake"]);
+    let hub = Hub::new(cli, true);
     let seen = Arc::new(Mutex::new(String::new()));
     let model = ModelServer::start(Script::new(vec![
         Step::shell("call_1", "echo working").before(hub.human_steps_in(&seen)),
@@ -158,7 +188,7 @@ fn mid_run_delivery(cli: Cli) {
     let n = notice(&seen);
     // Shown in the request right after the tool call, once; not before. Later requests repeat
     // the conversation, so "once across the run" is "once in the last request".
-    assert_eq!(shown(&model, &n), [0, 1], "{}", model.summary());
+    assert_shown(&model, &n, &[0, 1]);
     assert_eq!(model.unscripted(), 0, "{}", model.summary());
     assert_nothing_pending(&hub.s);
 }
@@ -174,7 +204,7 @@ fn codex_hears_a_change_right_after_its_tool_call_once() {
 }
 
 fn stop_gate(cli: Cli) {
-    let hub = Hub::new(cli, &["--no-wake"]);
+    let hub = Hub::new(cli, true);
     let seen = Arc::new(Mutex::new(String::new()));
     // The change lands while the model writes its final answer: after the last tool call, so
     // only the stop gate can deliver it.
@@ -185,8 +215,25 @@ fn stop_gate(cli: Cli) {
     ]));
     let run = hub.run(&model, "do the task");
     let n = notice(&seen);
-    // Sent back once with the notice as the reason, then allowed to stop.
-    assert_eq!(shown(&model, &n), [0, 0, 1], "{}", model.summary());
+    // Sent back once with the notice as the reason, then allowed to stop. Claude Code 2.1.328
+    // renders one Stop block twice in its next request: a user message "Stop hook
+    // feedback:\n<reason>" and a system message "Stop hook blocking error from command:
+    // \"<cmd>\": <reason>" (seen with a plain script hook too); Codex once, as
+    // `<hook_prompt …><reason></hook_prompt>`.
+    match cli {
+        Cli::Claude => {
+            assert_shown(&model, &n, &[0, 0, 2]);
+            let last = &model.lane(Lane::Main)[2];
+            assert_eq!(
+                last.count(&format!("Stop hook feedback:\n{n}")),
+                1,
+                "{:?}",
+                last.places(&n)
+            );
+            assert_eq!(last.count("Stop hook feedback:"), 1, "one block");
+        }
+        Cli::Codex => assert_shown(&model, &n, &[0, 0, 1]),
+    }
     assert_eq!(model.unscripted(), 0, "{}", model.summary());
     if cli == Cli::Claude {
         assert_eq!(run.json()["result"], "Reconciled, done.", "{}", run.stdout);
@@ -205,7 +252,7 @@ fn codex_is_sent_back_once_when_a_change_lands_before_it_stops() {
 }
 
 fn parallel_calls(cli: Cli) {
-    let hub = Hub::new(cli, &["--no-wake"]);
+    let hub = Hub::new(cli, true);
     let seen = Arc::new(Mutex::new(String::new()));
     let model = ModelServer::start(Script::new(vec![
         Step::calls(vec![
@@ -219,7 +266,7 @@ fn parallel_calls(cli: Cli) {
     hub.run(&model, "do three things");
     let n = notice(&seen);
     // Three PostToolUse hooks, one notice: shown once.
-    assert_eq!(shown(&model, &n), [0, 1], "{}", model.summary());
+    assert_shown(&model, &n, &[0, 1]);
     assert_eq!(model.unscripted(), 0, "{}", model.summary());
     assert_nothing_pending(&hub.s);
 }
@@ -250,6 +297,15 @@ fn tool_output(request: &Request, id: &str) -> String {
     panic!("no result of call {id} in request #{}", request.index)
 }
 
+/// The JSON object a CLI shows the model as an MCP tool's result. Both show the tool's
+/// structured content as JSON text (not its text content blocks); Codex puts a
+/// "Wall time: … Output:" header before it.
+fn shown_json(output: &str) -> Value {
+    let json_part = output.split_once("Output:\n").map_or(output, |x| x.1);
+    serde_json::from_str(json_part.trim())
+        .unwrap_or_else(|e| panic!("the tool result shown is not JSON ({e}): {output}"))
+}
+
 fn text_of(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
@@ -263,7 +319,7 @@ fn text_of(v: &Value) -> String {
 }
 
 fn session_status_through_mcp(cli: Cli) {
-    let hub = Hub::new(cli, &["--no-wake"]);
+    let hub = Hub::new(cli, true);
     // The human stepped in before the run: the notice names the cursor to read from.
     let n = human_turn_now(&hub.s);
     let since: i64 = n
@@ -284,28 +340,19 @@ fn session_status_through_mcp(cli: Cli) {
     assert_eq!(main.len(), 2, "{}", model.summary());
     // The first request already carries the notice (SessionStart / UserPromptSubmit).
     assert_eq!(main[0].count(&n), 1, "{}", model.summary());
-    let output = tool_output(&main[1], "call_status");
+    let shown = shown_json(&tool_output(&main[1], "call_status"));
     // The exact delta: what the gateway answers for the same read.
     let want = hub.s.status(KEY, WORKER, since);
-    let want_text = want["statusText"].as_str().expect("statusText");
+    let events = want["stateChanges"]["events"].as_array().expect("events");
     assert!(
-        want_text.contains("human"),
-        "the delta holds the human turn: {want_text}"
+        events.iter().any(|e| e["kind"] == "human_direct_message"),
+        "the delta holds the human turn: {want}"
     );
-    let shown_text = match cli {
-        Cli::Claude => output.clone(),
-        // Codex shows the tool's structured content, as JSON after a "Output:" header.
-        Cli::Codex => {
-            let json_part = output.split_once("Output:\n").map_or(output.as_str(), |x| x.1);
-            let v: Value = serde_json::from_str(json_part.trim())
-                .unwrap_or_else(|e| panic!("Codex tool output is not JSON ({e}): {output}"));
-            v["statusText"].as_str().unwrap_or_default().to_string()
-        }
-    };
-    assert!(
-        shown_text.contains(want_text),
-        "the model was shown:\n{shown_text}\nthe gateway's delta:\n{want_text}"
+    assert_eq!(
+        shown["stateChanges"], want["stateChanges"],
+        "shown: {shown}"
     );
+    assert_eq!(shown["statusText"], want["statusText"], "shown: {shown}");
     assert_nothing_pending(&hub.s);
 }
 
@@ -317,6 +364,32 @@ fn claude_code_calls_session_status_through_mcp_and_gets_the_exact_delta() {
 #[test]
 fn codex_calls_session_status_through_mcp_and_gets_the_exact_delta() {
     session_status_through_mcp(Cli::Codex);
+}
+
+/// A change that lands while the model calls an aware MCP tool: `aware mcp` drains it after
+/// the call; the model must still be shown it, once.
+fn notice_during_mcp_call(cli: Cli) {
+    let hub = Hub::new(cli, true);
+    let seen = Arc::new(Mutex::new(String::new()));
+    let model = ModelServer::start(Script::new(vec![
+        Step::tool("call_list", "mcp__aware__sessions_list", json!({}))
+            .before(hub.human_steps_in(&seen)),
+        Step::text("All done."),
+    ]));
+    hub.run(&model, "list the sessions");
+    let n = notice(&seen);
+    assert_shown(&model, &n, &[0, 1]);
+    assert_nothing_pending(&hub.s);
+}
+
+#[test]
+fn claude_code_hears_a_change_drained_by_an_mcp_tool_call() {
+    notice_during_mcp_call(Cli::Claude);
+}
+
+#[test]
+fn codex_hears_a_change_drained_by_an_mcp_tool_call() {
+    notice_during_mcp_call(Cli::Codex);
 }
 
 /// Events of `key`'s stream as KEY sees them.
@@ -336,7 +409,7 @@ fn kinds(events: &[Value]) -> Vec<String> {
 
 #[test]
 fn claude_code_native_subagent_becomes_a_child_session_with_its_outcome() {
-    let hub = Hub::new(Cli::Claude, &["--no-wake"]);
+    let hub = Hub::new(Cli::Claude, true);
     let model = ModelServer::start(
         Script::new(vec![
             Step::tool(
@@ -366,18 +439,19 @@ fn claude_code_native_subagent_becomes_a_child_session_with_its_outcome() {
         .or(children[0]["sessionKey"].as_str())
         .expect("child key")
         .to_string();
-    let parent_kinds = kinds(&events(&hub.s, KEY));
-    assert_eq!(
-        parent_kinds.iter().filter(|k| *k == "child_spawned").count(),
-        1,
-        "{parent_kinds:?}"
+    assert!(
+        child.starts_with("agent:main:subagent:claude-"),
+        "the child is named after the subagent: {child}"
     );
+    // `child_spawned` (on the child's stream, seeding KEY's cursor), then the run's end.
     let child_kinds = kinds(&events(&hub.s, &child));
-    assert_eq!(
-        child_kinds.iter().filter(|k| *k == "run_completed").count(),
-        1,
-        "{child_kinds:?}"
-    );
+    for kind in ["child_spawned", "run_completed"] {
+        assert_eq!(
+            child_kinds.iter().filter(|k| *k == kind).count(),
+            1,
+            "{kind}: {child_kinds:?}"
+        );
+    }
     assert!(
         !child_kinds.iter().any(|k| k == "run_failed"),
         "{child_kinds:?}"
@@ -386,7 +460,7 @@ fn claude_code_native_subagent_becomes_a_child_session_with_its_outcome() {
 
 #[test]
 fn claude_code_compact_records_one_compacted_event() {
-    let hub = Hub::new(Cli::Claude, &["--no-wake"]);
+    let hub = Hub::new(Cli::Claude, true);
     let model = ModelServer::start(Script::new(vec![Step::text("Hello.")]));
     let first = hub.run(&model, "hello");
     let session = first.json()["session_id"]
@@ -404,7 +478,7 @@ fn claude_code_compact_records_one_compacted_event() {
 
 #[test]
 fn codex_compaction_records_one_compacted_event() {
-    let hub = Hub::new(Cli::Codex, &[]);
+    let hub = Hub::new(Cli::Codex, false);
     let model = ModelServer::start(
         Script::new(vec![
             Step::shell("call_1", "echo working"),
@@ -432,7 +506,7 @@ fn closed_port() -> u16 {
 fn gateway_down(cli: Cli) {
     // Set up against the real gateway, then point every hook and the MCP server at a port
     // nothing listens on by running init again with that URL (it rewrites its own entries).
-    let hub = Hub::new(cli, &[]);
+    let hub = Hub::new(cli, false);
     let dead = format!("http://127.0.0.1:{}", closed_port());
     let again = hub.init(&dead, &[]);
     let configs = match cli {
@@ -453,7 +527,7 @@ fn gateway_down(cli: Cli) {
     // Each hook fails fast and silently to the model; the run ends normally (a hook that
     // waited would trip the runner's deadline and fail this test with the CLI's output).
     let run = hub.run(&model, "do the task");
-    assert_eq!(shown(&model, "System: ["), [0, 0], "{}", model.summary());
+    assert_shown(&model, "System: [", &[0, 0]);
     assert_eq!(model.unscripted(), 0, "{}", model.summary());
     if cli == Cli::Claude {
         assert_eq!(run.json()["result"], "All done.", "{}", run.stdout);
@@ -489,7 +563,7 @@ fn wait_for_wake_streams(s: &Server, n: f64, timeout: Duration) {
 
 #[test]
 fn claude_code_idle_session_is_woken_by_a_change() {
-    let hub = Hub::new(Cli::Claude, &[]);
+    let hub = Hub::new(Cli::Claude, false);
     let model = ModelServer::start(Script::new(vec![
         Step::text("Ready."),
         Step::text("Reconciled."),
@@ -514,6 +588,6 @@ fn claude_code_idle_session_is_woken_by_a_change() {
     model.wait_for("the woken request", Duration::from_secs(60), |r| {
         r.iter().filter(|x| x.lane == Lane::Main).count() >= 2
     });
-    assert_eq!(shown(&model, &n)[..2], [0, 1], "{}", model.summary());
+    assert_shown(&model, &n, &[0, 1]);
     assert_nothing_pending(&hub.s);
 }

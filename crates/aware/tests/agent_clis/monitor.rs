@@ -37,7 +37,10 @@ fn adopt(s: &Server, catalog: &str, thread: &str) -> String {
         json!({"catalogId": catalog, "hostId": "gateway:local", "threadId": thread}),
     );
     assert_eq!(r.status, 200, "adopt {catalog} {thread}: {}", r.body);
-    let key = r.body["sessionKey"].as_str().expect("sessionKey").to_string();
+    let key = r.body["sessionKey"]
+        .as_str()
+        .expect("sessionKey")
+        .to_string();
     let w = s.watch(X, &key);
     assert!(w.status == 200 || w.status == 201, "{}", w.body);
     key
@@ -87,7 +90,10 @@ fn a_real_claude_code_transcript_counts_the_typed_prompt_exactly() {
     // Adoption imports the history: the typed prompt and the answers, no machine rows.
     let texts = turn_texts(&s, &key);
     assert_eq!(
-        texts.iter().filter(|t| *t == "what is in this project?").count(),
+        texts
+            .iter()
+            .filter(|t| *t == "what is in this project?")
+            .count(),
         1,
         "{texts:?}"
     );
@@ -129,7 +135,10 @@ fn a_real_codex_rollout_counts_the_typed_prompt_exactly() {
     let key = adopt(&s, "codex", &thread);
     let texts = turn_texts(&s, &key);
     assert_eq!(
-        texts.iter().filter(|t| *t == "what is in this project?").count(),
+        texts
+            .iter()
+            .filter(|t| *t == "what is in this project?")
+            .count(),
         1,
         "{texts:?}"
     );
@@ -148,11 +157,19 @@ fn a_real_codex_rollout_counts_the_typed_prompt_exactly() {
     args.push("now add a test".into());
     let second = home.codex(&model, &args);
     second.assert_success("codex exec resume", &model);
-    assert_eq!(home.codex_rollouts(), rollouts, "resumed in the same rollout");
+    assert_eq!(
+        home.codex_rollouts(),
+        rollouts,
+        "resumed in the same rollout"
+    );
     tick(&mut s, 2);
     let found = hdms(&s, &key);
     assert_eq!(found.len(), 1, "one typed prompt: {found:?}");
-    assert_eq!(found[0]["summary"], "human message via codex", "{}", found[0]);
+    assert_eq!(
+        found[0]["summary"], "human message via codex",
+        "{}",
+        found[0]
+    );
     assert_eq!(s.notice_texts(X).len(), 1, "{}", s.pending(X));
     tick(&mut s, 3);
     assert_eq!(hdms(&s, &key).len(), 1, "tick 3 adds nothing");

@@ -72,7 +72,10 @@ fn claude_code_hook_payloads_carry_what_the_hook_reads() {
     for want in ["startup", "resume", "compact"] {
         assert!(sources.contains(&want), "SessionStart sources {sources:?}");
     }
-    assert_eq!(field(one(&all, "UserPromptSubmit"), "prompt"), "do the task");
+    assert_eq!(
+        field(one(&all, "UserPromptSubmit"), "prompt"),
+        "do the task"
+    );
     let post: Vec<&Value> = of_event(&all, "PostToolUse");
     let mut tools: Vec<&str> = post
         .iter()
@@ -101,7 +104,10 @@ fn claude_code_hook_payloads_carry_what_the_hook_reads() {
     assert_eq!(native.len(), 1, "{sub_stops:?}");
     assert_eq!(field(native[0], "agent_type"), "general-purpose");
     assert_eq!(field(native[0], "stop_hook_active"), false);
-    assert_eq!(field(native[0], "last_assistant_message"), "I see a project.");
+    assert_eq!(
+        field(native[0], "last_assistant_message"),
+        "I see a project."
+    );
     field(native[0], "agent_transcript_path");
     let fork: Vec<&&Value> = sub_stops
         .iter()
@@ -154,7 +160,10 @@ fn codex_hook_payloads_carry_what_the_hook_reads_and_compaction_runs_headless() 
         assert_eq!(v["session_id"], session, "{v}");
         assert!(v["transcript_path"].is_string(), "{v}");
     }
-    assert_eq!(field(one(&all, "UserPromptSubmit"), "prompt"), "do the task");
+    assert_eq!(
+        field(one(&all, "UserPromptSubmit"), "prompt"),
+        "do the task"
+    );
     let post = one(&all, "PostToolUse");
     assert_eq!(field(post, "tool_name"), "Bash");
     assert_eq!(field(post, "tool_use_id"), "call_1");
@@ -217,7 +226,11 @@ fn codex_skips_a_hook_whose_trust_hash_does_not_match() {
     assert_eq!(of_event(&all, "Stop").len(), 1, "{all:?}");
     assert!(of_event(&all, "PostToolUse").is_empty(), "{all:?}");
     // The tool did run: its output reached the model.
-    assert!(model.lane(Lane::Main)[1].contains("hi\n"), "{}", model.summary());
+    assert!(
+        model.lane(Lane::Main)[1].contains("hi\n"),
+        "{}",
+        model.summary()
+    );
 }
 
 /// The worked example of the trust hash in docs/codex.md and /tmp/agent-cli-facts.md.

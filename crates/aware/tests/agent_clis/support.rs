@@ -181,11 +181,7 @@ pub fn codex_hooks(home: &AgentHome, events: &[&str], command: &Path, bad_hash_f
         }
         trust.push_str(&format!(
             "\n[hooks.state.{:?}]\ntrusted_hash = {hash:?}\n",
-            format!(
-                "{}:{}:0:0",
-                hooks_json.to_string_lossy(),
-                codex_label(e)
-            )
+            format!("{}:{}:0:0", hooks_json.to_string_lossy(), codex_label(e))
         ));
     }
     std::fs::write(&hooks_json, json!({"hooks": hooks}).to_string()).expect("write hooks.json");
