@@ -8,8 +8,9 @@
 //! [`Lane`] and answered from that lane's steps in arrival order:
 //!
 //! - [`Lane::Main`]: the agent's own conversation.
-//! - [`Lane::Subagent`]: Claude Code's native subagent (its requests say `cc_is_subagent=true`
-//!   in the first system block), so the parent's and the subagent's steps never mix.
+//! - [`Lane::Subagent`]: a native subagent (Claude Code's requests say `cc_is_subagent=true` in
+//!   the first system block; Codex's carry `client_metadata["x-openai-subagent"]`), so the
+//!   parent's and the subagent's steps never mix.
 //! - [`Lane::Compaction`]: a request to summarise the conversation (Claude's `/compact` and
 //!   Codex's compaction); answered with [`Script::summary`] in the `<summary>` tags Claude Code
 //!   insists on.
@@ -67,7 +68,8 @@ pub enum CallKind {
     Shell(String),
     /// Any other tool by the name Claude Code offers it under (say `mcp__aware__session_status`,
     /// or `Agent`), with its input object. For Codex an `mcp__SERVER__TOOL` name is sent as
-    /// tool `TOOL` in namespace `mcp__SERVER`, the shape Codex 0.169.0 accepts.
+    /// tool `TOOL` in namespace `mcp__SERVER`, the shape Codex 0.169.0 accepts, and
+    /// `NAMESPACE.TOOL` (say `multi_agent_v1.spawn_agent`) as tool `TOOL` in `NAMESPACE`.
     Tool { name: String, input: Value },
 }
 
@@ -94,6 +96,9 @@ pub struct Step {
     pub text: Option<String>,
     pub calls: Vec<Call>,
     before: Option<SideEffect>,
+    /// Computes the answer from the request instead (say, a call that names the id a previous
+    /// tool returned).
+    from_request: Option<Box<dyn FnOnce(&Request) -> Step + Send + 'static>>,
 }
 
 /// A side effect run before a step's answer is sent; it gets the request being answered.
@@ -106,6 +111,7 @@ impl Step {
             text: Some(text.to_string()),
             calls: Vec::new(),
             before: None,
+            from_request: None,
         }
     }
     /// One shell command.
@@ -122,6 +128,17 @@ impl Step {
             text: None,
             calls,
             before: None,
+            from_request: None,
+        }
+    }
+    /// A step whose answer is computed from the request it answers (its side effect, if any,
+    /// runs first; the computed step's own side effect is ignored).
+    pub fn from_request(answer: impl FnOnce(&Request) -> Step + Send + 'static) -> Self {
+        Step {
+            text: None,
+            calls: Vec::new(),
+            before: None,
+            from_request: Some(Box::new(answer)),
         }
     }
     /// Adds a text before the tool calls.
@@ -519,7 +536,13 @@ async fn answer(State(shared): State<Arc<Shared>>, uri: Uri, body: Bytes) -> Res
                 // gets its answer.
                 let _ = tokio::task::spawn_blocking(move || effect(&req)).await;
             }
-            (step.text, step.calls)
+            match step.from_request.take() {
+                Some(answer) => {
+                    let computed = answer(&request);
+                    (computed.text, computed.calls)
+                }
+                None => (step.text, step.calls),
+            }
         }
         (_, None) => (Some(UNSCRIPTED_ANSWER.to_string()), Vec::new()),
     };
@@ -553,13 +576,19 @@ fn classify(api: Api, body: &Value) -> Lane {
     if !has_tools {
         return Lane::Side;
     }
-    if let Api::Messages = api {
-        let first_system = body["system"][0]["text"].as_str().unwrap_or("");
-        if first_system.contains("cc_is_subagent=true") {
-            return Lane::Subagent;
-        }
+    let subagent = match api {
+        Api::Messages => body["system"][0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .contains("cc_is_subagent=true"),
+        // Codex marks a spawned agent's requests (also in the `x-openai-subagent` header).
+        Api::Responses => body["client_metadata"]["x-openai-subagent"].is_string(),
+    };
+    if subagent {
+        Lane::Subagent
+    } else {
+        Lane::Main
     }
-    Lane::Main
 }
 
 /// The text of the last user message (all its text parts).
@@ -703,6 +732,10 @@ fn responses_sse(index: usize, text: Option<&str>, calls: &[Call], tokens: u64) 
             .and_then(|rest| rest.split_once("__"))
         {
             item["namespace"] = json!(format!("mcp__{server}"));
+            item["name"] = json!(tool);
+        } else if let Some((namespace, tool)) = name.split_once('.') {
+            // Codex's own namespaced tools: `multi_agent_v1.spawn_agent`.
+            item["namespace"] = json!(namespace);
             item["name"] = json!(tool);
         }
         items.push(item);
