@@ -578,6 +578,45 @@ fn codex_compaction_records_one_compacted_event() {
     assert_eq!(k.iter().filter(|x| *x == "compacted").count(), 1, "{k:?}");
 }
 
+/// `aware init claude-code` installs the waiting Stop hook by default, and `claude -p` waits
+/// for an async Stop hook to end before it exits (its exit 2 wakes nothing there). So in print
+/// mode (the hook's environment says `CLAUDE_CODE_SESSION_ATTENDED=0`) the waiter has nothing
+/// to wait for: it must never open the wake stream, which would hold the run until it gives
+/// up. Observed on the gateway: no `GET /v1/wakes` was served, and none is open afterwards.
+#[test]
+fn claude_code_print_mode_is_not_held_by_the_waiting_hook() {
+    let hub = Hub::new(Cli::Claude, false);
+    let settings = std::fs::read_to_string(hub.home.project.join(".claude/settings.json"))
+        .expect("settings.json");
+    assert!(settings.contains("--wait"), "{settings}");
+    let model = ModelServer::start(Script::new(vec![
+        Step::shell("call_1", "echo working"),
+        Step::text("All done."),
+    ]));
+    let run = hub.run(&model, "do the task");
+    assert_eq!(run.json()["result"], "All done.", "{}", run.stdout);
+    assert_eq!(model.unscripted(), 0, "{}", model.summary());
+    wait_for_wake_streams_at_most(&hub.s, 0.0, Duration::from_secs(30));
+    let metrics = hub
+        .s
+        .get("/metrics")
+        .body
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    let wake_streams: Vec<&str> = metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("aware_http_requests_total{") && l.contains("route=\"/v1/wakes\"")
+        })
+        .collect();
+    assert!(
+        wake_streams.is_empty(),
+        "a waiting hook opened the wake stream in print mode (and held `claude -p` until it \
+         gave up): {wake_streams:?}"
+    );
+}
+
 /// A loopback port nothing listens on (bound, then released).
 fn closed_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -637,6 +676,23 @@ fn wait_for_wake_streams(s: &Server, n: f64, timeout: Duration) {
         assert!(
             Instant::now() < deadline,
             "no waiting hook subscribed to the wake stream within {timeout:?} ({open} open)"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits until `/metrics` shows at most `n` open wake streams (a waiter that ended is
+/// unsubscribed once the gateway sees its connection close).
+fn wait_for_wake_streams_at_most(s: &Server, n: f64, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let open = s.metric("aware_wake_stream_subscribers").unwrap_or(0.0);
+        if open <= n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{open} wake streams still open after {timeout:?}: a waiting hook outlived its CLI"
         );
         std::thread::sleep(Duration::from_millis(50));
     }
