@@ -281,22 +281,6 @@ fn codex_parallel_tool_calls_show_a_notice_once() {
     parallel_calls(Cli::Codex);
 }
 
-/// The text of the tool result of call `id` in a request (Messages `tool_result` content, or
-/// Responses `function_call_output` output).
-fn tool_output(request: &Request, id: &str) -> String {
-    for item in request.items() {
-        if item["type"] == "function_call_output" && item["call_id"] == id {
-            return text_of(&item["output"]);
-        }
-        for block in item["content"].as_array().into_iter().flatten() {
-            if block["type"] == "tool_result" && block["tool_use_id"] == id {
-                return text_of(&block["content"]);
-            }
-        }
-    }
-    panic!("no result of call {id} in request #{}", request.index)
-}
-
 /// The JSON object a CLI shows the model as an MCP tool's result. Both show the tool's
 /// structured content as JSON text (not its text content blocks); Codex puts a
 /// "Wall time: … Output:" header before it.
@@ -304,18 +288,6 @@ fn shown_json(output: &str) -> Value {
     let json_part = output.split_once("Output:\n").map_or(output, |x| x.1);
     serde_json::from_str(json_part.trim())
         .unwrap_or_else(|e| panic!("the tool result shown is not JSON ({e}): {output}"))
-}
-
-fn text_of(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Array(parts) => parts
-            .iter()
-            .filter_map(|p| p["text"].as_str())
-            .collect::<Vec<_>>()
-            .join("\n"),
-        other => other.to_string(),
-    }
 }
 
 fn session_status_through_mcp(cli: Cli) {
@@ -510,29 +482,7 @@ fn claude_code_background_subagent_becomes_a_child_and_its_notification_is_no_hu
 #[test]
 fn codex_subagent_becomes_a_child_session_with_its_outcome() {
     let hub = Hub::new(Cli::Codex, false);
-    // spawn_agent, then wait_agent on the id it returned, then the final answer.
-    let model = ModelServer::start(
-        Script::new(vec![
-            Step::tool(
-                "call_spawn",
-                "multi_agent_v1.spawn_agent",
-                json!({"message": "Say what you see."}),
-            ),
-            Step::from_request(|r| {
-                let out = tool_output(r, "call_spawn");
-                let v: Value = serde_json::from_str(&out)
-                    .unwrap_or_else(|e| panic!("spawn_agent output is not JSON ({e}): {out}"));
-                let id = v["agent_id"].as_str().unwrap_or_default().to_string();
-                Step::tool(
-                    "call_wait",
-                    "multi_agent_v1.wait_agent",
-                    json!({"targets": [id], "timeout_ms": 60000}),
-                )
-            }),
-            Step::text("All done."),
-        ])
-        .with_subagent(vec![Step::text("I see a project.")]),
-    );
+    let model = ModelServer::start(super::payloads::codex_spawn_and_wait("I see a project."));
     hub.run(&model, "delegate a survey");
     assert_eq!(model.lane(Lane::Subagent).len(), 1, "{}", model.summary());
     assert_eq!(model.unscripted(), 0, "{}", model.summary());

@@ -246,3 +246,78 @@ fn codex_trust_hash_worked_example() {
         "sha256:e09e2aab6329d2e008db8814b85b0e3a135e48634593656b62f52cdc933db405"
     );
 }
+
+/// A script that spawns a Codex subagent and waits for it: `multi_agent_v1.spawn_agent`, then
+/// `wait_agent` on the id the spawn returned, then a final answer; the subagent answers once.
+pub fn codex_spawn_and_wait(subagent_says: &str) -> Script {
+    Script::new(vec![
+        Step::tool(
+            "call_spawn",
+            "multi_agent_v1.spawn_agent",
+            json!({"message": "Say what you see."}),
+        ),
+        Step::from_request(|r| {
+            let out = tool_output(r, "call_spawn");
+            let v: Value = serde_json::from_str(&out)
+                .unwrap_or_else(|e| panic!("spawn_agent output is not JSON ({e}): {out}"));
+            let id = v["agent_id"].as_str().unwrap_or_default().to_string();
+            Step::tool(
+                "call_wait",
+                "multi_agent_v1.wait_agent",
+                json!({"targets": [id], "timeout_ms": 60000}),
+            )
+        }),
+        Step::text("All done."),
+    ])
+    .with_subagent(vec![Step::text(subagent_says)])
+}
+
+#[test]
+fn codex_subagent_hook_payloads() {
+    let home = AgentHome::new();
+    let (hook, dir) = dump_hook(&home);
+    codex_hooks(&home, CODEX_EVENTS, &hook, None);
+    let model = ModelServer::start(codex_spawn_and_wait("I see a project."));
+    home.codex_exec(&model, "delegate a survey", &[])
+        .assert_success("codex exec", &model);
+    assert_eq!(model.lane(Lane::Subagent).len(), 1, "{}", model.summary());
+    let all = dumps(&dir);
+    let parent = field(
+        of_event(&all, "SessionStart")
+            .first()
+            .copied()
+            .expect("SessionStart"),
+        "session_id",
+    )
+    .clone();
+    let start = one(&all, "SubagentStart");
+    let agent_id = field(start, "agent_id").clone();
+    assert_eq!(field(start, "agent_type"), "default");
+    assert_eq!(start["session_id"], parent, "the parent's session id");
+    let stop = one(&all, "SubagentStop");
+    assert_eq!(field(stop, "agent_id"), &agent_id);
+    assert_eq!(field(stop, "stop_hook_active"), false);
+    assert_eq!(field(stop, "last_assistant_message"), "I see a project.");
+    field(stop, "agent_transcript_path");
+    // The subagent's first prompt is a UserPromptSubmit too, told apart only by its agent_id.
+    let prompts = of_event(&all, "UserPromptSubmit");
+    assert_eq!(prompts.len(), 2, "{prompts:?}");
+    let sub_prompt: Vec<&&Value> = prompts
+        .iter()
+        .filter(|v| v["agent_id"] == agent_id)
+        .collect();
+    assert_eq!(sub_prompt.len(), 1, "{prompts:?}");
+    assert_eq!(field(sub_prompt[0], "prompt"), "Say what you see.");
+    assert_eq!(
+        sub_prompt[0]["session_id"], parent,
+        "the parent's session id"
+    );
+    save_payloads(
+        "codex",
+        &[
+            ("SubagentStart".to_string(), start),
+            ("SubagentStop".to_string(), stop),
+            ("UserPromptSubmit-subagent".to_string(), *sub_prompt[0]),
+        ],
+    );
+}

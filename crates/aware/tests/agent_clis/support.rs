@@ -208,3 +208,31 @@ pub fn save_payloads(cli: &str, named: &[(String, &Value)]) {
         .expect("write a payload");
     }
 }
+
+/// The text of the tool result of call `id` in a request (Messages `tool_result` content, or
+/// Responses `function_call_output` output).
+pub fn tool_output(request: &Request, id: &str) -> String {
+    for item in request.items() {
+        if item["type"] == "function_call_output" && item["call_id"] == id {
+            return text_of(&item["output"]);
+        }
+        for block in item["content"].as_array().into_iter().flatten() {
+            if block["type"] == "tool_result" && block["tool_use_id"] == id {
+                return text_of(&block["content"]);
+            }
+        }
+    }
+    panic!("no result of call {id} in request #{}", request.index)
+}
+
+pub fn text_of(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        other => other.to_string(),
+    }
+}
