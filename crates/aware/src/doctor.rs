@@ -3,6 +3,8 @@
 
 use crate::client::{out, seg, Client, Failure};
 use crate::context::{self, Conn};
+use crate::init::codex::{codex_home, trust_hash, EVENTS as CODEX_EVENTS};
+use crate::init::is_aware_hook;
 use anyhow::Result;
 use serde_json::Value;
 use std::path::PathBuf;
@@ -111,14 +113,17 @@ pub fn run(args: DoctorArgs, outer: &Conn) -> Result<()> {
         ),
         Some(Err(e)) => r.fail(&format!("{}: {e}", settings.display()), "fix the JSON"),
         Some(Ok(v)) => {
-            let cmds: Vec<String> = v["hooks"]["UserPromptSubmit"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .flat_map(|g| g["hooks"].as_array().cloned().unwrap_or_default())
-                .filter_map(|h| h["command"].as_str().map(str::to_string))
-                .filter(|c| c.split_whitespace().any(|w| w == "hook") && c.contains("aware"))
-                .collect();
+            let ours = |event: &str| -> Vec<String> {
+                v["hooks"][event]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .flat_map(|g| g["hooks"].as_array().cloned().unwrap_or_default())
+                    .filter_map(|h| h["command"].as_str().map(str::to_string))
+                    .filter(|c| is_aware_hook(c))
+                    .collect()
+            };
+            let cmds = ours("UserPromptSubmit");
             match cmds.first() {
                 None => r.fail(
                     &format!("{} has no aware UserPromptSubmit hook", settings.display()),
@@ -130,6 +135,24 @@ pub fn run(args: DoctorArgs, outer: &Conn) -> Result<()> {
                         flag_value(cmd.split_whitespace().map(|w| w.trim_matches('\'')))
                     {
                         sessions.push(s);
+                    }
+                    let missing: Vec<&str> = crate::init::claude::EVENTS
+                        .into_iter()
+                        .filter(|e| ours(e).is_empty())
+                        .collect();
+                    if missing.is_empty() {
+                        r.ok("the hook is on every event it acts on");
+                    } else {
+                        r.warn(
+                            &format!("the hook is not on {}: a running agent hears a change only at the next prompt", missing.join(", ")),
+                            "run `aware init claude-code` again",
+                        );
+                    }
+                    if !ours("Stop").iter().any(|c| c.contains("--wait")) {
+                        r.warn(
+                            "no waiting Stop hook: an idle session is not woken by a change",
+                            "run `aware init claude-code` again (without --no-wake)",
+                        );
                     }
                 }
             }
@@ -170,6 +193,8 @@ pub fn run(args: DoctorArgs, outer: &Conn) -> Result<()> {
             }
         },
     }
+    codex(&mut r, &project, &mut sessions);
+    sessions.sort();
     sessions.dedup();
     if sessions.len() > 1 {
         r.warn(
@@ -220,6 +245,112 @@ pub fn run(args: DoctorArgs, outer: &Conn) -> Result<()> {
     }
     out("all checks passed");
     Ok(())
+}
+
+/// Codex: each hooks.json with aware hooks (the project's and `$CODEX_HOME`'s) has a trust
+/// entry per aware handler (Codex skips an untrusted hook silently), and the project is trusted.
+fn codex(r: &mut Report, project: &std::path::Path, sessions: &mut Vec<String>) {
+    let home = codex_home();
+    let config_path = home.join("config.toml");
+    let config: toml_edit::DocumentMut = match std::fs::read_to_string(&config_path) {
+        Ok(t) => match t.parse() {
+            Ok(d) => d,
+            Err(e) => {
+                r.fail(
+                    &format!(
+                        "{} is not valid TOML: {}",
+                        config_path.display(),
+                        e.to_string().trim()
+                    ),
+                    "fix the TOML",
+                );
+                return;
+            }
+        },
+        Err(_) => toml_edit::DocumentMut::new(),
+    };
+    let project = project
+        .canonicalize()
+        .unwrap_or_else(|_| project.to_path_buf());
+    for (path, in_project) in [
+        (project.join(".codex/hooks.json"), true),
+        (home.join("hooks.json"), false),
+    ] {
+        let Some(v) = read(&path) else { continue };
+        let v = match v {
+            Ok(v) => v,
+            Err(e) => {
+                r.fail(&format!("{}: {e}", path.display()), "fix the JSON");
+                continue;
+            }
+        };
+        let mut found = 0;
+        let mut untrusted = Vec::new();
+        for (event, label) in CODEX_EVENTS {
+            for (g, group) in v["hooks"][event]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
+                for (h, handler) in group["hooks"].as_array().into_iter().flatten().enumerate() {
+                    let Some(cmd) = handler["command"].as_str().filter(|c| is_aware_hook(c)) else {
+                        continue;
+                    };
+                    found += 1;
+                    if let Some(s) =
+                        flag_value(cmd.split_whitespace().map(|w| w.trim_matches('\'')))
+                    {
+                        sessions.push(s);
+                    }
+                    let timeout = handler["timeout"].as_u64().unwrap_or(600);
+                    let key = format!("{}:{label}:{g}:{h}", path.display());
+                    let have = config
+                        .get("hooks")
+                        .and_then(|x| x.get("state"))
+                        .and_then(|x| x.get(key.as_str()))
+                        .and_then(|x| x.get("trusted_hash"))
+                        .and_then(|x| x.as_str());
+                    if have != Some(trust_hash(label, cmd, timeout).as_str()) {
+                        untrusted.push(event);
+                    }
+                }
+            }
+        }
+        if found == 0 {
+            continue;
+        }
+        if untrusted.is_empty() {
+            r.ok(&format!("Codex hooks in {} are trusted", path.display()));
+        } else {
+            r.fail(
+                &format!(
+                    "Codex skips the aware hooks of {} silently: no matching trust entry in {} for {}",
+                    path.display(),
+                    config_path.display(),
+                    untrusted.join(", ")
+                ),
+                "run `aware init codex` again (it writes the trust entries)",
+            );
+        }
+        if in_project {
+            let trusted = config
+                .get("projects")
+                .and_then(|p| p.get(project.to_string_lossy().as_ref()))
+                .and_then(|p| p.get("trust_level"))
+                .and_then(|t| t.as_str())
+                == Some("trusted");
+            if !trusted {
+                r.warn(
+                    &format!(
+                        "Codex reads {}/.codex/ only in a trusted project, and this one is not",
+                        project.display()
+                    ),
+                    "trust the project in Codex, or run `aware init codex --trust-project`",
+                );
+            }
+        }
+    }
 }
 
 fn read(p: &std::path::Path) -> Option<Result<Value, String>> {

@@ -14,15 +14,19 @@
 //! 2. Concurrent clients posting human turns on parent-watched sessions, at `normal` and then
 //!    `full`, each on a fresh gateway. Floor: the same `Engine::post_turn` calls from as many
 //!    threads in-process.
+//! 4. The hook after a tool call: `aware hook` on `PostToolUse` with nothing pending, the whole
+//!    process's wall time, against spawning the same binary for `--version`.
 //! 3. Process RSS after building 10,000 sessions and 100,000 cursors over HTTP and idling 2 s,
 //!    against the RSS before the gateway started. Runs first, so that baseline is the bare
 //!    process rather than what workloads 1 and 2 left in the allocator.
 
+mod hook;
 mod raw;
 mod rss;
 mod status;
 mod turns;
 
+use hook::w4;
 use rss::w3;
 use status::w1;
 use turns::w2;
@@ -47,7 +51,7 @@ pub fn run(args: HttpBenchArgs, json: bool) -> Result<()> {
         for raw in &args.only {
             let w = raw.trim().trim_start_matches(['W', 'w']);
             let Some(w) = ALL.iter().find(|a| **a == w) else {
-                bail!("unknown workload {raw:?} in --only (expected some of 1,2,3)");
+                bail!("unknown workload {raw:?} in --only (expected some of 1,2,3,4)");
             };
             if !v.contains(w) {
                 v.push(*w);
@@ -120,7 +124,8 @@ pub fn run(args: HttpBenchArgs, json: bool) -> Result<()> {
          page, no HTTP) and by the HTTP floor (a GET /health round trip on the same connection); \
          workload 2 divides the gateway's time per turn by that of the same Engine::post_turn \
          calls from as many threads in-process (2.00x = the gateway reaches half the engine's \
-         turns/s); workload 3 divides the process VmRSS by the VmRSS before the gateway started. \
+         turns/s); workload 3 divides the process VmRSS by the VmRSS before the gateway started; \
+         workload 4 divides the hook process's wall time by that of `aware --version`. \
          1.00x = no cost over the floor. Workload 3 runs first so its baseline is the bare \
          process.",
     );
@@ -130,6 +135,7 @@ pub fn run(args: HttpBenchArgs, json: bool) -> Result<()> {
         let outcomes = match w {
             "1" => w1(&plan, calls),
             "2" => w2(&plan, turns, args.clients),
+            "4" => w4(&plan, (args.hook_runs / scale).max(20)),
             _ => w3(&plan),
         }
         .with_context(|| format!("workload {w}"))?;

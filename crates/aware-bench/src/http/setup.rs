@@ -15,8 +15,8 @@ pub struct HttpBenchArgs {
     #[arg(long)]
     pub json: bool,
     /// Run only these workloads, e.g. `--only 1,3` (1 = session_status page, 2 = concurrent
-    /// turns, 3 = gateway RSS).
-    #[arg(long, value_delimiter = ',', value_name = "1,2,3")]
+    /// turns, 3 = gateway RSS, 4 = the hook after a tool call).
+    #[arg(long, value_delimiter = ',', value_name = "1,2,3,4")]
     pub only: Vec<String>,
     /// Divide every count by 10 (a smoke run).
     #[arg(long)]
@@ -28,6 +28,9 @@ pub struct HttpBenchArgs {
     /// its own parent-watched session).
     #[arg(long, default_value_t = 64)]
     pub clients: usize,
+    /// Hook processes timed in workload 4 (each next to a `--version` floor process).
+    #[arg(long, default_value_t = 400)]
+    pub hook_runs: u64,
     /// `session_status` calls measured in workload 1.
     #[arg(long, default_value_t = 2_000)]
     pub calls: u64,
@@ -42,7 +45,7 @@ pub struct HttpBenchArgs {
     pub data_dir: Option<PathBuf>,
 }
 
-pub(crate) const ALL: [&str; 3] = ["1", "2", "3"];
+pub(crate) const ALL: [&str; 4] = ["1", "2", "3", "4"];
 /// Workload 1: event rows in the store before `--quick`. This is also the default retention
 /// cap (`max_rows`), so the gateway's start-up prune leaves every row in place.
 pub(crate) const W1_EVENT_ROWS: u64 = 50_000;

@@ -8,8 +8,8 @@
 //! changes nothing. A file that is not valid JSON or TOML, repeats a key, is read-only, or leads
 //! out of the project through a symlink is left alone and reported ([`files`]).
 
-mod claude;
-mod codex;
+pub(crate) mod claude;
+pub(crate) mod codex;
 mod files;
 
 use crate::client::{out, Client, Failure};
@@ -262,9 +262,9 @@ fn read_json(path: &Path, scope: &Scope) -> Result<(Option<String>, Value)> {
                     path.display()
                 ))
             })?;
-            files::check_unique_keys(&text).map_err(|e| {
+            files::check_faithful(&text).map_err(|e| {
                 UsageError(format!(
-                    "{}: {e}; nothing was written (a rewrite would keep only one), fix it and run again",
+                    "{}: {e}; nothing was written (a rewrite would not be faithful), fix it and run again",
                     path.display()
                 ))
             })?;
@@ -320,7 +320,7 @@ pub fn shell_quote(s: &str) -> String {
 }
 
 /// Is this hook command one of ours (so a re-run replaces it instead of adding a second)?
-fn is_aware_hook(cmd: &str) -> bool {
+pub(crate) fn is_aware_hook(cmd: &str) -> bool {
     let mut words = cmd.split_whitespace().filter(|w| !w.contains('='));
     let Some(prog) = words.next() else {
         return false;
