@@ -98,11 +98,14 @@ pub struct Step {
     before: Option<SideEffect>,
     /// Computes the answer from the request instead (say, a call that names the id a previous
     /// tool returned).
-    from_request: Option<Box<dyn FnOnce(&Request) -> Step + Send + 'static>>,
+    from_request: Option<ComputedStep>,
 }
 
 /// A side effect run before a step's answer is sent; it gets the request being answered.
 pub type SideEffect = Box<dyn FnOnce(&Request) + Send + 'static>;
+
+/// A step computed from the request it answers.
+pub type ComputedStep = Box<dyn FnOnce(&Request) -> Step + Send + 'static>;
 
 impl Step {
     /// A final text that ends the turn.
