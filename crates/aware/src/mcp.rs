@@ -4,7 +4,9 @@
 //! handshake, protocol-version negotiation and `ping`; this module only lists the six agent
 //! tools (the gateway's own schemas, `aware_gateway::tools::list()`) and forwards `tools/call`
 //! to `POST /v1/tools/{name}` as the `--session` caller. After every call it drains the session
-//! and appends the drain's prompt, so a model sees its notices on its next tool result.
+//! and appends the drain's prompt, so a model sees its notices on its next tool result: as a
+//! last text block and, in a structured result, as its `awareNotices` field (the real CLIs show
+//! the model the structured result alone).
 //!
 //! The HTTP client is the blocking `aware_client::Client` of the CLI; every request runs on
 //! `tokio::task::spawn_blocking`, never on the runtime's worker.
@@ -391,6 +393,12 @@ impl Http {
             Answer::Ok(d) => {
                 if let Some(prompt) = d["prompt"].as_str().filter(|p| !p.is_empty()) {
                     result.content.push(ContentBlock::text(prompt));
+                    // Claude Code and Codex show the model only the structured result when there
+                    // is one, so the notices (acknowledged by this drain) must be in it too, or
+                    // they are lost. The output schemas allow extra properties.
+                    if let Some(Value::Object(o)) = result.structured_content.as_mut() {
+                        o.insert("awareNotices".into(), Value::String(prompt.to_string()));
+                    }
                 }
             }
             Answer::Refused(e) | Answer::Unreachable(e) => {

@@ -526,7 +526,7 @@ fn init_codex_writes_config_hooks_and_trust() {
     );
     assert_eq!(
         user.matches("trusted_hash = \"sha256:").count(),
-        5,
+        7,
         "{user}"
     );
     assert!(

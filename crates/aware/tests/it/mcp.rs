@@ -309,12 +309,25 @@ fn s110_mcp_appends_and_acks_notices() {
         t[1],
         format!("System: [2026-01-01T00:00:00.000Z] {}", nt(C, 1))
     );
+    // Issue 22: Claude Code and Codex show the model only the structured result, so the notice
+    // is in it too (else it would be acknowledged and never seen).
+    assert_eq!(
+        r["structuredContent"]["awareNotices"],
+        format!("System: [2026-01-01T00:00:00.000Z] {}", nt(C, 1)),
+        "{r}"
+    );
     // Appending consumed the notice: the drain acked it.
     assert_eq!(s.triple(W, C), (2, 2, 2));
     assert_eq!(s.pending(W)["notices"], json!([]));
 
     let r = m.call("sessions_list", json!({}));
     assert_eq!(texts(&r).len(), 1, "{r}");
+    assert!(
+        r["structuredContent"]
+            .get("awareNotices")
+            .is_none(),
+        "{r}"
+    );
 }
 
 #[test]
