@@ -138,13 +138,29 @@ fn notice(seen: &Arc<Mutex<String>>) -> String {
     n
 }
 
-/// The main-lane requests, with the count of `notice` in each: what the model was shown.
+/// The main-lane requests, with the count of `notice` in each: what the model was shown. A
+/// tool result the CLI shows as JSON text (an MCP tool's structured content) holds the notice
+/// JSON-escaped, so both forms count.
 fn shown(model: &ModelServer, notice: &str) -> Vec<usize> {
+    let escaped = escaped(notice);
     model
         .lane(Lane::Main)
         .iter()
-        .map(|r| r.count(notice))
+        .map(|r| {
+            r.count(notice)
+                + if escaped != notice {
+                    r.count(&escaped)
+                } else {
+                    0
+                }
+        })
         .collect()
+}
+
+/// `text` as it reads inside a JSON string (without the quotes).
+fn escaped(text: &str) -> String {
+    let quoted = Value::String(text.to_string()).to_string();
+    quoted[1..quoted.len() - 1].to_string()
 }
 
 /// Asserts how often the model was shown `notice`, request by request (main lane); on a
@@ -156,7 +172,9 @@ fn assert_shown(model: &ModelServer, notice: &str, want: &[usize]) {
             .lane(Lane::Main)
             .iter()
             .flat_map(|r| {
-                r.places(notice)
+                let mut places = r.places(notice);
+                places.extend(r.places(&escaped(notice)));
+                places
                     .into_iter()
                     .map(move |p| format!("#{}: …{p}…", r.index))
             })

@@ -322,12 +322,7 @@ fn s110_mcp_appends_and_acks_notices() {
 
     let r = m.call("sessions_list", json!({}));
     assert_eq!(texts(&r).len(), 1, "{r}");
-    assert!(
-        r["structuredContent"]
-            .get("awareNotices")
-            .is_none(),
-        "{r}"
-    );
+    assert!(r["structuredContent"].get("awareNotices").is_none(), "{r}");
 }
 
 #[test]
