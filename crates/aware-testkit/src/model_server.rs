@@ -772,3 +772,174 @@ fn responses_sse(index: usize, text: Option<&str>, calls: &[Call], tokens: u64) 
     );
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn post(server: &ModelServer, path: &str, body: Value) -> (u16, String) {
+        let r = ureq::post(&format!("{}{path}", server.base_url()))
+            .set("Content-Type", "application/json")
+            .send_string(&body.to_string());
+        match r {
+            Ok(r) => (r.status(), r.into_string().unwrap_or_default()),
+            Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap_or_default()),
+            Err(e) => panic!("request to the model server failed: {e}"),
+        }
+    }
+
+    fn messages(user: &str, tools: bool) -> Value {
+        let tools = if tools {
+            json!([{"name": "Bash", "input_schema": {}}])
+        } else {
+            json!([])
+        };
+        json!({"model": "m", "stream": true, "tools": tools,
+            "system": [{"type": "text", "text": "x-anthropic-billing-header: cc_version=1;"}],
+            "messages": [{"role": "user", "content": [{"type": "text", "text": user}]}]})
+    }
+
+    #[test]
+    fn lanes_steps_side_effects_and_the_unscripted_answer() {
+        let effect_saw = Arc::new(Mutex::new(None));
+        let slot = effect_saw.clone();
+        let server = ModelServer::start(Script::new(vec![
+            Step::shell("toolu_1", "echo hi")
+                .with_text("Looking.")
+                .before(move |r| *slot.lock().expect("slot") = Some(r.index)),
+            Step::text("Done."),
+        ]));
+        let (status, first) = post(&server, "/v1/messages?beta=true", messages("go", true));
+        assert_eq!(status, 200);
+        // The side effect ran before the answer was sent, on the request it answers.
+        assert_eq!(*effect_saw.lock().expect("slot"), Some(0));
+        for part in [
+            "event: message_start",
+            "\"type\":\"tool_use\"",
+            "\"name\":\"Bash\"",
+            "\"partial_json\":\"{\\\"command\\\":\\\"echo hi\\\"",
+            "\"stop_reason\":\"tool_use\"",
+            "event: message_stop",
+        ] {
+            assert!(first.contains(part), "{part} in {first}");
+        }
+        // A request without tools is a side request and takes no step.
+        let (_, side) = post(&server, "/v1/messages?beta=true", messages("title?", false));
+        assert!(side.contains("\"stop_reason\":\"end_turn\""), "{side}");
+        let (_, count) = post(
+            &server,
+            "/v1/messages/count_tokens?beta=true",
+            messages("x", true),
+        );
+        assert_eq!(count, "{\"input_tokens\":20}");
+        let (_, second) = post(&server, "/v1/messages?beta=true", messages("go on", true));
+        assert!(second.contains("Done."), "{second}");
+        assert_eq!(server.unscripted(), 0);
+        let (_, third) = post(&server, "/v1/messages?beta=true", messages("more?", true));
+        assert!(third.contains(UNSCRIPTED_ANSWER), "{third}");
+        assert_eq!(server.unscripted(), 1);
+        let lanes: Vec<(Lane, Option<usize>)> =
+            server.requests().iter().map(|r| (r.lane, r.step)).collect();
+        assert_eq!(
+            lanes,
+            [
+                (Lane::Main, Some(0)),
+                (Lane::Side, None),
+                (Lane::CountTokens, None),
+                (Lane::Main, Some(1)),
+                (Lane::Main, None),
+            ]
+        );
+        assert!(server.requests()[3].contains("go on"));
+    }
+
+    #[test]
+    fn subagent_and_compaction_requests_have_lanes_of_their_own() {
+        let server = ModelServer::start(
+            Script::new(vec![Step::text("main")]).with_subagent(vec![Step::text("sub")]),
+        );
+        let mut sub = messages("look", true);
+        sub["system"][0]["text"] = json!("x-anthropic-billing-header: cc_is_subagent=true;");
+        let (_, s) = post(&server, "/v1/messages?beta=true", sub);
+        assert!(s.contains("\"text\":\"sub\""), "{s}");
+        let compact = messages(
+            "Do NOT call any tools. Respond with an <analysis> block followed by a <summary> block.",
+            true,
+        );
+        let (_, c) = post(&server, "/v1/messages?beta=true", compact);
+        assert!(c.contains("<summary>"), "{c}");
+        let codex_sub = json!({"model": "m", "tools": [{"type": "function", "name": "exec_command"}],
+            "client_metadata": {"x-openai-subagent": "collab_spawn"},
+            "input": [{"type": "message", "role": "user",
+                "content": [{"type": "input_text", "text": "hi"}]}]});
+        let (_, cs) = post(&server, "/v1/responses", codex_sub);
+        assert!(
+            cs.contains(UNSCRIPTED_ANSWER),
+            "the sub lane is used up: {cs}"
+        );
+        let (_, m) = post(&server, "/v1/messages?beta=true", messages("go", true));
+        assert!(m.contains("\"text\":\"main\""), "{m}");
+        let lanes: Vec<Lane> = server.requests().iter().map(|r| r.lane).collect();
+        assert_eq!(
+            lanes,
+            [Lane::Subagent, Lane::Compaction, Lane::Subagent, Lane::Main]
+        );
+    }
+
+    #[test]
+    fn responses_render_parallel_calls_and_namespaced_tools() {
+        let server = ModelServer::start(
+            Script::new(vec![Step::calls(vec![
+                Call::shell("call_a", "echo a"),
+                Call::tool(
+                    "call_b",
+                    "mcp__aware__session_status",
+                    json!({"sessionKey": "k"}),
+                ),
+                Call::tool(
+                    "call_c",
+                    "multi_agent_v1.spawn_agent",
+                    json!({"message": "m"}),
+                ),
+            ])])
+            .with_usage_tokens(5000),
+        );
+        let body = json!({"model": "m", "tools": [{"type": "function", "name": "exec_command"}],
+            "input": [{"type": "message", "role": "user",
+                "content": [{"type": "input_text", "text": "go"}]}]});
+        let (_, sse) = post(&server, "/v1/responses", body);
+        let items: Vec<Value> = sse
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+            .filter(|e| e["type"] == "response.output_item.done")
+            .map(|e| e["item"].clone())
+            .collect();
+        assert_eq!(items.len(), 3, "{sse}");
+        assert_eq!(items[0]["name"], "exec_command");
+        assert_eq!(items[0]["arguments"], "{\"cmd\":\"echo a\"}");
+        assert_eq!(
+            (&items[1]["namespace"], &items[1]["name"]),
+            (&json!("mcp__aware"), &json!("session_status"))
+        );
+        assert_eq!(
+            (&items[2]["namespace"], &items[2]["name"]),
+            (&json!("multi_agent_v1"), &json!("spawn_agent"))
+        );
+        assert!(sse.contains("\"total_tokens\":5005"), "{sse}");
+    }
+
+    #[test]
+    fn a_wait_for_what_never_comes_fails_with_the_log() {
+        let server = ModelServer::start(Script::new(vec![]));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            server.wait_for("a request", Duration::from_millis(50), |r| !r.is_empty())
+        }));
+        let msg = r
+            .err()
+            .and_then(|e| e.downcast_ref::<String>().cloned())
+            .expect("the wait fails");
+        assert!(msg.contains("no a request within"), "{msg}");
+        assert!(msg.contains("requests so far: none"), "{msg}");
+    }
+}
