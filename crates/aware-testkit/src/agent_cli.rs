@@ -553,3 +553,43 @@ impl Drop for Tmux {
 fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run past its deadline is killed with its whole process group (a grandchild too) and
+    /// reported, never waited for.
+    #[test]
+    fn a_run_past_its_deadline_is_killed_with_its_group() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let pid_file = dir.path().join("grandchild.pid");
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(format!("sleep 600 & echo $! > {:?}; wait", pid_file))
+            .stdin(Stdio::null());
+        // 3 s: ample for `sh` to start the grandchild and write its pid on a loaded machine.
+        let err = run_with_deadline(cmd, Duration::from_secs(3)).expect_err("killed");
+        assert!(err.contains("process group was killed"), "{err}");
+        let pid = std::fs::read_to_string(&pid_file).expect("the grandchild's pid");
+        // The grandchild got SIGKILL with the group: gone, or a zombie until init reaps it.
+        let alive = |pid: &str| {
+            std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()))
+                .map(|s| !s.contains(") Z "))
+                .unwrap_or(false)
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while alive(&pid) {
+            assert!(Instant::now() < deadline, "the grandchild {pid} survived");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    #[test]
+    fn a_run_within_its_deadline_gives_its_status() {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "exit 3"]);
+        let status = run_with_deadline(cmd, Duration::from_secs(60)).expect("ran");
+        assert_eq!(status.code(), Some(3));
+    }
+}
