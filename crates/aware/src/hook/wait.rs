@@ -144,8 +144,12 @@ fn waiter(
                     }
                 }
             }
-            // A refusal (401, 403, 400) will not change by waiting: say it once and stop.
-            Err(e @ ClientError::Status { .. }) if e.status() != Some(503) => {
+            // A refusal (401, 403, 400) will not change by waiting: say it once and stop. 503
+            // (starting, store down) and 429 `too_many_streams` (the gateway's stream caps,
+            // `[http] max_streams`) pass: a stream frees when another client goes.
+            Err(e @ ClientError::Status { .. })
+                if e.status() != Some(503) && e.status() != Some(429) =>
+            {
                 return Err(format!("cannot open the wake stream: {}", said(&e)));
             }
             Err(_) => {}
