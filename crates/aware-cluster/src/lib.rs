@@ -96,6 +96,8 @@ pub struct ClusterStatus {
     pub leader_acquired: AtomicU64,
     /// Times this process lost leadership (its lock connection failed).
     pub leader_lost: AtomicU64,
+    /// Times this process asked for the leader lock and another session held it.
+    pub lock_refused: AtomicU64,
     pub published: AtomicU64,
     /// Wakes not published: the queue was full or PostgreSQL unreachable (repair covers them).
     pub publish_dropped: AtomicU64,
@@ -319,6 +321,8 @@ fn leader_loop(
                         let got: bool = row.try_get(0).unwrap_or(false);
                         if got {
                             status.set_leader(true);
+                        } else {
+                            status.lock_refused.fetch_add(1, Ordering::Relaxed);
                         }
                         true
                     }
