@@ -627,7 +627,11 @@ fn appends_per_second_postgres_vs_sqlite() {
                     let at: Vec<i64> = events.iter().map(|e| e.occurred_at).collect();
                     assert_eq!(at, (0..PER_THREAD as i64).collect::<Vec<_>>(), "{key}");
                     let last = events.last().map(|e| e.sequence);
-                    assert_eq!(r.head(&key, "main")?.map(|h| h.last_sequence), last, "{key}");
+                    assert_eq!(
+                        r.head(&key, "main")?.map(|h| h.last_sequence),
+                        last,
+                        "{key}"
+                    );
                     all.extend(events.iter().map(|e| e.sequence));
                 }
                 Ok(())

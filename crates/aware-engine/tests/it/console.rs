@@ -277,7 +277,12 @@ fn console_reads_timing_at_10k_sessions_100k_cursors() {
     for i in [0, 4242, n - 1] {
         let held = e.watches(&sref(&key(i))).unwrap();
         assert_eq!(held.len(), 10, "{}", key(i));
-        assert_eq!(held.iter().filter(|c| c.state.notified > c.state.last_seen).count(), 1);
+        assert_eq!(
+            held.iter()
+                .filter(|c| c.state.notified > c.state.last_seen)
+                .count(),
+            1
+        );
     }
     let held = e
         .store()

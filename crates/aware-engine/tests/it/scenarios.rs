@@ -29,12 +29,23 @@ fn reset(w: &World, key: &str) {
     let (after, previous) = w.engine.reset_session(&s).unwrap();
     assert_eq!(previous, before.row.session_id);
     assert_ne!(after.row.session_id, previous);
-    assert_eq!(after, w.engine.get_session(&s).unwrap(), "the answer is the stored session");
+    assert_eq!(
+        after,
+        w.engine.get_session(&s).unwrap(),
+        "the answer is the stored session"
+    );
     let mut kept = after.clone();
     kept.row.session_id = before.row.session_id.clone();
     kept.row.updated_at = before.row.updated_at;
-    assert_eq!(kept, before, "a reset keeps the rest of the session, its head and link");
-    assert_eq!(w.seqs(key, 0), events, "a reset records no event and keeps the stream");
+    assert_eq!(
+        kept, before,
+        "a reset keeps the rest of the session, its head and link"
+    );
+    assert_eq!(
+        w.seqs(key, 0),
+        events,
+        "a reset records no event and keeps the stream"
+    );
     assert_eq!(w.engine.watchers(&s).unwrap(), watchers);
     assert!(w.engine.watches(&s).unwrap().is_empty());
     let p = w.pending(key);

@@ -103,7 +103,10 @@ fn commit_seconds_counts_every_commit() {
     assert_eq!(delta(&before, &after, "aware_group_commit_ops_count"), 3.0);
     let count = after.must("aware_commit_seconds_count");
     assert_eq!(count, after.must("aware_commits_total"));
-    assert_eq!(after.must("aware_commit_seconds_bucket{le=\"+Inf\"}"), count);
+    assert_eq!(
+        after.must("aware_commit_seconds_bucket{le=\"+Inf\"}"),
+        count
+    );
     // Cumulative buckets: never falling, at most the count.
     let buckets: Vec<f64> = after
         .0
@@ -125,7 +128,11 @@ fn notices_opened_acked_and_followed_up() {
     let m1 = Scrape::take(&s);
     assert_eq!(delta(&m0, &m1, "aware_notices_opened_total"), 1.0);
     assert_eq!(
-        delta(&m0, &m1, "aware_wakes_requested_total{reason=\"session-state\"}"),
+        delta(
+            &m0,
+            &m1,
+            "aware_wakes_requested_total{reason=\"session-state\"}"
+        ),
         1.0
     );
     // A second change while the notice is open moves `material` only: no new notice, no wake.
@@ -133,7 +140,11 @@ fn notices_opened_acked_and_followed_up() {
     let m2 = Scrape::take(&s);
     assert_eq!(delta(&m1, &m2, "aware_notices_opened_total"), 0.0);
     assert_eq!(
-        delta(&m1, &m2, "aware_wakes_requested_total{reason=\"session-state\"}"),
+        delta(
+            &m1,
+            &m2,
+            "aware_wakes_requested_total{reason=\"session-state\"}"
+        ),
         0.0
     );
     assert_eq!(m2.must("aware_pending_notices"), 1.0);
@@ -146,7 +157,11 @@ fn notices_opened_acked_and_followed_up() {
     assert_eq!(delta(&m2, &m3, "aware_notice_followups_total"), 1.0);
     assert_eq!(delta(&m2, &m3, "aware_notices_opened_total"), 0.0);
     assert_eq!(
-        delta(&m2, &m3, "aware_wakes_requested_total{reason=\"session-state\"}"),
+        delta(
+            &m2,
+            &m3,
+            "aware_wakes_requested_total{reason=\"session-state\"}"
+        ),
         1.0
     );
     assert_eq!(m3.must("aware_pending_notices"), 1.0);
@@ -303,8 +318,14 @@ fn prune_deleted_by_cap_and_age_and_cursors_expired() {
                "expiredSystemEvents": 0, "batches": 1})
     );
     let m1 = Scrape::take(&s);
-    assert_eq!(delta(&m0, &m1, "aware_prune_deleted_total{reason=\"cap\"}"), 3.0);
-    assert_eq!(delta(&m0, &m1, "aware_prune_deleted_total{reason=\"age\"}"), 0.0);
+    assert_eq!(
+        delta(&m0, &m1, "aware_prune_deleted_total{reason=\"cap\"}"),
+        3.0
+    );
+    assert_eq!(
+        delta(&m0, &m1, "aware_prune_deleted_total{reason=\"age\"}"),
+        0.0
+    );
     assert_eq!(delta(&m0, &m1, "aware_cursors_expired_total"), 0.0);
     assert_eq!(s.seqs(W, 0), held[3..]);
     // Four days on: every event is past its age; the cursor (updated at T0) is not 30 days old.
@@ -316,8 +337,14 @@ fn prune_deleted_by_cap_and_age_and_cursors_expired() {
                "expiredSystemEvents": 0, "batches": 1})
     );
     let m2 = Scrape::take(&s);
-    assert_eq!(delta(&m1, &m2, "aware_prune_deleted_total{reason=\"age\"}"), 5.0);
-    assert_eq!(delta(&m1, &m2, "aware_prune_deleted_total{reason=\"cap\"}"), 0.0);
+    assert_eq!(
+        delta(&m1, &m2, "aware_prune_deleted_total{reason=\"age\"}"),
+        5.0
+    );
+    assert_eq!(
+        delta(&m1, &m2, "aware_prune_deleted_total{reason=\"cap\"}"),
+        0.0
+    );
     assert_eq!(delta(&m1, &m2, "aware_cursors_expired_total"), 0.0);
     // 31 days on: X's cursor on W expires; no event is left to delete.
     s.set_clock(T0 + 31 * DAY);
@@ -329,13 +356,20 @@ fn prune_deleted_by_cap_and_age_and_cursors_expired() {
     );
     let m3 = Scrape::take(&s);
     assert_eq!(delta(&m2, &m3, "aware_cursors_expired_total"), 1.0);
-    assert_eq!(delta(&m2, &m3, "aware_prune_deleted_total{reason=\"age\"}"), 0.0);
+    assert_eq!(
+        delta(&m2, &m3, "aware_prune_deleted_total{reason=\"age\"}"),
+        0.0
+    );
     assert!(s.cursor(X, W).is_none());
 }
 
 #[test]
 fn prune_failed_is_logged_and_the_next_pass_does_the_work() {
-    let mut s = json_server(RETENTION.replace("max_rows = 5", "max_rows = 50000").as_str());
+    let mut s = json_server(
+        RETENTION
+            .replace("max_rows = 5", "max_rows = 50000")
+            .as_str(),
+    );
     s.create(W);
     s.create(X);
     // A turn records an event only on a watched session.
@@ -355,7 +389,10 @@ fn prune_failed_is_logged_and_the_next_pass_does_the_work() {
                "expiredSystemEvents": 0, "batches": 0})
     );
     let m1 = Scrape::take(&s);
-    assert_eq!(delta(&m0, &m1, "aware_prune_deleted_total{reason=\"age\"}"), 0.0);
+    assert_eq!(
+        delta(&m0, &m1, "aware_prune_deleted_total{reason=\"age\"}"),
+        0.0
+    );
     assert_eq!(delta(&m0, &m1, "aware_prune_batches_total"), 0.0);
     assert_eq!(s.seqs(W, 0).len(), 7);
     let lines = logged(&s, "prune_failed");
@@ -370,7 +407,10 @@ fn prune_failed_is_logged_and_the_next_pass_does_the_work() {
     let p = s.prune();
     assert_eq!(p["deletedByAge"], 7, "{p}");
     let m2 = Scrape::take(&s);
-    assert_eq!(delta(&m1, &m2, "aware_prune_deleted_total{reason=\"age\"}"), 7.0);
+    assert_eq!(
+        delta(&m1, &m2, "aware_prune_deleted_total{reason=\"age\"}"),
+        7.0
+    );
     assert!(s.seqs(W, 0).is_empty());
     assert_eq!(logged(&s, "prune_failed").len(), 1);
 }
@@ -542,7 +582,8 @@ fn a_tick_due_while_the_previous_one_runs_is_skipped() {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let m = Scrape::take(&u.s);
-        if m.must("aware_monitor_ticks_total") == 1.0 && m.must("aware_provider_calls_running") == 1.0
+        if m.must("aware_monitor_ticks_total") == 1.0
+            && m.must("aware_provider_calls_running") == 1.0
         {
             break;
         }
@@ -622,7 +663,10 @@ fn a_session_key_linked_under_two_agents_is_skipped_with_upstream_link_ambiguous
     // One warning per skipped link row, both naming the key; nothing probed.
     let lines = logged(&u.s, "upstream_link_ambiguous");
     assert_eq!(lines.len(), 2, "{lines:?}");
-    assert!(lines.iter().all(|l| l["session"] == a.as_str()), "{lines:?}");
+    assert!(
+        lines.iter().all(|l| l["session"] == a.as_str()),
+        "{lines:?}"
+    );
     assert_eq!(monitor(&u.s), [1.0, 0.0, 0.0, 0.0, 0.0]);
     assert_eq!(u.kinds(), ["adopted"]);
     // Repaired, the link is probed again and the prompt is recorded.
