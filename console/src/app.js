@@ -233,6 +233,11 @@ function go(hash) {
   if (location.hash === hash) render(); else location.hash = hash;
 }
 
+function agentOfKey(key) {
+  const m = /^agent:([^:]+):/.exec(key);
+  return m ? m[1] : '';
+}
+
 function sessionHref(agent, key) {
   return `#/session/${enc(agent)}/${enc(key)}`;
 }
@@ -252,7 +257,12 @@ async function render(fromLive = false) {
     await withAuth(async () => {
       if (page === 'sessions') await renderSessions(params, fromLive);
       else if (page === 'graph') await renderGraph(params, fromLive);
-      else if (page === 'session') await renderSession(parts[1], parts[2], params, fromLive);
+      else if (page === 'session') {
+        // The console's links say `#/session/<agent>/<key>`; a user types `#/session/<key>`, whose
+        // agent is the key's own (`agent:<id>:…`), else the gateway's default.
+        const [agent, key] = parts.length >= 3 ? [parts[1], parts[2]] : [agentOfKey(parts[1] ?? ''), parts[1] ?? ''];
+        await renderSession(agent, key, params, fromLive);
+      }
       else if (page === 'catalog') await renderCatalog(fromLive);
       else await renderOverview(fromLive);
     });
@@ -629,7 +639,8 @@ function upstreamHtml(up, now) {
 
 async function renderSession(agent, key, params, fromLive) {
   const before = params.get('before');
-  const qs = new URLSearchParams({ agentId: agent });
+  const qs = new URLSearchParams();
+  if (agent) qs.set('agentId', agent);
   if (before) qs.set('before', before);
   const d = await api(`/v1/console/sessions/${enc(key)}?${qs}`);
   const s = d.session;

@@ -189,6 +189,13 @@ async function main() {
     assert(await page.locator('details.turn[open]').count() === 0, 'turns start collapsed');
   });
 
+  await test('#/session/<key>, as a user types it, opens the session page', async () => {
+    await page.goto(`${srv.base}/ui/#/session/${k(W1)}`);
+    await page.locator('#timeline tbody tr', { hasText: 'human_direct_message' }).first().waitFor({ timeout: 5000 });
+    const head = await page.locator('h2').first().innerText();
+    assert(head.includes(W1), `the page of ${W1}: ${head}`);
+  });
+
   await test('unwatch (after a confirmation) mutes the pair', async () => {
     await page.goto(`${srv.base}/ui/#/session/main/${k(MGR)}`);
     const btn = page.locator(`button[data-unwatch-t="${W2}"]`);

@@ -158,8 +158,10 @@ pub struct MigrationReport {
 /// `progress(table, copied, total)` is called as rows are copied.
 pub type Progress<'a> = &'a mut dyn FnMut(&str, u64, u64);
 
+/// A refusal or a failure outside the rows (a target that is not empty, a folder that cannot be
+/// created): saying "corrupt" there would alarm for nothing.
 fn other(msg: String) -> StoreError {
-    StoreError::Corrupt(msg)
+    StoreError::Refused(msg)
 }
 
 fn sqlite_path(data_dir: &Path) -> std::path::PathBuf {
@@ -304,7 +306,12 @@ pub fn postgres_to_sqlite(
     let store = PgStore::open(source)?;
     let mut client = store.connect()?;
     store.close();
-    std::fs::create_dir_all(data_dir)
+    // Private, as `aware serve` makes it: the store holds every session's transcript.
+    let mut dir = std::fs::DirBuilder::new();
+    dir.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut dir, 0o700);
+    dir.create(data_dir)
         .map_err(|e| other(format!("cannot create {}: {e}", data_dir.display())))?;
     let path = sqlite_path(data_dir);
     SqliteStore::open(StoreOptions::new(&path))?.close();
@@ -363,7 +370,7 @@ pub fn postgres_to_sqlite(
                     }
                 })
                 .collect::<Result<_, _>>()
-                .map_err(|e| other(format!("{table}: {e}")))?;
+                .map_err(|e| StoreError::Corrupt(format!("{table}: {e}")))?;
             insert.execute(rusqlite::params_from_iter(values))?;
             copied += 1;
             if copied.is_multiple_of(PROGRESS_EVERY) {
