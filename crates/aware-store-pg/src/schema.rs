@@ -196,6 +196,10 @@ pub(crate) fn migrate(conn: &mut Conn) -> Result<()> {
 }
 
 fn migrate_locked(conn: &mut Conn) -> Result<()> {
+    // `CREATE … IF NOT EXISTS` on an existing schema makes the server send a NOTICE per object
+    // ("already exists, skipping"), which the driver logs at INFO on every start: noise. Only
+    // for this transaction.
+    conn.batch("SET LOCAL client_min_messages TO warning")?;
     conn.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK])?;
     conn.batch(
         "CREATE TABLE IF NOT EXISTS aware_schema_version (\

@@ -583,3 +583,83 @@ fn scripts_test_sets_up_or_names_the_fix() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("accepted: --all, --setup-only"));
 }
+
+/// Waits for `child` to exit within `limit` (a gateway that retries for ever fails the test).
+fn wait_exit(child: &mut std::process::Child, limit: Duration) -> Option<i32> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status.code();
+        }
+        assert!(Instant::now() < deadline, "the process did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn postgres_missing_database_exits_2_with_the_fix() {
+    let cluster = aware_store_pg::testing::PgCluster::shared();
+    let url = cluster.url("aware_no_such_database");
+    let data = tempfile::tempdir().unwrap();
+    let mut child = cmd(&[
+        "serve",
+        "--store",
+        &url,
+        "--data-dir",
+        data.path().to_str().unwrap(),
+        "--bind",
+        "127.0.0.1:0",
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let code = wait_exit(&mut child, Duration::from_secs(60));
+    let mut log = String::new();
+    stderr.read_to_string(&mut log).unwrap();
+    assert_eq!(code, Some(2), "{log}");
+    assert!(log.contains("does not exist") && log.contains("createdb"), "{log}");
+}
+
+#[test]
+fn postgres_wrong_port_keeps_the_cause() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let data = tempfile::tempdir().unwrap();
+    let mut child = cmd(&[
+        "serve",
+        "--store",
+        &format!("postgres://postgres@127.0.0.1:{port}/aware"),
+        "--data-dir",
+        data.path().to_str().unwrap(),
+        "--bind",
+        "127.0.0.1:0",
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let _k = Kill(child);
+    let line = BufReader::new(stderr)
+        .lines()
+        .map_while(Result::ok)
+        .find(|l| l.contains("store_open_failed") || l.contains("cannot open the store"))
+        .unwrap_or_default();
+    assert!(line.to_ascii_lowercase().contains("refused"), "{line}");
+}
+
+#[test]
+fn postgres_restart_logs_no_server_notices() {
+    let url = aware_store_pg::testing::PgCluster::shared()
+        .database()
+        .expect("test database");
+    let mut s = Server::with_args(DEFAULT_CONFIG, &["--store", &url]);
+    s.restart();
+    let logs = s.all_logs();
+    assert!(!logs.contains("already exists, skipping"), "{logs}");
+}
