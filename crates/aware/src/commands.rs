@@ -20,7 +20,8 @@ fn client(common: Common, outer: &Conn, outer_json: bool) -> client::CliResult<C
     Client::new(r, common.json || outer_json)
 }
 
-/// The client of a read (`list`, `status KEY`, `history`): it acts as the caller only when
+/// The client of a read (`list`, `status KEY`, `history`) and of `create` and `reply` (which act
+/// on the session named, not as a caller): it acts as the caller only when
 /// --session or AWARE_SESSION names one. client.toml's `session` is the default caller of the
 /// commands that act (send, spawn, watch, ...), not an identity every read must have: a read as
 /// a session the gateway does not know fails, where the operator's read works.
@@ -47,18 +48,21 @@ fn text_or_stdin(text: String) -> client::CliResult<String> {
 /// route (the operator has no `sessions_history`).
 fn all_turns(c: &Client, key: &str) -> client::CliResult<Vec<Value>> {
     let mut turns = Vec::new();
-    let mut after: i64 = -1;
+    // No `after` on the first page: it starts at the first turn.
+    let mut after: Option<i64> = None;
     loop {
+        let from = after.map(|a| format!("after={a}&")).unwrap_or_default();
         let v = c.call(
             "GET",
-            &format!("/v1/sessions/{}/turns?after={after}&limit=500", seg(key)),
+            &format!("/v1/sessions/{}/turns?{from}limit=500", seg(key)),
             None,
         )?;
         let page = v["turns"].as_array().cloned().unwrap_or_default();
         let last = page.last().and_then(|t| t["index"].as_i64());
         turns.extend(page);
         match last {
-            Some(l) if v["hasMore"] == true && l > after => after = l,
+            // A page that does not move forward ends the loop, whatever `hasMore` says.
+            Some(l) if v["hasMore"] == true && after.is_none_or(|a| l > a) => after = Some(l),
             _ => return Ok(turns),
         }
     }
@@ -292,7 +296,7 @@ pub(crate) fn run(cmd: Command, outer: &Conn, outer_json: bool) -> client::CliRe
             run_id,
             common,
         } => {
-            let c = client(common, outer, outer_json)?;
+            let c = read_client(common, outer, outer_json)?;
             let text = text_or_stdin(text)?;
             let run_id = match run_id {
                 Some(r) => r,
@@ -319,7 +323,8 @@ pub(crate) fn run(cmd: Command, outer: &Conn, outer_json: bool) -> client::CliRe
             agent_id,
             common,
         } => {
-            let c = client(common, outer, outer_json)?;
+            // Not as client.toml's session: `aware create` is how that session comes to exist.
+            let c = read_client(common, outer, outer_json)?;
             let mut body = json!({"key": key});
             put(&mut body, "parentSessionKey", parent);
             put(&mut body, "label", label);

@@ -500,11 +500,18 @@ fn serve_prints_the_console_url_and_a_failed_start_leaves_no_data_dir() {
             break;
         }
     }
-    let port: u16 = std::fs::read_to_string(&port_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    // The port file is written just after the log line: wait for it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let port: u16 = loop {
+        if let Some(p) = std::fs::read_to_string(&port_file)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "no port file");
+        std::thread::sleep(Duration::from_millis(20));
+    };
     assert!(
         log.contains(&format!("web console at http://127.0.0.1:{port}/ui/")),
         "{log}"
@@ -619,7 +626,10 @@ fn postgres_missing_database_exits_2_with_the_fix() {
     let mut log = String::new();
     stderr.read_to_string(&mut log).unwrap();
     assert_eq!(code, Some(2), "{log}");
-    assert!(log.contains("does not exist") && log.contains("createdb"), "{log}");
+    assert!(
+        log.contains("does not exist") && log.contains("createdb"),
+        "{log}"
+    );
 }
 
 #[test]

@@ -110,7 +110,11 @@ fn migrate_round_trip_keeps_every_api_answer() {
     let fresh = tempfile::tempdir().unwrap();
     let new_dir = fresh.path().join("new-data");
     let out = migrate(&url, &new_dir.display().to_string());
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mode = std::os::unix::fs::PermissionsExt::mode(
         &std::fs::metadata(&new_dir).unwrap().permissions(),
     );
