@@ -542,10 +542,11 @@ function shortKey(k) {
   return p.length > 2 ? p.slice(2).join(':') : k;
 }
 
-// The force layout, counting labels as part of each node so that labels keep apart too.
+// Watchers above the sessions they watch, a row per level; each node's box includes its label
+// and boxes never overlap, so two labels cannot print over each other.
 const COSE = {
-  name: 'cose', animate: false, nodeRepulsion: 12000, idealEdgeLength: 110, padding: 30,
-  nodeDimensionsIncludeLabels: true,
+  name: 'breadthfirst', directed: true, animate: false, padding: 30, spacingFactor: 1.1,
+  avoidOverlap: true, nodeDimensionsIncludeLabels: true,
 };
 
 async function renderGraph(params, fromLive) {
@@ -621,7 +622,7 @@ async function renderGraph(params, fromLive) {
       const cur = cy.getElementById(el.data.id);
       if (cur.nonempty()) cur.data(el.data); else { cy.add(el); added = true; }
     }
-    if (added) cy.layout({ ...COSE, randomize: false, fit: false }).run();
+    if (added) cy.layout({ ...COSE, fit: false }).run();
     return;
   }
   if (cy) cy.destroy();

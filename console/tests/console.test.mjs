@@ -343,6 +343,7 @@ async function main() {
     }
     await page.goto(`${srv.base}/ui/#/graph?focus=${k(MGR)}`);
     await page.locator('#edges-table tbody tr').nth(3).waitFor({ timeout: 3000 });
+    await page.screenshot({ path: '/tmp/ux-graph.png' });
     const overlaps = await page.evaluate(() => {
       const boxes = window.__awareCy.nodes().map((n) => ({ key: n.data('key'), b: n.boundingBox({ includeLabels: true }) }));
       const hit = [];
@@ -354,7 +355,8 @@ async function main() {
       }
       return hit;
     });
-    assert(overlaps.length === 0, `labels overlap: ${overlaps.join(', ')}`);
+    const dbg = await page.evaluate(() => JSON.stringify(window.__awareCy.nodes().map((n) => [n.data('key').slice(-12), Math.round(n.position('x')), Math.round(n.position('y')), n.boundingBox({ includeLabels: true })])));
+    assert(overlaps.length === 0, `labels overlap: ${overlaps.join(', ')} ${dbg}`);
   });
 
   await test('no script errors', async () => {
