@@ -14,10 +14,21 @@
 //!   check drops leadership at once: PostgreSQL releases the lock when that session ends, so after
 //!   `kill -9` of the leader (its socket closes) another gateway takes it on its next try.
 //!
+//! - **Signed payloads.** Any role that may connect to the database can `NOTIFY` on the channel,
+//!   so every payload is signed (HMAC-SHA-256) with the key in `aware_cluster_key`, which only
+//!   the gateways' role may read, and a wake's `agentId` must be its session key's agent.
+//!   Anything else on the channel is dropped and counted (`rejected`). A role that may connect
+//!   can still read payloads (`LISTEN`) and replay one it saw: docs/deployment.md says which
+//!   grants keep such roles out.
+//! - **Strangers.** A role that may connect can also hold the leadership lock. When the lock is
+//!   not granted and its holder runs as another role, the holder is logged and reported
+//!   ([`ClusterStatus::stranger`]), so a gateway that never leads says why.
+//!
 //! Architecture invariant: nothing here writes the store; correctness never depends on a
 //! notification arriving.
 
 use aware_engine::{Engine, Leadership, RemoteWake, Wake, WakeBus, WakeReason};
+use hmac::{KeyInit, Mac};
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::Client;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -34,8 +45,54 @@ pub const CHANGE_HINT_EVERY: Duration = Duration::from_millis(100);
 
 /// The notification channel of wakes.
 pub const WAKE_CHANNEL: &str = "aware_wakes";
-/// PostgreSQL refuses `NOTIFY` payloads of 8000 bytes or more.
-const MAX_PAYLOAD: usize = 7900;
+/// PostgreSQL refuses `NOTIFY` payloads of 8000 bytes or more; the signature's envelope
+/// ([`sign`]) takes 72 more.
+const MAX_PAYLOAD: usize = 7800;
+/// The envelope of a signed payload: this prefix, 64 hex digits of HMAC-SHA-256, `:`, the body.
+const SIGNED_PREFIX: &str = "aware1:";
+
+type HmacSha256 = hmac::Hmac<sha2::Sha256>;
+
+fn mac_of(key: &[u8], body: &str) -> Option<HmacSha256> {
+    let mut mac = HmacSha256::new_from_slice(key).ok()?;
+    mac.update(body.as_bytes());
+    Some(mac)
+}
+
+/// Signs a payload body with the cluster key: `aware1:<hex HMAC-SHA-256>:<body>`.
+pub fn sign(key: &[u8], body: &str) -> String {
+    let hex: String = mac_of(key, body)
+        .map(|m| m.finalize().into_bytes().to_vec())
+        .unwrap_or_default()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("{SIGNED_PREFIX}{hex}:{body}")
+}
+
+/// The body of a payload [`sign`]ed with `key`; `None` when it is not signed or the signature
+/// does not match (compared in constant time).
+pub fn verify<'a>(key: &[u8], payload: &'a str) -> Option<&'a str> {
+    let rest = payload.strip_prefix(SIGNED_PREFIX)?;
+    let (hex, body) = rest.split_once(':')?;
+    if hex.len() != 64 || !hex.is_ascii() {
+        return None;
+    }
+    let tag: Vec<u8> = (0..32)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok())
+        .collect::<Option<_>>()?;
+    mac_of(key, body)?.verify_slice(&tag).ok()?;
+    Some(body)
+}
+
+/// Reads the cluster key (`aware_cluster_key`, created by the store's schema migration 4).
+fn read_key(client: &mut Client) -> Option<Vec<u8>> {
+    let row = client
+        .query_opt("SELECT key FROM aware_cluster_key WHERE id = 1", &[])
+        .ok()??;
+    let key: String = row.try_get(0).ok()?;
+    Some(key.into_bytes())
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
@@ -106,6 +163,11 @@ pub struct ClusterStatus {
     pub changes_received: AtomicU64,
     /// Listener reconnects after a lost connection.
     pub listener_reconnects: AtomicU64,
+    /// Notifications on the channel dropped: unsigned, signed with another key, or a wake whose
+    /// `agentId` is not its session key's agent (forgeries by a role that may connect).
+    pub rejected: AtomicU64,
+    /// Who holds the leadership lock when a session of another role does (never a gateway).
+    stranger: Mutex<Option<String>>,
     /// A commit happened here since the publisher last sent a change hint. The publisher sends
     /// at most one hint per [`CHANGE_HINT_EVERY`], so a burst of commits is one hint, not one
     /// per commit, and the last commit of a burst is never left without one.
@@ -119,6 +181,29 @@ impl ClusterStatus {
     /// Whether the listener connection is up (remote wakes arrive).
     pub fn is_listening(&self) -> bool {
         self.listening.load(Ordering::SeqCst)
+    }
+    /// The session of another role that holds the leadership lock, as last seen; `None` when
+    /// the lock is free or held by a gateway.
+    pub fn stranger(&self) -> Option<String> {
+        self.stranger.lock().ok().and_then(|s| s.clone())
+    }
+    fn set_stranger(&self, holder: Option<String>) {
+        let Ok(mut s) = self.stranger.lock() else {
+            return;
+        };
+        if *s != holder {
+            match &holder {
+                Some(h) => tracing::error!(event = "cluster_lock_held_by_stranger", holder = %h,
+                    "the leadership lock is held by {h}, not by a gateway: no gateway runs retention, \
+                     the restart sweep, run timeouts or the monitor while it holds it; end that \
+                     session and revoke CONNECT from roles that need none (docs/deployment.md)"),
+                None => tracing::info!(
+                    event = "cluster_lock_stranger_gone",
+                    "the leadership lock is no longer held by a stranger"
+                ),
+            }
+            *s = holder;
+        }
     }
     fn set_leader(&self, on: bool) {
         let was = self.leader.swap(on, Ordering::SeqCst);
@@ -319,6 +404,10 @@ fn leader_loop(
                         let got: bool = row.try_get(0).unwrap_or(false);
                         if got {
                             status.set_leader(true);
+                            status.set_stranger(None);
+                        } else {
+                            let holder = aware_store_pg::stranger_holding(c, opts.lock_key);
+                            status.set_stranger(holder.map(|h| h.to_string()));
                         }
                         true
                     }
@@ -346,12 +435,15 @@ fn listener_loop(
     engine: Engine,
 ) {
     let mut client: Option<Client> = None;
+    let mut key: Vec<u8> = Vec::new();
     let mut last_repair = Instant::now();
     let mut connected_once = false;
     while !stop.load(Ordering::SeqCst) {
         if client.as_ref().is_none_or(|c| c.is_closed()) {
             status.listening.store(false, Ordering::SeqCst);
+            // Without the key nothing can be checked: the connection counts as failed.
             client = connect(&config, "listener").and_then(|mut c| {
+                key = read_key(&mut c)?;
                 c.batch_execute(&format!("LISTEN {WAKE_CHANNEL}")).ok()?;
                 Some(c)
             });
@@ -380,17 +472,25 @@ fn listener_loop(
             loop {
                 match it.next() {
                     Ok(Some(note)) => {
-                        if let Some((origin, wake)) = decode(note.payload()) {
+                        let Some(payload) = verify(&key, note.payload()) else {
+                            status.rejected.fetch_add(1, Ordering::Relaxed);
+                            tracing::debug!(
+                                event = "cluster_notification_rejected",
+                                "a notification without a valid signature was dropped"
+                            );
+                            continue;
+                        };
+                        if let Some((origin, wake)) = decode(payload) {
                             if origin != status.node_id {
                                 status.received.fetch_add(1, Ordering::Relaxed);
                                 engine.deliver_remote_wake(wake);
                             }
-                        } else if let Some((origin, run_id)) = decode_reply(note.payload()) {
+                        } else if let Some((origin, run_id)) = decode_reply(payload) {
                             if origin != status.node_id {
                                 status.replies_received.fetch_add(1, Ordering::Relaxed);
                                 engine.signal_remote_reply(&run_id);
                             }
-                        } else if let Some(origin) = decode_change(note.payload()) {
+                        } else if let Some(origin) = decode_change(payload) {
                             if origin != status.node_id {
                                 status.changes_received.fetch_add(1, Ordering::Relaxed);
                                 engine.signal_remote_change();
@@ -443,6 +543,7 @@ fn publisher_loop(
     rx: Receiver<String>,
 ) {
     let mut client: Option<Client> = None;
+    let mut key: Option<Vec<u8>> = None;
     let mut last_change: Option<Instant> = None;
     while !stop.load(Ordering::SeqCst) {
         // Wakes up at least every 200 ms, so a pending change hint leaves within that even
@@ -473,13 +574,20 @@ fn publisher_loop(
         if client.as_ref().is_none_or(|c| c.is_closed()) {
             client = connect(&config, "publisher");
         }
-        let sent = client.as_mut().is_some_and(|c| {
-            c.execute(
-                "SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p",
-                &[&WAKE_CHANNEL, &batch],
-            )
-            .is_ok()
-        });
+        if key.is_none() {
+            key = client.as_mut().and_then(read_key);
+        }
+        let sent = match (client.as_mut(), &key) {
+            (Some(c), Some(k)) => {
+                let signed: Vec<String> = batch.iter().map(|b| sign(k, b)).collect();
+                c.execute(
+                    "SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p",
+                    &[&WAKE_CHANNEL, &signed],
+                )
+                .is_ok()
+            }
+            _ => false,
+        };
         if sent {
             status
                 .published
@@ -519,11 +627,19 @@ pub fn encode(node: &str, wake: &Wake) -> String {
 pub fn decode(payload: &str) -> Option<(String, RemoteWake)> {
     let v: serde_json::Value = serde_json::from_str(payload).ok()?;
     let s = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
+    let (session_key, agent_id) = (s("sessionKey")?, s("agentId")?);
+    // An agent-qualified key names its agent: a wake that says otherwise was not made by a
+    // gateway (the receiver's visibility filter goes by `agentId`).
+    if let Some(rest) = session_key.strip_prefix("agent:") {
+        if rest.split(':').next() != Some(agent_id.as_str()) {
+            return None;
+        }
+    }
     Some((
         s("node")?,
         RemoteWake {
-            session_key: s("sessionKey")?,
-            agent_id: s("agentId")?,
+            session_key,
+            agent_id,
             reason: WakeReason::parse(v.get("reason")?.as_str()?)?,
             run_id: s("runId"),
             from: s("from"),
@@ -593,5 +709,27 @@ mod tests {
         assert_eq!(decode_change(&change), Some("n1".into()));
         assert!(decode(&change).is_none() && decode_reply(&change).is_none());
         assert!(decode_change(&reply).is_none() && decode_change(&encode("n1", &w)).is_none());
+        // A wake whose agentId is not its key's agent is refused.
+        let lying = encode(
+            "n1",
+            &Wake {
+                agent_id: "other".into(),
+                ..w.clone()
+            },
+        );
+        assert!(decode(&lying).is_none());
+    }
+
+    #[test]
+    fn signatures() {
+        let body = encode_change("n1");
+        let signed = sign(b"k1", &body);
+        assert_eq!(verify(b"k1", &signed), Some(body.as_str()));
+        assert_eq!(verify(b"k2", &signed), None, "another key");
+        assert_eq!(verify(b"k1", &body), None, "unsigned");
+        let tampered = signed.replace("\"n1\"", "\"n2\"");
+        assert_eq!(verify(b"k1", &tampered), None, "changed body");
+        assert_eq!(verify(b"k1", "aware1:zz:{}"), None);
+        assert!(signed.len() - body.len() <= 8000 - MAX_PAYLOAD);
     }
 }

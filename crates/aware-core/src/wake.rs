@@ -4,6 +4,10 @@
 //! delivery. The engine asks it what to do with each request and, when its clock moves, which
 //! scheduled deliveries fell due; whether a due delivery is sent depends on the watcher still
 //! having a pending notice, which the engine checks.
+//!
+//! A watcher whose last delivery is long past and that has nothing scheduled behaves exactly as
+//! one never seen, so such entries are swept out: the memory follows the watchers woken
+//! recently, not every watcher ever woken (sessions come and go for good).
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
@@ -33,7 +37,13 @@ pub struct Coalescer<W> {
     /// Scheduled deliveries by due time, so firing is in due order.
     schedule: BTreeMap<(i64, u64), W>,
     tie: u64,
+    /// The entry count at which the next sweep runs: twice what the last sweep kept (at least
+    /// [`SWEEP_MIN`]), so sweeping costs O(1) per request amortised.
+    sweep_at: usize,
 }
+
+/// Entries below which no sweep runs.
+const SWEEP_MIN: usize = 1024;
 
 impl<W: Clone + Eq + Hash> Coalescer<W> {
     pub fn new(window_ms: i64) -> Self {
@@ -42,10 +52,37 @@ impl<W: Clone + Eq + Hash> Coalescer<W> {
             watchers: HashMap::new(),
             schedule: BTreeMap::new(),
             tie: 0,
+            sweep_at: SWEEP_MIN,
         }
     }
 
+    /// Watchers remembered now (recently delivered or scheduled, plus those not swept yet).
+    pub fn len(&self) -> usize {
+        self.watchers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.watchers.is_empty()
+    }
+
+    /// Drops the watchers that would be answered as if never seen: nothing scheduled and no
+    /// delivery within two windows of `now`. Two windows rather than one, so a request that
+    /// reaches here with a slightly older `now` (another thread's) still finds the entry its
+    /// window needs.
+    fn sweep(&mut self, now: i64) {
+        let window = self.window_ms;
+        self.watchers.retain(|_, s| {
+            s.scheduled_at.is_some()
+                || s.last_delivered
+                    .is_some_and(|last| now.saturating_sub(last) < window.saturating_mul(2))
+        });
+        self.sweep_at = self.watchers.len().saturating_mul(2).max(SWEEP_MIN);
+    }
+
     pub fn request(&mut self, watcher: &W, now: i64) -> WakeDecision {
+        if self.watchers.len() >= self.sweep_at {
+            self.sweep(now);
+        }
         let window = self.window_ms;
         let state = self.watchers.entry(watcher.clone()).or_default();
         let quiet = match state.last_delivered {
@@ -147,5 +184,43 @@ mod tests {
         c.forget(&"a");
         assert_eq!(c.next_due(), None);
         assert_eq!(c.request(&"a", T0 + 3), WakeDecision::DeliverNow);
+    }
+
+    /// A million watchers, each woken once, a millisecond apart: the coalescer keeps the ones
+    /// inside two windows (and a sweep's slack), never all, and answers as before.
+    #[test]
+    fn watchers_woken_long_ago_are_forgotten() {
+        let window = 1_000;
+        let mut c = Coalescer::new(window);
+        let mut most = 0;
+        for i in 0..1_000_000i64 {
+            assert_eq!(c.request(&i, T0 + i), WakeDecision::DeliverNow);
+            most = most.max(c.len());
+        }
+        // Two windows of watchers, doubled by the sweep's slack.
+        assert!(
+            most <= 4 * window as usize + SWEEP_MIN,
+            "{most} watchers kept"
+        );
+        // A recent watcher is still inside its window; an old one is as new.
+        let last = 999_999;
+        assert_eq!(
+            c.request(&last, T0 + last + 1),
+            WakeDecision::Scheduled(T0 + last + window)
+        );
+        assert_eq!(c.request(&0, T0 + last + 2), WakeDecision::DeliverNow);
+    }
+
+    #[test]
+    fn a_sweep_keeps_scheduled_deliveries() {
+        let mut c = Coalescer::new(1_000);
+        c.request(&-1, T0);
+        assert_eq!(c.request(&-1, T0 + 1), WakeDecision::Scheduled(T0 + 1_000));
+        // Far past the window, many other watchers: sweeps run, the schedule stays.
+        for i in 0..10_000i64 {
+            c.request(&i, T0 + 100_000 + i);
+        }
+        assert_eq!(c.take_due(T0 + 200_000), vec![(-1, T0 + 1_000)]);
+        assert!(c.len() < 10_000);
     }
 }

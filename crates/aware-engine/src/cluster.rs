@@ -141,6 +141,13 @@ impl Engine {
     /// Returns the number of watchers woken.
     pub fn repair_wakes(&self) -> crate::Result<u64> {
         let inner = &self.inner;
+        // From now on woken watchers are recorded for the next check; before the first check
+        // nothing was (this check would only drop them).
+        inner
+            .wakes
+            .cluster
+            .checking
+            .store(true, std::sync::atomic::Ordering::Release);
         let pending = inner.store.pending_cursors_by_watcher()?;
         let now_state: HashMap<String, i64> = pending
             .iter()

@@ -38,7 +38,7 @@ pub use links::{
 };
 pub use metrics::EngineMetrics;
 pub use model::*;
-pub use wakes::{Leadership, Wake, WakeBus, WakeReason};
+pub use wakes::{Leadership, Wake, WakeBookkeeping, WakeBus, WakeReason};
 
 use aware_core::{AgentId, EventKind, RetentionPolicy};
 use aware_store::{Durability, SqliteStore, Store, StoreExt, StoreOptions, WriteTx};
@@ -58,6 +58,9 @@ pub struct EngineConfig {
     pub notify_on_create: bool,
     pub retention: RetentionPolicy,
     pub coalesce_secs: u64,
+    /// Wakes kept for subscribers that have not read them yet (the broadcast ring, at least
+    /// 1): a subscriber further behind misses the oldest and is told how many.
+    pub wake_buffer: usize,
 }
 
 impl EngineConfig {
@@ -70,6 +73,7 @@ impl EngineConfig {
             notify_on_create: true,
             retention: RetentionPolicy::default(),
             coalesce_secs: 20,
+            wake_buffer: 4096,
         }
     }
 }
@@ -171,7 +175,7 @@ impl Engine {
                 store,
                 clock,
                 metrics: EngineMetrics::default(),
-                wakes: WakeHub::new(window_ms),
+                wakes: WakeHub::new(window_ms, config.wake_buffer),
                 prune_lock: Mutex::new(()),
                 last_prune_at: Mutex::new(None),
                 reply_waiters: Mutex::new(HashMap::new()),
@@ -210,6 +214,12 @@ impl Engine {
         self.inner.store.as_any().downcast_ref::<SqliteStore>()
     }
     /// Subscribes to delivered wakes.
+    /// How many watchers the wake bookkeeping holds now: it follows the watchers woken
+    /// recently, so a gateway that sees sessions come and go keeps a flat footprint.
+    pub fn wake_bookkeeping(&self) -> WakeBookkeeping {
+        self.inner.wakes.bookkeeping()
+    }
+
     pub fn subscribe_wakes(&self) -> tokio::sync::broadcast::Receiver<Wake> {
         self.inner.wakes.subscribe()
     }

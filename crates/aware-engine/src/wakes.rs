@@ -3,7 +3,7 @@
 
 use aware_core::wake::{Coalescer, WakeDecision};
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::broadcast;
 
@@ -51,8 +51,9 @@ pub(crate) struct WakeHub {
 }
 
 impl WakeHub {
-    pub(crate) fn new(window_ms: i64) -> Self {
-        let (sender, _) = broadcast::channel(4096);
+    pub(crate) fn new(window_ms: i64, buffer: usize) -> Self {
+        // A ring of 0 is refused by tokio (a panic); one slot is the least that works.
+        let (sender, _) = broadcast::channel(buffer.max(1));
         WakeHub {
             coalescer: Mutex::new(Coalescer::new(window_ms)),
             next_id: AtomicU64::new(1),
@@ -89,9 +90,31 @@ impl WakeHub {
         self.coalescer.lock().ok().and_then(|c| c.next_due())
     }
 
+    /// A deleted watcher: nothing of it is kept (its scheduled delivery, its merge origin, its
+    /// mark for the repair check).
     pub(crate) fn forget(&self, watcher: &str) {
         if let Ok(mut c) = self.coalescer.lock() {
             c.forget(&watcher.to_string());
+        }
+        if let Ok(mut m) = self.cluster.merged_local.lock() {
+            m.remove(watcher);
+        }
+        if let Ok(mut w) = self.cluster.woken.lock() {
+            w.remove(watcher);
+        }
+    }
+
+    /// How many watchers the wake bookkeeping holds now (for memory checks).
+    pub(crate) fn bookkeeping(&self) -> WakeBookkeeping {
+        WakeBookkeeping {
+            coalescer: self.coalescer.lock().map(|c| c.len()).unwrap_or(0),
+            merged: self
+                .cluster
+                .merged_local
+                .lock()
+                .map(|m| m.len())
+                .unwrap_or(0),
+            woken: self.cluster.woken.lock().map(|w| w.len()).unwrap_or(0),
         }
     }
 
@@ -129,6 +152,23 @@ impl WakeHub {
     }
 }
 
+/// Watchers held by the wake bookkeeping ([`crate::Engine::wake_bookkeeping`]): each follows
+/// the watchers woken recently, never every watcher ever woken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WakeBookkeeping {
+    /// The coalescer's watchers: delivered within two windows, or with a delivery scheduled.
+    pub coalescer: usize,
+    /// Scheduled deliveries with the origin of their requests.
+    pub merged: usize,
+    /// Watchers woken since the last repair check (none without repair checks).
+    pub woken: usize,
+}
+
+/// Watchers remembered between two repair checks at most. Beyond it a woken watcher is not
+/// remembered, and a check may wake it once more: a spare wake is harmless (wakes are hints),
+/// memory without a bound is not (repair checks stop while a gateway's listener is down).
+pub(crate) const WOKEN_CAP: usize = 65_536;
+
 // The cluster hooks live here, beside the hub that calls them (cluster.rs builds on both).
 
 /// Publishes this process's wakes to the other processes of a cluster.
@@ -162,8 +202,12 @@ pub(crate) struct ClusterHooks {
     /// merged into it (then its delivery is published and goes to webhooks; a delivery only
     /// remote requests asked for stays local to this process's SSE subscribers).
     pub(crate) merged_local: Mutex<HashMap<String, bool>>,
-    /// Watchers that got a `session-state` wake here since the last repair check.
+    /// Watchers that got a `session-state` wake here since the last repair check, recorded
+    /// only once repair checks run (a single process never runs one: it would only grow), at
+    /// most [`WOKEN_CAP`].
     pub(crate) woken: Mutex<HashSet<String>>,
+    /// Set by the first repair check.
+    pub(crate) checking: AtomicBool,
     /// Per watcher with pending notices at the last repair check: its highest `notified`.
     /// `None` before the first check.
     pub(crate) last_check: Mutex<Option<HashMap<String, i64>>>,
@@ -171,9 +215,11 @@ pub(crate) struct ClusterHooks {
 
 impl ClusterHooks {
     pub(crate) fn publish(&self, wake: &Wake) {
-        if wake.reason == WakeReason::SessionState {
+        if wake.reason == WakeReason::SessionState && self.checking.load(Ordering::Acquire) {
             if let Ok(mut w) = self.woken.lock() {
-                w.insert(wake.session_key.clone());
+                if w.len() < WOKEN_CAP {
+                    w.insert(wake.session_key.clone());
+                }
             }
         }
         if wake.remote {

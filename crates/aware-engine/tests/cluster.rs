@@ -286,3 +286,54 @@ fn a_reply_committed_on_one_engine_signals_the_waiter_on_the_other() {
     p.b.post_turn(&sref(C), reply).unwrap();
     assert!(!signalled_now(&watch), "a signal without a bus");
 }
+
+/// Sessions come and go (a new watcher per task, never deleted): the wake bookkeeping of both
+/// engines follows the watchers woken recently, not every watcher ever woken. Engine `a` never
+/// runs a repair check, as a lone SQLite gateway: it records no woken watchers at all; `b`
+/// runs one per round, as a gateway on PostgreSQL: it holds at most one round's. Each round
+/// wakes 200 new watchers, then the clock moves past two coalescing windows.
+/// (`cargo run --release -p aware-engine --example wake_churn` runs a million, with the RSS.)
+#[test]
+fn wake_bookkeeping_follows_recent_watchers_not_every_watcher_ever_woken() {
+    const ROUND: usize = 200;
+    const ROUNDS: usize = 12;
+    let p = pair();
+    let _subscriber = p.b.subscribe_wakes();
+    let (mut most_a, mut most_b) = (WakeBookkeeping::default(), WakeBookkeeping::default());
+    for round in 0..ROUNDS {
+        let target = format!("agent:main:churn-t{round}");
+        p.a.create_session(CreateSession::new(key(&target)))
+            .unwrap();
+        for i in 0..ROUND {
+            let watcher = format!("agent:main:churn-w{round}-{i}");
+            p.a.create_session(CreateSession::new(key(&watcher)))
+                .unwrap();
+            p.a.register_watch(&sref(&watcher), &sref(&target)).unwrap();
+        }
+        hdm(&p.a, &target);
+        p.clock.set(T0 + (round as i64 + 1) * 60_000).unwrap();
+        // Measured before the check, which empties `woken`.
+        for (most, e) in [(&mut most_a, &p.a), (&mut most_b, &p.b)] {
+            let now = e.wake_bookkeeping();
+            most.coalescer = most.coalescer.max(now.coalescer);
+            most.merged = most.merged.max(now.merged);
+            most.woken = most.woken.max(now.woken);
+        }
+        p.b.repair_wakes().unwrap();
+    }
+    let woke = p.bus_a.published.lock().unwrap().len();
+    assert!(woke >= ROUND * ROUNDS, "{woke} wakes");
+    // The coalescer sweeps once it holds 1,024 watchers; everything older than two windows
+    // (40 s, less than a round) goes, so it never holds much more than that.
+    for (name, most) in [("a", most_a), ("b", most_b)] {
+        assert!(
+            most.coalescer < 1_024 + ROUND,
+            "{name}: {most:?} after {} watchers",
+            ROUND * ROUNDS
+        );
+        assert_eq!(most.merged, 0, "{name}: nothing was coalesced");
+    }
+    assert_eq!(most_a.woken, 0, "no repair check, nothing recorded");
+    assert!(most_b.woken <= ROUND, "b: {most_b:?}");
+    assert!(most_b.woken > 0, "b records what its next check needs");
+}

@@ -22,10 +22,13 @@ pub(crate) async fn handle(req: Req, op: AdminOp) -> ApiResult<Response> {
     let mut b = Obj::parse(&req.body, true)?;
     match op {
         AdminOp::Clock => {
+            // Later time arithmetic (timers, expiry) must not overflow, so the clock stays
+            // within RFC 3339 years (up to 9999-12-31) whichever way it is moved.
+            const MAX_CLOCK_MS: i64 = 253_402_300_799_999;
             let now = b.opt_int(
                 "now",
-                0..=i64::MAX,
-                "now must be a non-negative integer (epoch milliseconds)",
+                0..=MAX_CLOCK_MS,
+                "now must be an integer from 0 to 253402300799999 (epoch milliseconds, at most 9999-12-31T23:59:59.999Z)",
             )?;
             let adv = b.opt_int(
                 "advanceMs",
@@ -37,9 +40,6 @@ pub(crate) async fn handle(req: Req, op: AdminOp) -> ApiResult<Response> {
             let t = match (now, adv) {
                 (Some(t), None) => clock.set(t).map_err(|e| ApiError::invalid(e.to_string()))?,
                 (None, Some(a)) => {
-                    // Later time arithmetic (timers, expiry) must not overflow either, so the
-                    // clock stays within RFC 3339 years (up to 9999-12-31).
-                    const MAX_CLOCK_MS: i64 = 253_402_300_799_999;
                     match clock.now_ms().checked_add(a) {
                         Some(t) if t <= MAX_CLOCK_MS => clock.advance(a),
                         _ => {

@@ -59,6 +59,10 @@ fn provider_error(e: ProviderError) -> ApiError {
         ProviderError::Unavailable(m) => {
             ApiError::new(StatusCode::BAD_GATEWAY, "node_unavailable", m)
         }
+        // The client's mistake, not the gateway's: a 400, and nothing logged as an error.
+        ProviderError::InvalidCursor => {
+            ApiError::invalid("cursor is invalid: pass the nextCursor of the previous page")
+        }
         other => ApiError::internal(other.to_string()),
     }
 }

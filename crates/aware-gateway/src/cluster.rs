@@ -52,11 +52,18 @@ pub(crate) fn is_leader(state: &AppState) -> bool {
 /// The `cluster` object of `/health`.
 pub(crate) fn health(state: &AppState) -> serde_json::Value {
     match state.cluster.get() {
-        Some(c) => serde_json::json!({
-            "node": c.status().node_id,
-            "leader": c.status().is_leader(),
-            "listening": c.status().is_listening(),
-        }),
+        Some(c) => {
+            let mut v = serde_json::json!({
+                "node": c.status().node_id,
+                "leader": c.status().is_leader(),
+                "listening": c.status().is_listening(),
+            });
+            // A session of another role holds the leadership lock: say so where operators look.
+            if let Some(h) = c.status().stranger() {
+                v["leaderLockHeldBy"] = h.into();
+            }
+            v
+        }
         None => serde_json::json!({"node": null, "leader": true, "listening": false}),
     }
 }
@@ -73,7 +80,7 @@ pub(crate) fn metrics(state: &AppState, out: &mut String) {
         return;
     };
     let s = c.status();
-    let counters: [(&str, &str, u64); 9] = [
+    let counters: [(&str, &str, u64); 10] = [
         (
             "aware_cluster_leader_changes_total",
             "Times this gateway became leader.",
@@ -121,6 +128,11 @@ pub(crate) fn metrics(state: &AppState, out: &mut String) {
                     aware_engine::EngineMetrics::get(&e.metrics().replies_remote_signalled)
                 })
                 .unwrap_or(0),
+        ),
+        (
+            "aware_cluster_notifications_rejected_total",
+            "Notifications on the cluster channel dropped: unsigned, signed with another key, or a wake whose agentId is not its key's agent.",
+            s.rejected.load(Ordering::Relaxed),
         ),
         (
             "aware_cluster_listener_reconnects_total",

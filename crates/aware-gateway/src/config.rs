@@ -70,6 +70,21 @@ pub struct HttpSettings {
     pub body_timeout_secs: u64,
     pub max_connections: usize,
     pub shutdown_grace_secs: u64,
+    /// Long-lived streams (`GET /v1/wakes`, `GET /v1/console/events`) open at once; `None`
+    /// derives it from `max_connections` ([`HttpSettings::stream_cap`]).
+    pub max_streams: Option<usize>,
+    /// Streams one agent token may hold at once (the operator is bounded by `max_streams`).
+    pub max_streams_per_agent: usize,
+}
+
+impl HttpSettings {
+    /// How many streams may be open at once: `max_streams`, else three quarters of
+    /// `max_connections`. Always below `max_connections`, so streams that are never read
+    /// cannot take the slots `/health` and every other route need.
+    pub fn stream_cap(&self) -> usize {
+        self.max_streams
+            .unwrap_or_else(|| self.max_connections - (self.max_connections / 4).max(1))
+    }
 }
 
 impl Default for HttpSettings {
@@ -82,6 +97,8 @@ impl Default for HttpSettings {
             body_timeout_secs: 30,
             max_connections: 1024,
             shutdown_grace_secs: 5,
+            max_streams: None,
+            max_streams_per_agent: 64,
         }
     }
 }
@@ -142,6 +159,8 @@ pub struct GatewayConfig {
     pub notify_on_create: bool,
     pub retention: RetentionPolicy,
     pub coalesce_secs: u64,
+    /// `[wakes] stream_buffer`: wakes kept for wake streams that have not sent them yet.
+    pub stream_buffer: usize,
     pub agents: BTreeMap<String, AgentPolicy>,
     /// `Some(start)` in test mode (03 §9).
     pub test_clock_start: Option<i64>,
@@ -206,6 +225,7 @@ impl GatewayConfig {
             notify_on_create: true,
             retention: RetentionPolicy::default(),
             coalesce_secs: 20,
+            stream_buffer: 4096,
             agents: BTreeMap::new(),
             test_clock_start: None,
             monitor: MonitorSettings::default(),
@@ -301,6 +321,10 @@ impl GatewayConfig {
         }
         if let Some(w) = &file.wakes {
             c.coalesce_secs = w.coalesce_secs.unwrap_or(c.coalesce_secs);
+            c.stream_buffer = w.stream_buffer.unwrap_or(c.stream_buffer);
+            if c.stream_buffer == 0 {
+                return Err(bad("wakes.stream_buffer must be at least 1 (got 0)"));
+            }
         }
         for (id, a) in file.agents.clone().unwrap_or_default() {
             let agent = AgentId::parse(&id).map_err(|e| bad(format!("agents.{id}: {e}")))?;
@@ -336,6 +360,17 @@ impl GatewayConfig {
                     return Err(bad(format!(
                         "agents.{id}.wake_webhook.url must be an http:// URL with a host (got {:?}: {why})",
                         h.url
+                    )));
+                }
+                // Credentials in the URL would travel in the Host header of every delivery and
+                // show in every message that names the URL; the receiver's secret is `secret`.
+                if parsed
+                    .as_ref()
+                    .is_ok_and(|u| !u.username().is_empty() || u.password().is_some())
+                {
+                    return Err(bad(format!(
+                        "agents.{id}.wake_webhook.url must not carry user:password@ (got {}); put the receiver's credential in agents.{id}.wake_webhook.secret (sent as Authorization: Bearer)",
+                        aware_store_pg::redact_url(&h.url)
                     )));
                 }
                 policy.webhook = Some(Webhook {
@@ -525,6 +560,18 @@ fn store_options(
     Ok(Some(options))
 }
 
+/// An extra `Host` name as the edge compares it (lower case), or why it cannot be one. Shared
+/// by `[http] allowed_hosts` and `aware node serve --allowed-host`.
+pub fn normalize_allowed_host(host: &str) -> Result<String, String> {
+    let lower = host.to_ascii_lowercase();
+    if lower.is_empty() || lower.contains(['/', ' ', '@']) {
+        return Err(format!(
+            "{host:?} must be a host name or address, optionally with :port"
+        ));
+    }
+    Ok(lower)
+}
+
 fn apply_http(d: &mut HttpSettings, h: &FileHttp) -> Result<(), ConfigError> {
     for o in h.allowed_origins.clone().unwrap_or_default() {
         let lower = o.to_ascii_lowercase();
@@ -541,12 +588,8 @@ fn apply_http(d: &mut HttpSettings, h: &FileHttp) -> Result<(), ConfigError> {
         }
     }
     for host in h.allowed_hosts.clone().unwrap_or_default() {
-        let lower = host.to_ascii_lowercase();
-        if lower.is_empty() || lower.contains(['/', ' ', '@']) {
-            return Err(bad(format!(
-                "http.allowed_hosts: {host:?} must be a host name or address, optionally with :port"
-            )));
-        }
+        let lower =
+            normalize_allowed_host(&host).map_err(|e| bad(format!("http.allowed_hosts: {e}")))?;
         d.allowed_hosts.push(lower);
     }
     let secs = |name: &str, v: Option<u64>, dflt: u64| -> Result<u64, ConfigError> {
@@ -579,6 +622,21 @@ fn apply_http(d: &mut HttpSettings, h: &FileHttp) -> Result<(), ConfigError> {
     match h.max_connections {
         Some(0) => return Err(bad("http.max_connections must be at least 1")),
         Some(n) => d.max_connections = n,
+        None => {}
+    }
+    match h.max_streams {
+        Some(n) if n >= d.max_connections => {
+            return Err(bad(format!(
+                "http.max_streams ({n}) must be below http.max_connections ({}): the rest stays free for /health and every other route",
+                d.max_connections
+            )))
+        }
+        Some(n) => d.max_streams = Some(n),
+        None => {}
+    }
+    match h.max_streams_per_agent {
+        Some(0) => return Err(bad("http.max_streams_per_agent must be at least 1")),
+        Some(n) => d.max_streams_per_agent = n,
         None => {}
     }
     Ok(())
@@ -682,6 +740,21 @@ mod tests {
             vec!["http://app.example:3000".to_string()]
         );
         assert_eq!(d.max_connections, 8);
+        assert_eq!(d.stream_cap(), 6);
+        let too_many = FileHttp {
+            max_streams: Some(8),
+            ..Default::default()
+        };
+        assert!(apply_http(&mut d, &too_many)
+            .unwrap_err()
+            .to_string()
+            .contains("below http.max_connections"));
+        assert_eq!(HttpSettings::default().stream_cap(), 768);
+        let one = HttpSettings {
+            max_connections: 1,
+            ..HttpSettings::default()
+        };
+        assert_eq!(one.stream_cap(), 0);
     }
 }
 
@@ -712,6 +785,28 @@ mod codex_tests {
         assert!(c.codex_home.is_some_and(|h| h.ends_with(".codex")));
         let c = load_with("[codex]\nenabled = false\nhome = \"/x\"\n", None);
         assert_eq!(c.codex_home, None);
+    }
+
+    #[test]
+    fn the_wake_stream_buffer_is_read_and_must_hold_one_wake() {
+        assert_eq!(load_with("", None).stream_buffer, 4096);
+        assert_eq!(
+            load_with("[wakes]\nstream_buffer = 8\n", None).stream_buffer,
+            8
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, "[wakes]\nstream_buffer = 0\n").unwrap();
+        let o = Overrides {
+            data_dir: Some(dir.path().to_path_buf()),
+            config: Some(path),
+            ..Overrides::default()
+        };
+        let e = GatewayConfig::load(&o, &|_| None).unwrap_err();
+        assert!(
+            e.to_string().contains("stream_buffer must be at least 1"),
+            "{e}"
+        );
     }
 
     #[test]

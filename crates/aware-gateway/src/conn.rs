@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
@@ -225,6 +225,13 @@ impl AsyncWrite for Deadlines {
     }
 }
 
+/// A closing connection reads (and drops) what the client still sends until the client closes,
+/// gives up after `LINGER_IDLE` without a byte, and stops anyway after `LINGER_TIME` or
+/// `LINGER_BYTES`, so a client that never stops sending cannot hold a connection slot.
+const LINGER_IDLE: Duration = Duration::from_secs(2);
+const LINGER_TIME: Duration = Duration::from_secs(10);
+const LINGER_BYTES: usize = 16 << 20;
+
 async fn serve_one(
     stream: TcpStream,
     app: axum::Router,
@@ -245,7 +252,9 @@ async fn serve_one(
     });
     let svc = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
         let (app, track) = (app.clone(), track.clone());
-        async move {
+        // Boxed so the connection can be polled without its shutdown (which needs an `Unpin`
+        // future) and hand the socket back for `linger`.
+        Box::pin(async move {
             let active = track.begin();
             let resp = match app.oneshot(req.map(Body::new)).await {
                 Ok(r) => r,
@@ -257,17 +266,49 @@ async fn serve_one(
                     _active: active,
                 })
             }))
-        }
+        })
     });
-    let conn = hyper::server::conn::http1::Builder::new()
+    let mut conn = hyper::server::conn::http1::Builder::new()
         .keep_alive(true)
         .serve_connection(io, svc);
-    tokio::pin!(conn);
-    tokio::select! {
-        _ = conn.as_mut() => return,
-        _ = stop.wait_for(|s| *s) => conn.as_mut().graceful_shutdown(),
+    let stop_signal = stop.wait_for(|s| *s);
+    tokio::pin!(stop_signal);
+    let mut stopping = false;
+    // The outcome does not matter here: a connection error ends the connection like a close.
+    let _ = std::future::poll_fn(|cx| {
+        if !stopping && stop_signal.as_mut().poll(cx).is_ready() {
+            stopping = true;
+            Pin::new(&mut conn).graceful_shutdown();
+        }
+        conn.poll_without_shutdown(cx)
+    })
+    .await;
+    // Bytes hyper read past the last request are dropped with it.
+    linger(conn.into_parts().io.into_inner().inner).await;
+}
+
+/// Closes a connection without destroying the answer just written. An early 401/403/404/413 is
+/// answered before the body is read, with the body still on its way; a socket closed with
+/// unread input makes the kernel send a reset instead of an orderly end, which drops any part of
+/// the answer not yet sent and fails the client's write of the rest of its request (a client
+/// that writes its whole request before reading then never reads the answer). So: shut the write side (the client sees the whole answer and
+/// its end), read and drop whatever still comes until the client closes (within the bounds
+/// above), then close. A client that closed first costs one read that returns at once.
+async fn linger(mut stream: TcpStream) {
+    if stream.shutdown().await.is_err() {
+        return;
     }
-    let _ = conn.await;
+    let until = Instant::now() + LINGER_TIME;
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut left = LINGER_BYTES;
+    while left > 0 {
+        let due = until.min(Instant::now() + LINGER_IDLE);
+        match tokio::time::timeout_at(due, stream.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => left = left.saturating_sub(n),
+            // End of input, an error, or the time is up.
+            _ => return,
+        }
+    }
 }
 
 /// Accepts until `shutdown` resolves (or `fatal` yields a message), at most

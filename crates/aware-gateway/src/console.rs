@@ -373,8 +373,23 @@ async fn session(
                 .is_some_and(|x| may_see(req, caller, &x))
         });
     }
+    // A session with thousands of watchers made a page of megabytes (issue 27): each fan-out
+    // list keeps its first CONSOLE_LIST_MAX entries and says how many there are in all; the
+    // whole lists are `GET /v1/sessions/{key}/watches` and `…/watchers`, paged.
+    for list in ["watches", "watchers", "noticesOnIt"] {
+        let total = body[list].as_array().map_or(0, Vec::len);
+        if total > CONSOLE_LIST_MAX {
+            if let Some(a) = body[list].as_array_mut() {
+                a.truncate(CONSOLE_LIST_MAX);
+            }
+            body[format!("{list}Total")] = total.into();
+        }
+    }
     ok(body)
 }
+
+/// Most entries of one fan-out list on a console session page.
+const CONSOLE_LIST_MAX: usize = 200;
 
 /// One edge of §7.3, serialized straight from the engine's edge: a 2,500-edge answer built as
 /// `Value` maps spent more time allocating than reading the store.
@@ -549,6 +564,8 @@ async fn overview(req: &Req, caller: Option<&SessionRef>, q: Query) -> ApiResult
 async fn events(req: &Req, q: Query) -> ApiResult<Response> {
     q.finish()?;
     let engine = req.state.engine()?;
+    // Counted with the wake streams (streams.rs): the slot lives inside the stream.
+    let slot = crate::streams::claim(&req.state.streams, &req.state.config.http, &req.identity)?;
     let rx = engine.subscribe_changes();
     let first = *rx.borrow();
     let hello = futures_util::stream::once(async move {
@@ -558,7 +575,7 @@ async fn events(req: &Req, q: Query) -> ApiResult<Response> {
                 .data(json!({"generation": first}).to_string()),
         )
     });
-    let changes = futures_util::stream::unfold(rx, |mut rx| async move {
+    let changes = futures_util::stream::unfold((rx, slot), |(mut rx, slot)| async move {
         rx.changed().await.ok()?;
         let generation = *rx.borrow_and_update();
         let ev = Event::default()
@@ -566,7 +583,7 @@ async fn events(req: &Req, q: Query) -> ApiResult<Response> {
             .data(json!({"generation": generation}).to_string());
         // A burst of commits becomes one hint: the page re-reads everything anyway.
         tokio::time::sleep(Duration::from_millis(250)).await;
-        Some((Ok::<Event, Infallible>(ev), rx))
+        Some((Ok::<Event, Infallible>(ev), (rx, slot)))
     });
     use futures_util::StreamExt;
     Ok(Sse::new(hello.chain(changes))

@@ -7,7 +7,7 @@ use crate::access::{
     caller, caller_unchecked, operator_only, path_session, path_session_unchecked,
 };
 use crate::body::Query;
-use crate::edge::{self, Identity, Origin};
+use crate::edge::{self, Identity, Origin, Site};
 use crate::error::{ApiError, ApiResult};
 use crate::request::{decode_segment, must_exist, Req};
 use crate::routes::{self, Route, SessionRoute};
@@ -55,16 +55,17 @@ async fn edge_then_route(
     segments: &[&str],
     parsed: routes::Parsed,
 ) -> ApiResult<Response> {
-    let host = uri.authority().map(|a| a.as_str().to_string()).or_else(|| {
-        headers
-            .get(axum::http::header::HOST)
-            .map(|h| h.to_str().unwrap_or("?").to_string())
-    });
-    edge::check_host(&state.config, state.port, host.as_deref())?;
-    let origin = edge::check_origin(&state.config, &headers, host.as_deref().unwrap_or(""))?;
-    if let Some(r) = edge::preflight(&method, &headers, &origin) {
-        return Ok(r);
-    }
+    let origin = match edge::check_site(
+        state.config.bind,
+        &state.config.http,
+        state.port,
+        &method,
+        uri,
+        &headers,
+    )? {
+        Site::Preflight(r) => return Ok(r),
+        Site::Pass(origin) => origin,
+    };
     let mut response = route_checked(state, method, uri, headers, body, segments, parsed)
         .await
         .unwrap_or_else(|e| e.into_response());
@@ -287,8 +288,8 @@ async fn session_route(
         S::Pending => notices::pending(req, t, q).await,
         S::Ack => notices::ack(req, t, q).await,
         S::SystemEvent => notices::system_event(req, t, q).await,
-        S::ListWatches => watches::list(req, t, q).await,
-        S::Watchers => watches::watchers(req, t, q).await,
+        S::ListWatches => watches::list(req, c, t, q).await,
+        S::Watchers => watches::watchers(req, c, t, q).await,
         S::Watch => watches::watch(req, c, t, q).await,
         S::Unwatch(target) => watches::unwatch(req, c, t, q, &target).await,
     }

@@ -1,13 +1,82 @@
 //! The edge checks every request passes before it is routed: the `Host` name (DNS rebinding),
 //! the browser origin (cross-site requests), CORS for configured origins, the body's media
 //! type, and the bearer token with the identity it names.
+//!
+//! Two listeners share this edge: the gateway (`dispatch`) and the paired node
+//! (`node_server`). Both run [`check_site`] first and compare tokens with [`secrets_equal`],
+//! and both refuse weak tokens off loopback through [`check_token_strength`], so a rule added
+//! here cannot be forgotten by one of them.
 
-use crate::config::GatewayConfig;
+use crate::config::{GatewayConfig, HttpSettings};
 use crate::error::ApiError;
-use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
+
+/// Off loopback the token is all that stands between the network and the data: shorter ones
+/// are guessable.
+pub const MIN_TOKEN_BYTES: usize = 16;
+
+/// Refuses to listen off loopback with a blank token or one under [`MIN_TOKEN_BYTES`];
+/// `tokens` names each token for the message. The rule of `aware serve` and `aware node serve`.
+pub fn check_token_strength<'a>(
+    bind: SocketAddr,
+    tokens: impl IntoIterator<Item = (String, &'a str)>,
+) -> Result<(), String> {
+    if bind.ip().is_loopback() {
+        return Ok(());
+    }
+    for (what, t) in tokens {
+        if t.trim().is_empty() || t.len() < MIN_TOKEN_BYTES {
+            return Err(format!(
+                "refusing to listen on {bind} with a weak token: {what} must be at least {MIN_TOKEN_BYTES} bytes and not blank"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The bearer token a request presents (empty when none).
+pub(crate) fn bearer(headers: &HeaderMap) -> &str {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("")
+}
+
+/// The first checks of every request on either listener: the `Host` (DNS rebinding), then the
+/// origin (cross-site pages), then a CORS preflight from an allowed origin, answered here.
+/// `bind` is the configured address, `port` the bound one.
+pub(crate) fn check_site(
+    bind: SocketAddr,
+    http: &HttpSettings,
+    port: u16,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+) -> Result<Site, ApiError> {
+    let host = uri.authority().map(|a| a.as_str().to_string()).or_else(|| {
+        headers
+            .get(header::HOST)
+            .map(|h| h.to_str().unwrap_or("?").to_string())
+    });
+    check_host(bind, http, port, host.as_deref())?;
+    let origin = check_origin(http, headers, host.as_deref().unwrap_or(""))?;
+    Ok(match preflight(method, headers, &origin) {
+        Some(r) => Site::Preflight(r),
+        None => Site::Pass(origin),
+    })
+}
+
+/// What [`check_site`] decided for a request it did not refuse.
+pub(crate) enum Site {
+    /// A CORS preflight, already answered.
+    Preflight(Response),
+    /// Route the request; add CORS headers to the answer for an allowed origin.
+    Pass(Origin),
+}
 
 /// Who a request speaks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,11 +104,7 @@ pub(crate) fn identify(config: &GatewayConfig, headers: &HeaderMap) -> Option<Id
     let Some(main) = &config.token else {
         return Some(Identity::Operator);
     };
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
+    let given = bearer(headers);
     let mut found = None;
     if secrets_equal(given.as_bytes(), main.as_bytes()) {
         found = Some(Identity::Operator);
@@ -83,21 +148,23 @@ const LOOPBACK_NAMES: [&str; 3] = ["127.0.0.1", "localhost", "[::1]"];
 /// names, the bind address, `[http] allowed_hosts`, and on an unspecified bind (`0.0.0.0`, `::`)
 /// any IP literal (an address is not a DNS name, so it cannot be rebound). A port, when given,
 /// must be the bound port (or the one an `allowed_hosts` entry names).
-pub(crate) fn check_host(
-    config: &GatewayConfig,
+fn check_host(
+    bind: SocketAddr,
+    http: &HttpSettings,
     port: u16,
     host: Option<&str>,
 ) -> Result<(), ApiError> {
+    let loopback = bind.ip().is_loopback();
     let accepted = || {
         let mut names: Vec<String> = LOOPBACK_NAMES.iter().map(|s| s.to_string()).collect();
-        if !config.bind_is_loopback() {
-            if config.bind.ip().is_unspecified() {
+        if !loopback {
+            if bind.ip().is_unspecified() {
                 names.push("any IP address".into());
             } else {
-                names.push(bracketed(config.bind.ip()));
+                names.push(bracketed(bind.ip()));
             }
         }
-        names.extend(config.http.allowed_hosts.iter().cloned());
+        names.extend(http.allowed_hosts.iter().cloned());
         format!(
             "{} (with or without :{port}); add names under [http] allowed_hosts",
             names.join(", ")
@@ -119,22 +186,18 @@ pub(crate) fn check_host(
     let port_ok = p.is_none_or(|p| p == port);
     let by_rule = port_ok
         && (LOOPBACK_NAMES.contains(&h.as_str())
-            || (!config.bind_is_loopback()
-                && (h == bracketed(config.bind.ip())
-                    || (config.bind.ip().is_unspecified()
+            || (!loopback
+                && (h == bracketed(bind.ip())
+                    || (bind.ip().is_unspecified()
                         && h.trim_start_matches('[')
                             .trim_end_matches(']')
                             .parse::<IpAddr>()
                             .is_ok()))));
-    let by_list = config
-        .http
-        .allowed_hosts
-        .iter()
-        .any(|e| match split_authority(e) {
-            Some((eh, Some(ep))) => eh == h && p == Some(ep),
-            Some((eh, None)) => eh == h && port_ok,
-            None => false,
-        });
+    let by_list = http.allowed_hosts.iter().any(|e| match split_authority(e) {
+        Some((eh, Some(ep))) => eh == h && p == Some(ep),
+        Some((eh, None)) => eh == h && port_ok,
+        None => false,
+    });
     if by_rule || by_list {
         Ok(())
     } else {
@@ -162,11 +225,7 @@ pub(crate) enum Origin {
 /// (`http://` + the request's `Host`) or listed in `[http] allowed_origins`, and
 /// `Sec-Fetch-Site: cross-site` is refused unless its origin is listed. Clients that send no
 /// `Origin` (curl, SDKs, the CLI) are not browsers and pass.
-pub(crate) fn check_origin(
-    config: &GatewayConfig,
-    headers: &HeaderMap,
-    host: &str,
-) -> Result<Origin, ApiError> {
+fn check_origin(http: &HttpSettings, headers: &HeaderMap, host: &str) -> Result<Origin, ApiError> {
     let origin = headers
         .get(header::ORIGIN)
         .map(|v| v.to_str().unwrap_or("?").trim().to_ascii_lowercase());
@@ -179,7 +238,7 @@ pub(crate) fn check_origin(
         ))
     };
     match origin {
-        Some(o) if config.http.allowed_origins.contains(&o) => Ok(Origin::Allowed(o)),
+        Some(o) if http.allowed_origins.contains(&o) => Ok(Origin::Allowed(o)),
         Some(o) if o == format!("http://{}", host.trim().to_ascii_lowercase()) && !cross_site => {
             Ok(Origin::Same)
         }
@@ -204,7 +263,7 @@ pub(crate) fn add_cors(resp: &mut Response, origin: &str) {
 
 /// The answer to a CORS preflight (`OPTIONS` with `Access-Control-Request-Method`) from an
 /// allowed origin; `None` for any other request.
-pub(crate) fn preflight(method: &Method, headers: &HeaderMap, origin: &Origin) -> Option<Response> {
+fn preflight(method: &Method, headers: &HeaderMap, origin: &Origin) -> Option<Response> {
     let Origin::Allowed(o) = origin else {
         return None;
     };
@@ -268,11 +327,20 @@ mod tests {
         assert!(!secrets_equal(b"", b"abc"));
     }
 
-    fn config(bind: &str, hosts: &[&str]) -> GatewayConfig {
-        let mut c = GatewayConfig::for_data_dir("/nonexistent");
-        c.bind = bind.parse().unwrap();
-        c.http.allowed_hosts = hosts.iter().map(|h| h.to_string()).collect();
-        c
+    fn config(bind: &str, hosts: &[&str]) -> (SocketAddr, HttpSettings) {
+        let http = HttpSettings {
+            allowed_hosts: hosts.iter().map(|h| h.to_string()).collect(),
+            ..HttpSettings::default()
+        };
+        (bind.parse().unwrap(), http)
+    }
+
+    fn check_host(
+        c: &(SocketAddr, HttpSettings),
+        port: u16,
+        host: Option<&str>,
+    ) -> Result<(), ApiError> {
+        super::check_host(c.0, &c.1, port, host)
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! Layers (no module imports one above it; `scripts/modcycles.py` checks there are no cycles):
 //! - the lower layer: `config`, `error`, `body`, `edge` (host, origin, tokens), `request`
 //!   (extraction), `access` (authorization and visibility), `state`, `wire` (all response
-//!   JSON), `routes` (the typed route table), `http_stats`, `lanes`, `health` (probes), `conn`;
+//!   JSON), `routes` (the typed route table), `http_stats`, `lanes`, `health` (probes), `conn`,
+//!   `streams` (caps on long-lived streams);
 //! - one handler module per resource: `sessions`, `turns`, `notices`, `watches`, `tools`,
 //!   `wakes`, `catalog`, `admin`, `metrics`, `status` (`/health`), `console`;
 //! - on top: `dispatch` (edge checks, route, body, then the handler) and `server` (start-up,
@@ -36,6 +37,7 @@ mod server;
 mod sessions;
 mod state;
 mod status;
+mod streams;
 pub mod tools;
 mod turns;
 mod wakes;

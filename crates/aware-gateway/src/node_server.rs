@@ -7,9 +7,16 @@
 //! `Authorization: Bearer <token>`, compared in constant time (03 §5.2). What each route answers
 //! is `aware_upstream::node::serve`; this file parses, checks the token and runs the file reads
 //! on the blocking pool.
+//!
+//! The node serves every transcript on the machine, so it stands behind the gateway's own edge,
+//! not a copy of it: `edge::check_site` (Host against DNS rebinding, Origin and
+//! `Sec-Fetch-Site` against cross-site pages) before anything else, the same token compare and
+//! weak-token rule, and `conn::serve` (connection cap, request-head and keep-alive deadlines,
+//! stalled writes, shutdown grace).
 
 use crate::body::Query;
-use crate::edge::secrets_equal as constant_time_eq;
+use crate::config::HttpSettings;
+use crate::edge::{self, secrets_equal as constant_time_eq, Origin, Site};
 use crate::error::{ApiError, ApiResult};
 use aware_upstream::node::serve::NodeRoots;
 use aware_upstream::node::{
@@ -22,6 +29,7 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 use std::future::Future;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -37,9 +45,31 @@ pub struct NodeServerConfig {
     pub claude_root: PathBuf,
     /// `$CODEX_HOME` (default `~/.codex`) or `--codex-home`; `None` serves no Codex catalog.
     pub codex_home: Option<PathBuf>,
+    /// The configured listen address: the `Host` rule depends on it (any IP literal on an
+    /// unspecified bind, the address itself on a specific one, loopback names always).
+    pub bind: SocketAddr,
+    /// The gateway's `[http]` settings: extra `Host` names and origins, deadlines, the
+    /// connection cap and the shutdown grace.
+    pub http: HttpSettings,
 }
 
 impl NodeServerConfig {
+    /// The gateway's bind rule (03 §5.2): off loopback a token is required, and it must not be
+    /// weak. Returns the message `aware node serve` prints before it exits with 2.
+    pub fn check_bind_policy(&self) -> Result<(), String> {
+        match &self.token {
+            None if !self.bind.ip().is_loopback() => Err(format!(
+                "refusing to listen on {} without a bearer token (set --token-file, --token or AWARE_NODE_TOKEN)",
+                self.bind
+            )),
+            None => Ok(()),
+            Some(t) => edge::check_token_strength(
+                self.bind,
+                [("the node token".to_string(), t.as_str())],
+            ),
+        }
+    }
+
     fn roots(&self) -> NodeRoots {
         NodeRoots {
             claude_root: self.claude_root.clone(),
@@ -48,30 +78,32 @@ impl NodeServerConfig {
     }
 }
 
-/// Serves on an already-bound listener until `shutdown` resolves.
+/// Serves on an already-bound listener until `shutdown` resolves, through the gateway's own
+/// connection handling (`conn`: connection cap, head and idle deadlines, and the lingering close
+/// that keeps an early 401 or 404 from being lost to a reset), then lets open requests finish
+/// for up to `http.shutdown_grace_secs`.
 pub async fn run_node(
     listener: TcpListener,
     cfg: NodeServerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let port = listener.local_addr()?.port();
+    let http = cfg.http.clone();
     let app = axum::Router::new()
         .fallback(dispatch)
-        .with_state(Arc::new(cfg));
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
+        .with_state(Arc::new((cfg, port)));
+    // The node has no streams to end and no start-up that can fail.
+    let (stopping, _) = tokio::sync::watch::channel(false);
+    let never_fatal = std::future::pending::<Option<String>>();
+    crate::conn::serve(listener, app, http, stopping, shutdown, never_fatal).await;
+    Ok(())
 }
 
 fn authorized(cfg: &NodeServerConfig, headers: &HeaderMap) -> bool {
     let Some(token) = &cfg.token else {
         return true;
     };
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    constant_time_eq(given.as_bytes(), token.as_bytes())
+    constant_time_eq(edge::bearer(headers).as_bytes(), token.as_bytes())
 }
 
 enum Route {
@@ -81,19 +113,31 @@ enum Route {
 }
 
 async fn dispatch(
-    State(cfg): State<Arc<NodeServerConfig>>,
+    State(node): State<Arc<(NodeServerConfig, u16)>>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    match handle(cfg, method, uri, headers).await {
+    let (cfg, port) = (&node.0, node.1);
+    // Host and origin first, as on the gateway: a rebinding page learns nothing, not even
+    // whether a token is needed.
+    let origin = match edge::check_site(cfg.bind, &cfg.http, port, &method, &uri, &headers) {
+        Ok(Site::Preflight(r)) => return r,
+        Ok(Site::Pass(origin)) => origin,
+        Err(e) => return e.into_response(),
+    };
+    let mut response = match handle(cfg, method, uri, headers).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
+    };
+    if let Origin::Allowed(o) = &origin {
+        edge::add_cors(&mut response, o);
     }
+    response
 }
 
 async fn handle(
-    cfg: Arc<NodeServerConfig>,
+    cfg: &NodeServerConfig,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -111,7 +155,7 @@ async fn handle(
         }
         _ => None,
     };
-    if !matches!(route, Some(Route::Health)) && !authorized(&cfg, &headers) {
+    if !matches!(route, Some(Route::Health)) && !authorized(cfg, &headers) {
         return Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
@@ -268,6 +312,8 @@ mod tests {
             token: Some("nt".into()),
             claude_root: dir.path().to_path_buf(),
             codex_home: None,
+            bind: "127.0.0.1:0".parse().unwrap(),
+            http: HttpSettings::default(),
         };
         let server = rt.spawn(run_node(listener, cfg, async {
             let _ = stop_rx.await;
@@ -340,6 +386,54 @@ mod tests {
             (404, Some("not_found"))
         );
 
+        let _ = stop_tx.send(());
+        rt.block_on(server).unwrap().unwrap();
+    }
+
+    /// `aware node serve` closes like the gateway: a 401 answered before an 8 MiB body is read
+    /// reaches a client that writes 2 MiB of it before reading, every time (a close with the
+    /// body unread would reset the connection and fail that write).
+    #[test]
+    fn an_early_refusal_with_a_large_body_arrives_whole() {
+        use std::io::{Read, Write};
+        let dir = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = rt.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let cfg = NodeServerConfig {
+            node_id: "laptop".into(),
+            token: Some("nt".into()),
+            claude_root: dir.path().to_path_buf(),
+            codex_home: None,
+        };
+        let server = rt.spawn(run_node(listener, cfg, async {
+            let _ = stop_rx.await;
+        }));
+        let head = format!(
+            "POST /v1/node/claude/threads HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
+             Content-Length: {}\r\n\r\n",
+            8 << 20
+        );
+        let request = [head.into_bytes(), vec![b' '; 2 << 20]].concat();
+        for round in 0..50 {
+            let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            stream
+                .write_all(&request)
+                .unwrap_or_else(|e| panic!("round {round}: the request could not be written: {e}"));
+            let mut answer = String::new();
+            stream
+                .read_to_string(&mut answer)
+                .unwrap_or_else(|e| panic!("round {round}: the answer could not be read: {e}"));
+            assert!(
+                answer.starts_with("HTTP/1.1 401 ") && answer.ends_with('}'),
+                "round {round}: {answer:?}"
+            );
+        }
         let _ = stop_tx.send(());
         rt.block_on(server).unwrap().unwrap();
     }

@@ -18,6 +18,7 @@ fn engine_config(c: &GatewayConfig) -> EngineConfig {
     e.notify_on_create = c.notify_on_create;
     e.retention = c.retention;
     e.coalesce_secs = c.coalesce_secs;
+    e.wake_buffer = c.stream_buffer;
     e
 }
 
@@ -30,27 +31,17 @@ pub fn check_bind_policy(config: &GatewayConfig) -> Result<(), String> {
         ));
     }
     config.check_tokens().map_err(|e| e.to_string())?;
-    if !config.bind_is_loopback() {
-        // Off loopback the token is all that stands between the network and the hub: a short
-        // or blank one is guessable.
-        let tokens = config
-            .token
-            .iter()
-            .map(|t| ("the bearer token".to_string(), t))
-            .chain(config.agents.iter().filter_map(|(id, a)| {
-                a.token
-                    .as_ref()
-                    .map(|t| (format!("agents.{id}.token_file"), t))
-            }));
-        for (what, t) in tokens {
-            if t.trim().is_empty() || t.len() < 16 {
-                return Err(format!(
-                    "refusing to listen on {} with a weak token: {what} must be at least 16 bytes and not blank",
-                    config.bind
-                ));
-            }
-        }
-    }
+    // Off loopback the token is all that stands between the network and the hub.
+    let tokens = config
+        .token
+        .iter()
+        .map(|t| ("the bearer token".to_string(), t.as_str()))
+        .chain(config.agents.iter().filter_map(|(id, a)| {
+            a.token
+                .as_deref()
+                .map(|t| (format!("agents.{id}.token_file"), t))
+        }));
+    crate::edge::check_token_strength(config.bind, tokens)?;
     Ok(())
 }
 
@@ -181,11 +172,7 @@ pub enum RunError {
 /// Creates a directory (and its parents) readable by its owner only: the data dir holds the
 /// hub's state and must not be readable by other local users whatever the umask.
 pub fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
-    let mut b = std::fs::DirBuilder::new();
-    b.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
-    b.create(dir)
+    aware_store::create_private_dir(dir)
 }
 
 /// Serves on an already-bound listener until `shutdown` resolves, then finishes in-flight

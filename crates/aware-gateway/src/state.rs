@@ -61,6 +61,8 @@ pub struct AppState {
     pub(crate) health: HealthProbes,
     /// The cluster threads (wakes across gateways, leadership) on a PostgreSQL store.
     pub(crate) cluster: std::sync::OnceLock<aware_cluster::Cluster>,
+    /// Open long-lived streams, capped in total and per agent token (`streams.rs`).
+    pub(crate) streams: Arc<crate::streams::StreamSlots>,
 }
 
 pub type Shared = Arc<AppState>;
@@ -178,6 +180,7 @@ pub(crate) fn new_state(config: GatewayConfig, port: u16) -> Shared {
         reply_waiters: Default::default(),
         health: Default::default(),
         cluster: std::sync::OnceLock::new(),
+        streams: Arc::default(),
     })
 }
 

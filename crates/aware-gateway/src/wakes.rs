@@ -16,6 +16,7 @@ use std::convert::Infallible;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::sync::broadcast;
+use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 use tokio_stream::wrappers::BroadcastStream;
 
 struct Filter {
@@ -70,6 +71,8 @@ pub(crate) async fn sse(
         visible,
     });
     let engine = state.engine()?;
+    // Capped per identity and in total (streams.rs); held as long as the stream.
+    let slot = crate::streams::claim(&state.streams, &state.config.http, &req.identity)?;
     // Subscribe before the catch-up read so nothing falls between them.
     let rx = engine.subscribe_wakes();
     let e = engine.clone();
@@ -83,13 +86,26 @@ pub(crate) async fn sse(
     // Lives inside the stream, so the gauge falls when the client disconnects and axum drops it.
     let subscriber = StreamSubscriber::open(&state);
     let live = BroadcastStream::new(rx).filter_map(move |item| {
-        let _counted = &subscriber;
+        let _counted = (&subscriber, &slot);
         let out = match item {
             Ok(w) if f2.matches(&w) => {
                 sent.sse_delivered.fetch_add(1, Ordering::Relaxed);
                 Some(Ok::<Event, Infallible>(event_of(&w)))
             }
-            _ => None,
+            Ok(_) => None,
+            // The stream fell more than `[wakes] stream_buffer` wakes behind and the oldest are
+            // gone: said out loud, so the client resynchronises (reconnect for the catch-up, or
+            // read its sessions' pending notices) instead of waiting on a wake it will not get.
+            Err(BroadcastStreamRecvError::Lagged(missed)) => {
+                tracing::warn!(
+                    event = "wake_stream_lagged",
+                    missed,
+                    "a wake stream fell behind; it was sent `event: lagged`"
+                );
+                Some(Ok(Event::default()
+                    .event("lagged")
+                    .data(wire::stream_lagged(missed).to_string())))
+            }
         };
         std::future::ready(out)
     });

@@ -1,6 +1,6 @@
 //! Watches (02 §5, 03 §5.4): what a session watches, who watches it, watch and unwatch.
 
-use crate::access::check_visible;
+use crate::access::{check_visible, may_see};
 use crate::body::{Obj, Query};
 use crate::error::{ApiError, ApiResult};
 use crate::request::{decode_segment, must_exist, parse_agent, parse_key, resolve_ref, Req};
@@ -9,16 +9,81 @@ use crate::wire::{self, answers};
 use aware_core::SessionRef;
 use axum::response::Response;
 
-pub(crate) async fn list(req: &Req, t: SessionRef, q: Query) -> ApiResult<Response> {
-    q.finish()?;
-    let rows = engine_call(&req.state, move |e| e.watches(&t)).await?;
-    wire::ok(answers::watches(&rows))
+/// `limit` (1..=500, default 100) and `offset` of a fan-out list: a session may have thousands
+/// of watchers, and an unpaged answer grows with them (issue 27).
+fn page_of(q: &mut Query) -> ApiResult<(usize, usize)> {
+    let limit = q
+        .int(
+            "limit",
+            1..=500,
+            "limit must be an integer between 1 and 500",
+        )?
+        .unwrap_or(100);
+    let offset = q
+        .int(
+            "offset",
+            0..=i64::MAX,
+            "offset must be a non-negative integer",
+        )?
+        .unwrap_or(0);
+    Ok((
+        limit as usize,
+        usize::try_from(offset).unwrap_or(usize::MAX),
+    ))
 }
 
-pub(crate) async fn watchers(req: &Req, t: SessionRef, q: Query) -> ApiResult<Response> {
+/// The rows the request may see (the watcher's agent and the target's, 03 §5.3: a hidden
+/// agent's session is not listed), then one page of them.
+fn visible_page(
+    req: &Req,
+    c: Option<&SessionRef>,
+    rows: Vec<aware_store::CursorRow>,
+    (limit, offset): (usize, usize),
+) -> (Vec<aware_store::CursorRow>, bool, usize) {
+    let agent_of = |key: &str| {
+        aware_core::SessionKey::parse(key)
+            .ok()
+            .and_then(|k| k.qualified_agent())
+            .map(|a| a.as_str().to_string())
+    };
+    let mut rows: Vec<_> = rows
+        .into_iter()
+        .filter(|r| {
+            let watcher_ok = agent_of(&r.watcher).is_none_or(|a| may_see(req, c, &a));
+            watcher_ok && may_see(req, c, &r.target_agent)
+        })
+        .skip(offset)
+        .take(limit.saturating_add(1))
+        .collect();
+    let more = rows.len() > limit;
+    rows.truncate(limit);
+    (rows, more, offset.saturating_add(limit))
+}
+
+pub(crate) async fn list(
+    req: &Req,
+    c: Option<&SessionRef>,
+    t: SessionRef,
+    mut q: Query,
+) -> ApiResult<Response> {
+    let page = page_of(&mut q)?;
+    q.finish()?;
+    let rows = engine_call(&req.state, move |e| e.watches(&t)).await?;
+    let (rows, more, next) = visible_page(req, c, rows, page);
+    wire::ok(answers::watches(&rows, more, next))
+}
+
+pub(crate) async fn watchers(
+    req: &Req,
+    c: Option<&SessionRef>,
+    t: SessionRef,
+    mut q: Query,
+) -> ApiResult<Response> {
+    let page = page_of(&mut q)?;
     q.finish()?;
     let rows = engine_call(&req.state, move |e| e.watchers(&t)).await?;
-    wire::ok(answers::watchers(&rows))
+    let (rows, more, next) = visible_page(req, c, rows, page);
+    wire::ok(answers::watchers(&rows, more, next))
 }
 
 /// `POST …/watches`: `t` (the watcher) starts watching `target`. Both the watcher and the
@@ -43,10 +108,12 @@ pub(crate) async fn watch(
         ));
     }
     let target_ref = resolve_ref(req, &tkey, tagent.as_ref(), Some(&t))?;
-    must_exist(req, "session", &target_ref).await?;
+    // Visibility before existence: a target of a hidden agent is 403 whether or not it exists
+    // (03 §5.3), so the answer does not tell which of its sessions exist.
     let (key, agent) = (target_ref.key.as_str(), target_ref.agent.as_str());
     check_visible(req, Some(&t), key, agent)?;
     check_visible(req, c, key, agent)?;
+    must_exist(req, "session", &target_ref).await?;
     let row = engine_call(&req.state, move |e| e.register_watch(&t, &target_ref)).await?;
     wire::ok(answers::watched(&row))
 }

@@ -2,8 +2,9 @@
 //!
 //! Writes run on one writer thread per gateway with group commit, as in the SQLite store: the
 //! writer takes every op already queued (≤ 256), runs them in one transaction with a savepoint
-//! each and commits once. Every write transaction first takes one cluster-wide advisory lock
-//! ([`WRITE_LOCK`]), so write transactions of all gateways run one at a time, sequences are
+//! each and commits once. Every write transaction first locks the one row of
+//! `aware_write_epoch` (it raises the epoch), so write transactions of all gateways run one at a
+//! time, sequences are
 //! assigned in commit order and `changesSince` has no out-of-order-commit hole (see
 //! ARCHITECTURE.md, "PostgreSQL"). Reads run on a small pool, each read closure in one
 //! `REPEATABLE READ READ ONLY` transaction. Connections are made lazily and remade after an
@@ -20,7 +21,7 @@ mod stats;
 pub mod testing;
 mod tx;
 
-pub use options::{redact_url, PgOptions};
+pub use options::{redact_url, url_has_password, PgOptions};
 pub use postgres;
 pub use schema::SCHEMA_VERSION;
 pub use stats::PathStats;
@@ -38,9 +39,55 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tx::PgTx;
 
-/// The key of the cluster-wide advisory lock every write transaction takes first ("aware" in
-/// ASCII, then 1). Also taken by migrations.
+/// The key of the cluster-wide advisory lock of schema migrations ("aware" in ASCII, then 1):
+/// gateways starting together migrate once. Write transactions lock the row of
+/// `aware_write_epoch` instead, which a role without privileges on the table cannot take.
 pub const WRITE_LOCK: i64 = 0x6177_6172_6500_0001;
+
+/// A session that holds an advisory lock and does not run as the role of this connection:
+/// not a gateway of this deployment (docs/deployment.md, "Roles and grants").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockHolder {
+    pub pid: i32,
+    pub role: String,
+    pub application: String,
+    pub client: String,
+}
+
+impl std::fmt::Display for LockHolder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "backend pid {} of role {:?} (application {:?}, client {})",
+            self.pid, self.role, self.application, self.client
+        )
+    }
+}
+
+/// The SQL of [`stranger_holding`]: the granted advisory lock `$1` in this database, held by a
+/// session whose role is not this session's. A bigint key is stored as (classid = high 32
+/// bits, objid = low 32 bits, objsubid = 1).
+pub const STRANGER_HOLDING_SQL: &str = "SELECT l.pid, COALESCE(a.usename::text, '?'), \
+     COALESCE(a.application_name, ''), COALESCE(a.client_addr::text, 'local socket') \
+     FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid \
+     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
+     AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+     AND l.classid = (($1::bigint >> 32) & 4294967295)::oid \
+     AND l.objid = ($1::bigint & 4294967295)::oid \
+     AND a.usename IS DISTINCT FROM current_user LIMIT 1";
+
+/// Who holds advisory lock `key` if it is not a session of this connection's role: a role that
+/// may only connect can take any advisory lock, so a lock that is never granted to a gateway is
+/// named instead of waited on in silence.
+pub fn stranger_holding(client: &mut postgres::Client, key: i64) -> Option<LockHolder> {
+    let row = client.query_opt(STRANGER_HOLDING_SQL, &[&key]).ok()??;
+    Some(LockHolder {
+        pid: row.try_get(0).ok()?,
+        role: row.try_get(1).ok()?,
+        application: row.try_get(2).ok()?,
+        client: row.try_get(3).ok()?,
+    })
+}
 /// Most ops one commit takes (as the SQLite writer).
 const MAX_GROUP: usize = 256;
 /// After a failed connect, connections fail at once for this long instead of each waiting for
@@ -437,22 +484,27 @@ fn writer_loop(
                 continue;
             }
         };
-        // One round trip: the transaction, the lock that orders it among all gateways, the
-        // write epoch, which says whether another writer committed since this one's last batch,
-        // and the log of those batches (the keys they wrote, so only those rows leave the row
-        // cache). The first op's savepoint travels with its first statement; each op's release
-        // with the next op's.
+        // One round trip: the transaction, the lock that orders it among all gateways (the
+        // row lock of the epoch's UPDATE, held to the commit), the write epoch, which says
+        // whether another writer committed since this one's last batch, and the log of those
+        // batches (the keys they wrote, so only those rows leave the row cache). The log is
+        // read by a statement of its own, whose snapshot is taken once the lock is held, so it
+        // sees the batch of the writer that held it last. The first op's savepoint travels
+        // with its first statement; each op's release with the next op's.
+        //
+        // A row lock and not an advisory lock (issue 27): any role that may connect can take an
+        // advisory lock and stall every write, but updating this row needs the UPDATE
+        // privilege on `aware_write_epoch`, which only the gateways' role has.
         conn.end_transaction();
-        conn.defer_simple(format!(
-            "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock({WRITE_LOCK})"
-        ));
+        conn.defer_simple(
+            "BEGIN ISOLATION LEVEL READ COMMITTED; UPDATE aware_write_epoch SET epoch = epoch + 1",
+        );
         let since = conn.rows.last_epoch().unwrap_or(i64::MAX);
         let begun_with = conn
             .query(
-                "WITH e AS (UPDATE aware_write_epoch SET epoch = epoch + 1 RETURNING epoch) \
-                 SELECT e.epoch, l.epoch, l.everything, l.keys FROM e \
+                "SELECT e.epoch, l.epoch, l.everything, l.keys FROM aware_write_epoch e \
                  LEFT JOIN aware_write_log l ON l.epoch > $1 AND l.epoch < e.epoch \
-                 ORDER BY l.epoch",
+                 WHERE e.id = 1 ORDER BY l.epoch",
                 &[&since],
             )
             .and_then(|rows| {

@@ -306,12 +306,8 @@ pub fn postgres_to_sqlite(
     let store = PgStore::open(source)?;
     let mut client = store.connect()?;
     store.close();
-    // Private, as `aware serve` makes it: the store holds every session's transcript.
-    let mut dir = std::fs::DirBuilder::new();
-    dir.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut dir, 0o700);
-    dir.create(data_dir)
+    // 0700 like the data dir `aware serve` creates: the copy is the whole hub's state.
+    aware_store::create_private_dir(data_dir)
         .map_err(|e| other(format!("cannot create {}: {e}", data_dir.display())))?;
     let path = sqlite_path(data_dir);
     SqliteStore::open(StoreOptions::new(&path))?.close();

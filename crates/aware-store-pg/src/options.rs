@@ -166,8 +166,16 @@ impl PgOptions {
     }
 }
 
+/// Whether a store URL carries a password itself (userinfo or a `password=` parameter), i.e.
+/// would show it to every local user in `ps` when given on a command line.
+pub fn url_has_password(url: &str) -> bool {
+    redact_url(url) != url
+}
+
 /// The URL with any password replaced by `***`: the userinfo's `:password` of a URL, or the
-/// `password=` pair of a key-value string. Used wherever a URL may be shown.
+/// `password=` parameter. Used wherever a URL may be shown. A string that is not a URL (a libpq
+/// `key=value` string, which `[store] url` refuses) is not shown at all when it mentions a
+/// password: its quoting and spacing rules (`password = 'a b'`) are too loose to cut safely.
 pub fn redact_url(url: &str) -> String {
     // Any `scheme://` URL (a mistyped scheme must not leak its password in the error either).
     if let Some(i) = url.find("://") {
@@ -184,7 +192,10 @@ pub fn redact_url(url: &str) -> String {
         // A password may also be given as a query parameter.
         return redact_pairs(&format!("{scheme}{rest}"), '&');
     }
-    redact_pairs(url, ' ')
+    if url.to_ascii_lowercase().contains("password") {
+        return "<a key=value string naming a password, not shown>".to_string();
+    }
+    url.to_string()
 }
 
 /// Replaces the value of every `password=` pair.
@@ -223,10 +234,20 @@ mod tests {
             redact_url("postgresql://aware@db/aware?password=s3cret&sslmode=disable"),
             "postgresql://aware@db/aware?password=***&sslmode=disable"
         );
-        assert_eq!(
-            redact_url("host=db user=aware password='s e c' dbname=aware"),
-            "host=db user=aware password=*** dbname=aware"
-        );
+        for kv in [
+            "host=db user=aware password='s e c' dbname=aware",
+            "host=db password = s3cret",
+            "host=db\tPASSWORD=s3cret",
+        ] {
+            assert_eq!(
+                redact_url(kv),
+                "<a key=value string naming a password, not shown>"
+            );
+        }
+        assert_eq!(redact_url("host=db user=aware"), "host=db user=aware");
+        assert!(url_has_password("postgres://a:b@h/d"));
+        assert!(url_has_password("postgres://a@h/d?password=x"));
+        assert!(!url_has_password("postgres://a@h/d"));
         assert_eq!(redact_url("postgres://db/aware"), "postgres://db/aware");
         assert_eq!(redact_url("mysql://u:pw@h/db"), "mysql://u:***@h/db");
         let o = PgOptions::new("postgres://aware:s3cret@db:5433/x").password(Some("p2".into()));

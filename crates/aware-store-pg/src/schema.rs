@@ -7,7 +7,7 @@ use crate::WRITE_LOCK;
 use aware_store::{Result, StoreError};
 
 /// The newest schema version this binary knows.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// Migration `n` (1-based) brings the schema from version `n - 1` to `n`. Never edit a
 /// migration that shipped; add the next one.
@@ -178,6 +178,18 @@ CREATE TABLE aware_write_log (
     keys       TEXT[] NOT NULL
 );
 "#,
+    r#"
+-- The key gateways sign what they send over NOTIFY with (HMAC-SHA-256, aware-cluster): any
+-- role that may connect can NOTIFY, but only a role that may read this table can sign, so a
+-- connect-only role cannot forge a wake, a reply signal or a change hint. 244 random bits
+-- (gen_random_uuid is a strong random source, PostgreSQL 13+).
+CREATE TABLE aware_cluster_key (
+    id  SMALLINT PRIMARY KEY CHECK (id = 1),
+    key TEXT NOT NULL
+);
+INSERT INTO aware_cluster_key (id, key)
+VALUES (1, replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''));
+"#,
 ];
 
 /// Brings the database to [`SCHEMA_VERSION`] in one transaction under the cluster-wide write
@@ -200,6 +212,22 @@ fn migrate_locked(conn: &mut Conn) -> Result<()> {
     // ("already exists, skipping"), which the driver logs at INFO on every start: noise. Only
     // for this transaction.
     conn.batch("SET LOCAL client_min_messages TO warning")?;
+    // Any role that may connect can hold this advisory lock: name it rather than wait for the
+    // statement timeout in silence (start-up retries every 5 s).
+    if let Some(row) = conn.query_opt(crate::STRANGER_HOLDING_SQL, &[&WRITE_LOCK])? {
+        let holder = crate::LockHolder {
+            pid: col(&row, 0)?,
+            role: col(&row, 1)?,
+            application: col(&row, 2)?,
+            client: col(&row, 3)?,
+        };
+        return Err(StoreError::Unreachable(format!(
+            "the migration lock (advisory lock {WRITE_LOCK:#x}) is held by {holder}, which is not \
+             the gateways' role: end that session (SELECT pg_terminate_backend({}) as a superuser) \
+             and revoke CONNECT from roles that need none (docs/deployment.md, \"Roles and grants\")",
+            holder.pid
+        )));
+    }
     conn.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK])?;
     conn.batch(
         "CREATE TABLE IF NOT EXISTS aware_schema_version (\

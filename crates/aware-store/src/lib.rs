@@ -26,4 +26,15 @@ pub use sqlite::{Durability, SqliteStore, StoreOptions, SCHEMA_VERSION};
 pub use store::{Completion, Store, StoreExt, StoreInfo, WriteOp};
 pub use tx::{ReadTx, WriteTx};
 
+/// Creates a directory (and its parents) readable by its owner only: a data dir holds the hub's
+/// state and must not be readable by other local users whatever the umask. `aware serve` and
+/// `aware migrate --to DIR` both create data dirs through it.
+pub fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    let mut b = std::fs::DirBuilder::new();
+    b.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+    b.create(dir)
+}
+
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

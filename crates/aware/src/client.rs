@@ -111,7 +111,11 @@ impl Client {
                     eprintln!("aware: the wake stream ended; reconnecting");
                     connected_before = false;
                 }
-                Err(e @ ClientError::Status { .. }) if e.status() != Some(503) => {
+                // 429 `too_many_streams` (the gateway's stream caps) is retried like 503: a
+                // stream frees when another client goes.
+                Err(e @ ClientError::Status { .. })
+                    if e.status() != Some(503) && e.status() != Some(429) =>
+                {
                     return Err(e.into());
                 }
                 Err(e) => {

@@ -4,7 +4,9 @@
 //! handshake, protocol-version negotiation and `ping`; this module only lists the six agent
 //! tools (the gateway's own schemas, `aware_gateway::tools::list()`) and forwards `tools/call`
 //! to `POST /v1/tools/{name}` as the `--session` caller. After every call it drains the session
-//! and appends the drain's prompt, so a model sees its notices on its next tool result.
+//! and appends the drain's prompt, so a model sees its notices on its next tool result: as a
+//! last text block and, in a structured result, as its `awareNotices` field (the real CLIs show
+//! the model the structured result alone).
 //!
 //! The HTTP client is the blocking `aware_client::Client` of the CLI; every request runs on
 //! `tokio::task::spawn_blocking`, never on the runtime's worker.
@@ -171,8 +173,40 @@ fn checked_stdio() -> (tokio::io::DuplexStream, tokio::io::DuplexStream) {
         }
     });
     tokio::spawn(async move {
-        let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
+        let mut stdin = tokio::io::BufReader::new(tokio::io::stdin());
+        let parse_error = |m: String| {
+            serde_json::json!({"jsonrpc": "2.0", "id": null,
+                               "error": {"code": -32700, "message": format!("Parse error: {m}")}})
+        };
+        loop {
+            let line = match next_line(&mut stdin, MAX_LINE).await {
+                // End of stdin, or stdin failed: the server ends.
+                Ok(None) | Err(_) => break,
+                Ok(Some(Line::TooLong(n))) => {
+                    let _ = errors.send(
+                        parse_error(format!(
+                            "a line of {n} bytes is longer than the {MAX_LINE} bytes a message may have"
+                        ))
+                        .to_string(),
+                    );
+                    continue;
+                }
+                Ok(Some(Line::Bytes(b))) => match String::from_utf8(b) {
+                    Ok(line) => line,
+                    Err(e) => {
+                        // One bad line is answered like any other malformed message; it does
+                        // not end the server.
+                        let _ = errors.send(
+                            parse_error(format!(
+                                "the line is not valid UTF-8 (byte {})",
+                                e.utf8_error().valid_up_to()
+                            ))
+                            .to_string(),
+                        );
+                        continue;
+                    }
+                },
+            };
             if line.trim().is_empty() {
                 continue;
             }
@@ -193,6 +227,59 @@ fn checked_stdio() -> (tokio::io::DuplexStream, tokio::io::DuplexStream) {
         let _ = feed.shutdown().await;
     });
     (rmcp_in, rmcp_out)
+}
+
+/// The longest line read from stdin: above the gateway's body limit (a tool call's arguments
+/// may reach `MAX_BODY` and are refused by the gateway with its own message), far below what
+/// would strain memory. A longer line is skipped to its newline without being held.
+const MAX_LINE: usize = 4 << 20;
+
+/// One line of stdin.
+enum Line {
+    /// Its bytes, without the newline.
+    Bytes(Vec<u8>),
+    /// Longer than the limit: this many bytes were read and dropped.
+    TooLong(usize),
+}
+
+/// Reads one line of at most `max` bytes, never holding more than `max` bytes of it (a client
+/// that sends 200 MiB without a newline does not make the server buffer 200 MiB). `None` at the
+/// end of the input; a last line without a newline counts as a line.
+async fn next_line<R: tokio::io::AsyncBufRead + Unpin>(
+    r: &mut R,
+    max: usize,
+) -> std::io::Result<Option<Line>> {
+    use tokio::io::AsyncBufReadExt;
+    let (mut out, mut seen, mut any) = (Vec::new(), 0usize, false);
+    loop {
+        let buf = r.fill_buf().await?;
+        if buf.is_empty() {
+            return Ok(any.then(|| finish(out, seen, max)));
+        }
+        any = true;
+        let (chunk, used, done) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (&buf[..i], i + 1, true),
+            None => (buf, buf.len(), false),
+        };
+        seen = seen.saturating_add(chunk.len());
+        if seen <= max {
+            out.extend_from_slice(chunk);
+        } else {
+            out = Vec::new();
+        }
+        r.consume(used);
+        if done {
+            return Ok(Some(finish(out, seen, max)));
+        }
+    }
+}
+
+fn finish(out: Vec<u8>, seen: usize, max: usize) -> Line {
+    if seen > max {
+        Line::TooLong(seen)
+    } else {
+        Line::Bytes(out)
+    }
 }
 
 /// `Err(answer)` for a line that is not JSON or not a JSON-RPC 2.0 message.
@@ -391,6 +478,12 @@ impl Http {
             Answer::Ok(d) => {
                 if let Some(prompt) = d["prompt"].as_str().filter(|p| !p.is_empty()) {
                     result.content.push(ContentBlock::text(prompt));
+                    // Claude Code and Codex show the model only the structured result when there
+                    // is one, so the notices (acknowledged by this drain) must be in it too, or
+                    // they are lost. The output schemas allow extra properties.
+                    if let Some(Value::Object(o)) = result.structured_content.as_mut() {
+                        o.insert("awareNotices".into(), Value::String(prompt.to_string()));
+                    }
                 }
             }
             Answer::Refused(e) | Answer::Unreachable(e) => {

@@ -36,6 +36,14 @@ pub fn run(args: MigrateArgs) -> Result<()> {
         None => None,
     };
     let options = |url: &str| {
+        // As for `serve --store`: a password on the command line is readable in `ps`.
+        if aware_store_pg::url_has_password(url) {
+            usage(format!(
+                "{} carries a password, which every local user can read in ps; give it with \
+                 --password-file or PGPASSWORD instead",
+                aware_store_pg::redact_url(url)
+            ));
+        }
         let o = aware_store_pg::PgOptions::new(url)
             .password(password.clone())
             .with_env(|k| std::env::var(k).ok());

@@ -11,9 +11,34 @@ pub struct NodeServeArgs {
     /// Listen address (port 0 picks a free port).
     #[arg(long, default_value = "127.0.0.1:7421")]
     bind: String,
-    /// Bearer token the gateway must send (falls back to AWARE_TOKEN).
-    #[arg(long, env = "AWARE_NODE_TOKEN")]
+    /// Bearer token the gateway must send (falls back to AWARE_TOKEN). Off loopback a token of
+    /// at least 16 bytes is required.
+    #[arg(long, env = "AWARE_NODE_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// Read the bearer token from this file (one trailing newline is dropped), so it does not
+    /// show in `ps`.
+    #[arg(
+        long,
+        env = "AWARE_NODE_TOKEN_FILE",
+        value_name = "FILE",
+        conflicts_with = "token"
+    )]
+    token_file: Option<PathBuf>,
+    /// A Host name the node also answers to, besides the loopback names and the bind address
+    /// (e.g. laptop.lan:7421, as the gateway's [[nodes]] url names it); repeatable. Like the
+    /// gateway's [http] allowed_hosts: other names are refused (421), against DNS rebinding.
+    #[arg(long, value_name = "HOST[:PORT]")]
+    allowed_host: Vec<String>,
+    /// Seconds a client has to send a request head (as the gateway's [http] header_timeout_secs).
+    #[arg(long, value_name = "SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    header_timeout_secs: u64,
+    /// Seconds an idle keep-alive connection is kept, and a stalled write waits (as the
+    /// gateway's [http] idle_timeout_secs).
+    #[arg(long, value_name = "SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    idle_timeout_secs: u64,
+    /// Connections served at once; further ones wait in the kernel's backlog.
+    #[arg(long, value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=65536))]
+    max_connections: u64,
     /// Claude Code projects directory (default ~/.claude/projects).
     #[arg(long)]
     claude_root: Option<PathBuf>,
@@ -60,17 +85,33 @@ pub fn run(args: NodeServeArgs) -> Result<()> {
             args.bind
         ))
     });
-    let token = args
-        .token
-        .or_else(|| std::env::var("AWARE_TOKEN").ok())
-        .filter(|t| !t.is_empty());
-    // The gateway's rule (03 §5.2): a non-loopback address needs a token.
-    if !bind.ip().is_loopback() && token.is_none() {
-        config_error(format!(
-            "refusing to listen on {bind} without a bearer token (set --token or AWARE_TOKEN)"
-        ));
+    // An empty token is no token, whichever way it came.
+    let token = match &args.token_file {
+        Some(path) => Some(
+            aware_gateway::config::read_token_file("--token-file", path)
+                .unwrap_or_else(|e| config_error(e)),
+        ),
+        None => args.token.or_else(|| std::env::var("AWARE_TOKEN").ok()),
     }
+    .filter(|t| !t.is_empty());
+    let allowed_hosts = args
+        .allowed_host
+        .iter()
+        .map(|h| {
+            aware_gateway::config::normalize_allowed_host(h)
+                .unwrap_or_else(|e| config_error(format!("--allowed-host: {e}")))
+        })
+        .collect();
+    let http = aware_gateway::config::HttpSettings {
+        allowed_hosts,
+        header_timeout_secs: args.header_timeout_secs,
+        idle_timeout_secs: args.idle_timeout_secs,
+        max_connections: usize::try_from(args.max_connections).unwrap_or(1024),
+        ..Default::default()
+    };
     let cfg = NodeServerConfig {
+        bind,
+        http,
         node_id: args
             .node_id
             .or_else(host_name)
@@ -85,6 +126,11 @@ pub fn run(args: NodeServeArgs) -> Result<()> {
             })
         }),
     };
+    // The gateway's rules (03 §5.2): off loopback a token is required and must not be weak.
+    if let Err(msg) = cfg.check_bind_policy() {
+        config_error(msg);
+    }
+    crate::serve::raise_fd_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -157,6 +157,20 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .into_iter()
         .find(|p| p.exists())
     });
+    // A command line is readable by every local user (`ps`, /proc): a password there is
+    // public. The config file's [store] url, AWARE_STORE_URL and password_file are not.
+    if let Some(url) = args
+        .store
+        .as_deref()
+        .filter(|u| aware_store_pg::url_has_password(u))
+    {
+        config_error(format!(
+            "--store {} carries a password, which every local user can read in ps; put the \
+             password in [store] password_file or PGPASSWORD, or the whole URL in [store] url or \
+             AWARE_STORE_URL",
+            aware_store_pg::redact_url(url)
+        ));
+    }
     let overrides = Overrides {
         data_dir: args.data_dir,
         config: config_file.clone(),
@@ -244,7 +258,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
 
 /// Raises the soft limit on open descriptors to the hard limit, so the connection cap (not the
 /// descriptor limit) is what bounds connections.
-fn raise_fd_limit() {
+pub(crate) fn raise_fd_limit() {
     #[cfg(unix)]
     {
         let mut lim = libc::rlimit {

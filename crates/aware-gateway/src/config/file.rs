@@ -86,6 +86,8 @@ pub(super) struct FileHttp {
     pub(super) body_timeout_secs: Option<u64>,
     pub(super) max_connections: Option<usize>,
     pub(super) shutdown_grace_secs: Option<u64>,
+    pub(super) max_streams: Option<usize>,
+    pub(super) max_streams_per_agent: Option<usize>,
 }
 
 #[derive(Debug, Clone, Deserialize, Default)]
@@ -102,6 +104,7 @@ pub(super) struct FileRetention {
 #[serde(deny_unknown_fields)]
 pub(super) struct FileWakes {
     pub(super) coalesce_secs: Option<u64>,
+    pub(super) stream_buffer: Option<usize>,
 }
 
 #[derive(Debug, Clone, Deserialize, Default)]

@@ -2,7 +2,7 @@
 //! `sessions_unwatch`.
 
 use super::args::{b_finish, target};
-use crate::access::{check_agent, check_visible};
+use crate::access::{acts_as_own, check_agent, check_visible};
 use crate::body::Obj;
 use crate::error::{ApiError, ApiResult};
 use crate::request::{parse_agent, parse_key, resolve_ref, Req};
@@ -69,6 +69,9 @@ pub(super) async fn sessions_spawn(
     b_finish(b)?;
     if let Some(a) = &agent {
         check_agent(req, Some(caller), a)?;
+        // Spawning creates a session of `a`: the same scope as `POST /v1/sessions`, so an
+        // agent's token cannot create sessions of another agent it may only see.
+        acts_as_own(req, &format!("agent:{a}:subagent:…"), a.as_str())?;
     }
     let (e, c) = (engine.clone(), caller.clone());
     let r =

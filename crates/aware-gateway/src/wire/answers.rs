@@ -105,12 +105,22 @@ pub fn compaction(out: &CompactionOutcome) -> Value {
     body
 }
 
-pub fn watches(rows: &[CursorRow]) -> Value {
-    json!({"watches": rows.iter().map(cursor).collect::<Vec<_>>()})
+/// A page of fan-out rows under `field`; `nextOffset` when more follow.
+fn cursor_page(field: &str, rows: &[CursorRow], more: bool, next: usize) -> Value {
+    let mut v = json!({"hasMore": more});
+    v[field] = Value::Array(rows.iter().map(cursor).collect());
+    if more {
+        v["nextOffset"] = next.into();
+    }
+    v
 }
 
-pub fn watchers(rows: &[CursorRow]) -> Value {
-    json!({"watchers": rows.iter().map(cursor).collect::<Vec<_>>()})
+pub fn watches(rows: &[CursorRow], more: bool, next: usize) -> Value {
+    cursor_page("watches", rows, more, next)
+}
+
+pub fn watchers(rows: &[CursorRow], more: bool, next: usize) -> Value {
+    cursor_page("watchers", rows, more, next)
 }
 
 pub fn watched(row: &CursorRow) -> Value {

@@ -330,3 +330,12 @@ pub fn wake(w: &Wake) -> Value {
 pub fn stream_shutdown() -> Value {
     json!({"reason": "the gateway is shutting down"})
 }
+
+/// The data of a wake stream's `lagged` event: `missed` wakes (of any session, before the
+/// stream's filter) went by while the stream could not send.
+pub fn stream_lagged(missed: u64) -> Value {
+    json!({
+        "missed": missed,
+        "reason": "this stream fell behind and skipped wakes; reconnect for a catch-up or read your sessions' pending notices"
+    })
+}

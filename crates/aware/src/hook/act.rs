@@ -21,6 +21,17 @@ pub fn act(
     event: Event,
     input: &HookInput,
 ) -> Result<Output, String> {
+    // Inside a native subagent (Codex sends `agent_id` on the subagent's own prompt, tool calls
+    // and stops, with the parent's session_id): the subagent is not the session's agent, so its
+    // prompt is no human turn and the session's notices are not its to take.
+    if input.agent_id.is_some()
+        && !matches!(
+            event,
+            Event::SubagentStart | Event::SubagentStop | Event::PreCompact
+        )
+    {
+        return Ok(Output::Nothing);
+    }
     match event {
         Event::SessionStart | Event::PostToolUse => {
             Ok(context(event, drain_or_create(http, target)?))

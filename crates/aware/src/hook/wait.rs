@@ -38,6 +38,12 @@ enum End {
 }
 
 pub fn run(gw: Client, args: &HookArgs) {
+    // Claude Code in print mode (`claude -p`, the SDK) waits for an async Stop hook before it
+    // exits and wakes nothing on its exit 2: waiting would only delay the exit, and a notice
+    // drained then would be lost. Claude Code says so in the hook's environment.
+    if std::env::var("CLAUDE_CODE_SESSION_ATTENDED").is_ok_and(|v| v == "0") {
+        return;
+    }
     let per_request = Duration::from_millis(args.timeout_ms.max(1));
     let until = Instant::now() + Duration::from_secs(args.wait_secs);
     let forced = args.event.map(input::Event::from);
@@ -138,8 +144,12 @@ fn waiter(
                     }
                 }
             }
-            // A refusal (401, 403, 400) will not change by waiting: say it once and stop.
-            Err(e @ ClientError::Status { .. }) if e.status() != Some(503) => {
+            // A refusal (401, 403, 400) will not change by waiting: say it once and stop. 503
+            // (starting, store down) and 429 `too_many_streams` (the gateway's stream caps,
+            // `[http] max_streams`) pass: a stream frees when another client goes.
+            Err(e @ ClientError::Status { .. })
+                if e.status() != Some(503) && e.status() != Some(429) =>
+            {
                 return Err(format!("cannot open the wake stream: {}", said(&e)));
             }
             Err(_) => {}
@@ -172,10 +182,20 @@ fn drain(gw: &Client, target: &Target, per_request: Duration) -> Result<String, 
 struct Lineage(Vec<(u32, u64)>);
 
 impl Lineage {
-    /// The parent, and its parent too when the parent is a shell (hooks run as `sh -c …`), each
-    /// with its start time so a reused pid is not taken for the same process.
+    /// The CLI that started this process (Claude Code names itself in `CLAUDE_PID`), else the
+    /// parent, and its parent too when the parent is a shell (hooks run as `sh -c …`), each with
+    /// its start time so a reused pid is not taken for the same process.
     fn of_this_process() -> Lineage {
         let mut chain = Vec::new();
+        if let Some(pid) = std::env::var("CLAUDE_PID")
+            .ok()
+            .and_then(|p| p.parse().ok())
+        {
+            if let Some(st) = Stat::read(pid) {
+                chain.push((pid, st.start));
+                return Lineage(chain);
+            }
+        }
         let mut pid = std::os::unix::process::parent_id();
         for _ in 0..2 {
             let Some(st) = Stat::read(pid) else { break };

@@ -21,11 +21,13 @@ use std::path::{Path, PathBuf};
 use toml_edit::{DocumentMut, Item, Table};
 
 /// The events the hook is installed on, with Codex's own label for each (used in trust keys).
-pub const EVENTS: [(&str, &str); 5] = [
+pub const EVENTS: [(&str, &str); 7] = [
     ("SessionStart", "session_start"),
     ("UserPromptSubmit", "user_prompt_submit"),
     ("PostToolUse", "post_tool_use"),
     ("Stop", "stop"),
+    ("SubagentStart", "subagent_start"),
+    ("SubagentStop", "subagent_stop"),
     ("PreCompact", "pre_compact"),
 ];
 

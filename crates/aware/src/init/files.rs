@@ -8,7 +8,8 @@
 //!   `.claude/` or `settings.json` pointing into `~` or `/etc`) is refused, with the reason; a
 //!   symlink that stays inside the project is written through (the link is kept).
 //! - The file keeps its mode; a read-only file is refused rather than replaced.
-//! - A JSON file with duplicate keys is refused: rewriting it would silently drop all but one.
+//! - A JSON file with duplicate keys or integers beyond 64 bits is refused: a rewrite would
+//!   silently drop all but one of the keys, or change the number's digits.
 
 use super::UsageError;
 use anyhow::{bail, Context as _, Result};
@@ -145,8 +146,9 @@ fn create_dirs(dir: &Path, scope: &Scope) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))
 }
 
-/// Refuses a JSON text whose objects repeat a key (a rewrite would keep only one).
-pub fn check_unique_keys(text: &str) -> std::result::Result<(), String> {
+/// Refuses a JSON text that a rewrite would change beyond aware's entries: an object that repeats
+/// a key (only one would be kept), an integer too large for 64 bits (it would become a float).
+pub fn check_faithful(text: &str) -> std::result::Result<(), String> {
     use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
     struct Strict;
     impl<'de> serde::Deserialize<'de> for Strict {
@@ -169,7 +171,13 @@ pub fn check_unique_keys(text: &str) -> std::result::Result<(), String> {
         fn visit_u64<E>(self, _: u64) -> std::result::Result<Strict, E> {
             Ok(Strict)
         }
-        fn visit_f64<E>(self, _: f64) -> std::result::Result<Strict, E> {
+        fn visit_f64<E: serde::de::Error>(self, v: f64) -> std::result::Result<Strict, E> {
+            // An integer beyond i64/u64 arrives as a float: rewriting it would change its digits.
+            if v.fract() == 0.0 && v.abs() >= 9_007_199_254_740_992.0 {
+                return Err(E::custom(format!(
+                    "the number {v:e} is too large to be rewritten exactly"
+                )));
+            }
             Ok(Strict)
         }
         fn visit_str<E>(self, _: &str) -> std::result::Result<Strict, E> {
@@ -252,9 +260,12 @@ mod tests {
 
     #[test]
     fn duplicate_keys_are_found_at_any_depth() {
-        assert!(check_unique_keys(r#"{"a":1,"b":{"c":[{"d":1}]}}"#).is_ok());
-        let e = check_unique_keys(r#"{"a":1,"b":{"c":[{"d":1,"d":2}]}}"#).unwrap_err();
+        assert!(check_faithful(r#"{"a":1,"b":{"c":[{"d":1.5}]}}"#).is_ok());
+        let e = check_faithful(r#"{"a":1,"b":{"c":[{"d":1,"d":2}]}}"#).unwrap_err();
         assert!(e.contains("\"d\" appears twice"), "{e}");
+        let e = check_faithful(r#"{"n": 123456789012345678901234567890}"#).unwrap_err();
+        assert!(e.contains("too large"), "{e}");
+        assert!(check_faithful(r#"{"n": 18446744073709551615}"#).is_ok());
     }
 
     #[test]

@@ -262,9 +262,9 @@ fn read_json(path: &Path, scope: &Scope) -> Result<(Option<String>, Value)> {
                     path.display()
                 ))
             })?;
-            files::check_unique_keys(&text).map_err(|e| {
+            files::check_faithful(&text).map_err(|e| {
                 UsageError(format!(
-                    "{}: {e}; nothing was written (a rewrite would keep only one), fix it and run again",
+                    "{}: {e}; nothing was written (a rewrite would not be faithful), fix it and run again",
                     path.display()
                 ))
             })?;

@@ -435,3 +435,63 @@ fn the_waiting_hook_gives_up_silently() {
         (Some(0), "", "")
     );
 }
+
+#[test]
+fn input_from_inside_a_subagent_is_not_the_sessions() {
+    let s = Server::family();
+    s.hdm(C);
+    let sub = json!({"agent_id": "019a-sub", "agent_type": "default", "turn_id": "t2"});
+    let mut prompt = sub.clone();
+    prompt["prompt"] = json!("Say what you see.");
+    for (event, extra) in [
+        ("UserPromptSubmit", prompt),
+        ("PostToolUse", sub.clone()),
+        ("Stop", sub),
+    ] {
+        hook(
+            &s.base,
+            &["--session", W, "--cli", "codex"],
+            input(event, extra),
+        )
+        .assert_silent();
+    }
+    assert!(
+        turns(&s, W).is_empty(),
+        "the subagent's task is no human turn"
+    );
+    assert_eq!(
+        s.notice_texts(W),
+        vec![nt(C, 1)],
+        "the manager's notice stays its own"
+    );
+}
+
+#[test]
+fn the_waiting_hook_does_nothing_in_an_unattended_claude_code() {
+    let s = Server::family();
+    s.hdm(C);
+    let state = tempfile::tempdir().unwrap();
+    let mut c = Command::new(bin());
+    c.args(["hook", "--url", &s.base, "--session", W, "--wait"])
+        .env("CLAUDE_CODE_SESSION_ATTENDED", "0")
+        .env("XDG_STATE_HOME", state.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let _ = child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input("Stop", json!({})).as_bytes());
+    let r = finish(child, Duration::from_secs(30));
+    assert_eq!(
+        (r.code, r.stdout.as_str(), r.stderr.as_str()),
+        (Some(0), "", "")
+    );
+    assert_eq!(
+        s.notice_texts(W),
+        vec![nt(C, 1)],
+        "left pending for the next prompt"
+    );
+}

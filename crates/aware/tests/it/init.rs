@@ -415,8 +415,8 @@ fn init_rewrites_faithfully_or_refuses() {
         & 0o777;
     assert_eq!(mode, 0o600);
 
+    std::fs::write(p.join(".mcp.json"), "{}").unwrap();
     std::fs::set_permissions(p.join(".mcp.json"), std::fs::Permissions::from_mode(0o444)).unwrap();
-    std::fs::write(p.join("shared-settings.json"), "{}").unwrap();
     let out = init(&s, p, &[]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
     assert!(
@@ -526,7 +526,7 @@ fn init_codex_writes_config_hooks_and_trust() {
     );
     assert_eq!(
         user.matches("trusted_hash = \"sha256:").count(),
-        5,
+        7,
         "{user}"
     );
     assert!(

@@ -27,6 +27,7 @@ mod scenarios_lifecycle_and_api;
 mod scenarios_log_and_watchers;
 mod scenarios_notices_wakes_retention;
 mod security;
+mod security_round3;
 mod stalls;
 mod tools_contract;
 mod upstream_codex;

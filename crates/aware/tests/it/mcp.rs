@@ -309,12 +309,20 @@ fn s110_mcp_appends_and_acks_notices() {
         t[1],
         format!("System: [2026-01-01T00:00:00.000Z] {}", nt(C, 1))
     );
+    // Issue 22: Claude Code and Codex show the model only the structured result, so the notice
+    // is in it too (else it would be acknowledged and never seen).
+    assert_eq!(
+        r["structuredContent"]["awareNotices"],
+        format!("System: [2026-01-01T00:00:00.000Z] {}", nt(C, 1)),
+        "{r}"
+    );
     // Appending consumed the notice: the drain acked it.
     assert_eq!(s.triple(W, C), (2, 2, 2));
     assert_eq!(s.pending(W)["notices"], json!([]));
 
     let r = m.call("sessions_list", json!({}));
     assert_eq!(texts(&r).len(), 1, "{r}");
+    assert!(r["structuredContent"].get("awareNotices").is_none(), "{r}");
 }
 
 #[test]
@@ -525,4 +533,65 @@ fn waiting_send_sends_progress_notifications() {
     );
     assert!(!progress.is_empty(), "no progress notification");
     assert_eq!(progress[0]["params"]["progressToken"], "p1");
+}
+
+/// Issue 27: a line that is not UTF-8 is a -32700 answer, not a silent exit; a line longer than
+/// 4 MiB is refused (-32700) instead of being held whole, and the server goes on.
+#[test]
+fn mcp_answers_invalid_utf8_and_overlong_lines() {
+    let s = Server::family();
+    let mut m = Mcp::start(&s, W);
+    m.initialize();
+    let next_error = |m: &mut Mcp| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let msg = m
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no answer to the bad line; stderr: {}", m.stderr()));
+            if msg.get("error").is_some() {
+                break msg;
+            }
+        }
+    };
+    {
+        let stdin = m.stdin.as_mut().unwrap();
+        stdin
+            .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"\xff\xfe\"}\n")
+            .unwrap();
+        stdin.flush().unwrap();
+    }
+    let e = next_error(&mut m);
+    assert_eq!(e["error"]["code"], -32700, "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("UTF-8"),
+        "{e}"
+    );
+    assert_eq!(m.result("ping", json!({})), json!({}));
+    // A well-formed ping padded past the limit: answered as an error, not as a ping.
+    {
+        let pad = "x".repeat(5 << 20);
+        let stdin = m.stdin.as_mut().unwrap();
+        writeln!(
+            stdin,
+            "{}",
+            json!({"jsonrpc": "2.0", "id": 99, "method": "ping", "params": {"pad": pad}})
+        )
+        .unwrap();
+        stdin.flush().unwrap();
+    }
+    let e = next_error(&mut m);
+    assert_eq!(e["error"]["code"], -32700, "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("longer than"),
+        "{e}"
+    );
+    assert_eq!(m.result("ping", json!({})), json!({}));
 }

@@ -406,3 +406,130 @@ fn drain_and_pending_with_a_limit_take_the_first_items_and_leave_the_rest() {
         assert!(r.message().contains("limit"), "{}", r.message());
     }
 }
+
+/// One server-sent event: its `event:` name and its `data:` joined.
+fn next_event(r: &mut impl std::io::BufRead) -> Option<(String, String)> {
+    let (mut name, mut data) = (String::new(), String::new());
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        let line = line.trim_end_matches(['\r', '\n']);
+        if line.is_empty() {
+            if !name.is_empty() || !data.is_empty() {
+                return Some((name, data));
+            }
+        } else if let Some(v) = line.strip_prefix("event:") {
+            name = v.trim().to_string();
+        } else if let Some(v) = line.strip_prefix("data:") {
+            data.push_str(v.trim_start());
+        }
+    }
+}
+
+/// A wake stream whose client stops reading falls behind; once more than `[wakes]
+/// stream_buffer` wakes went by, the oldest are gone, and the stream says so with
+/// `event: lagged` and how many it missed, then goes on with the wakes it still has. Every wake
+/// is either sent or counted as missed. (A wake lists the watcher's pending targets: here at
+/// least 100 long keys, about 50 KB, so the sockets' buffers fill after about a hundred.)
+#[test]
+fn a_wake_stream_that_falls_behind_is_told_how_many_wakes_it_missed() {
+    const BUFFER: usize = 8;
+    let s = Server::with_config(&format!(
+        "{DEFAULT_CONFIG}[wakes]\ncoalesce_secs = 0\nstream_buffer = {BUFFER}\n"
+    ));
+    let watcher = "agent:main:main";
+    s.create(watcher);
+    let long = "x".repeat(400);
+    let targets: Vec<String> = (0..100)
+        .map(|i| format!("agent:main:t{i}-{long}"))
+        .collect();
+    for t in &targets {
+        s.create(t);
+        assert_eq!(s.watch(watcher, t).status, 200);
+        s.hdm(t);
+    }
+    // The last target is the fence: it has nothing pending until the end, so the first wake
+    // that lists it is the last wake of the test.
+    let fence = "agent:main:fence";
+    s.create(fence);
+    assert_eq!(s.watch(watcher, fence).status, 200);
+
+    let mut stream = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    use std::io::Write;
+    write!(
+        stream,
+        "GET /v1/wakes?session={} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        seg(watcher)
+    )
+    .unwrap();
+    let mut reader = std::io::BufReader::new(stream);
+    // The catch-up wake shows the stream subscribed; from here on the client reads nothing.
+    let (name, _) = next_event(&mut reader).expect("the catch-up wake");
+    assert_eq!(name, "wake");
+
+    let delivered = || {
+        s.metric("aware_wakes_delivered_total{channel=\"sse\"}")
+            .unwrap_or(0.0) as usize
+    };
+    let mut posted = 0;
+    // A turn on a new target opens one notice, which wakes the watcher once (no coalescing);
+    // the wake is in the buffer when the turn is answered. Once the stream has taken more than
+    // the buffer holds (plus a margin for a stream task not scheduled yet) fewer than the wakes
+    // posted, the oldest are gone.
+    while posted <= delivered() + BUFFER + 50 {
+        assert!(posted < 2000, "the stream never fell behind");
+        for _ in 0..10 {
+            let t = format!("agent:main:n{posted}-{long}");
+            s.create(&t);
+            assert_eq!(s.watch(watcher, &t).status, 200);
+            s.hdm(&t);
+            posted += 1;
+        }
+    }
+    s.hdm(fence);
+    posted += 1;
+
+    // Wakes the stream took before it fell behind sit in the sockets' buffers: read first.
+    let (mut before, mut after, mut missed, mut lagged_events) = (0u64, 0u64, 0u64, 0);
+    loop {
+        let (name, data) = next_event(&mut reader).expect("the stream ended before the fence");
+        let v: Value = serde_json::from_str(&data).unwrap();
+        match name.as_str() {
+            "lagged" => {
+                assert!(v["missed"].as_u64().unwrap() >= 1, "{v}");
+                assert!(v["reason"].as_str().unwrap().contains("reconnect"), "{v}");
+                missed += v["missed"].as_u64().unwrap();
+                lagged_events += 1;
+            }
+            "wake" => {
+                if lagged_events == 0 {
+                    before += 1;
+                } else {
+                    after += 1;
+                }
+                let listed = v["targets"].as_array().unwrap();
+                if listed.iter().any(|t| t["sessionKey"] == fence) {
+                    break;
+                }
+            }
+            other => panic!("unexpected event {other:?}: {data}"),
+        }
+    }
+    eprintln!("{posted} wakes: {before} sent before the lag, {missed} missed, {after} after");
+    assert_eq!(lagged_events, 1, "one lag, told once");
+    assert_eq!(
+        before + missed + after,
+        posted as u64,
+        "every wake sent or counted as missed ({before} before the lag, {missed} missed, {after} after)"
+    );
+    // After the lag come the wakes the buffer still held, the fence's the last of them.
+    assert!(
+        (1..=BUFFER as u64).contains(&after),
+        "{after} wakes after the lag"
+    );
+}
