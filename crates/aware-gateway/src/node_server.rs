@@ -410,6 +410,8 @@ mod tests {
             token: Some("nt".into()),
             claude_root: dir.path().to_path_buf(),
             codex_home: None,
+            bind: "127.0.0.1:0".parse().unwrap(),
+            http: HttpSettings::default(),
         };
         let server = rt.spawn(run_node(listener, cfg, async {
             let _ = stop_rx.await;

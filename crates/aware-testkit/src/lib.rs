@@ -7,9 +7,14 @@
 //!   [`server::Wakes`], a `GET /v1/wakes` subscription.
 //! - [`rng`]: the seeded generator of the randomised tests.
 //! - [`transcript`]: builders of Claude Code transcript rows and the keys derived from them.
+//! - [`model_server`]: a scripted local model server (Anthropic Messages and OpenAI Responses,
+//!   streamed) for the real agent CLIs; [`agent_cli`]: runners for those CLIs (pinned in
+//!   `clients/agent-clis`) in a fresh `$HOME`, with a deadline, headless or under tmux.
 
+pub mod agent_cli;
 pub mod engine;
 pub mod model;
+pub mod model_server;
 pub mod options;
 pub mod rng;
 pub mod server;

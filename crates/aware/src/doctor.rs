@@ -4,7 +4,7 @@
 use crate::client::{out, seg, Client, Failure};
 use crate::context::{self, Conn};
 use crate::init::codex::{codex_home, trust_hash, EVENTS as CODEX_EVENTS};
-use crate::init::is_aware_hook;
+use crate::init::setup::is_aware_hook;
 use crate::style::{paint, Colour, Stream};
 use anyhow::Result;
 use serde_json::Value;

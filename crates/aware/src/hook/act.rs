@@ -5,9 +5,8 @@
 //! can never both get the same notice, and a notice shown once is never shown again. The cheap
 //! path, a `PostToolUse` with nothing pending, is one request.
 
+use super::common::{said, warn, Cli, Http, Output, Target};
 use super::input::{Event, HookInput};
-use super::{Cli, Http, Output, Target};
-use aware_client::ClientError;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -138,7 +137,7 @@ fn user_prompt(
         .map_err(|e| format!("cannot drain: {}", said(&e)))?;
     let prompt = prompt_of(&drained);
     if let Err(m) = recorded {
-        super::warn(&m);
+        warn(&m);
     }
     Ok(match cli {
         // Claude Code adds a UserPromptSubmit hook's plain stdout to the context (as before).
@@ -236,7 +235,7 @@ fn subagent_start(http: &Http, target: &Target, input: &HookInput) -> Result<Out
 fn subagent_stop(http: &Http, target: &Target, input: &HookInput) -> Result<Output, String> {
     let id = input.agent_id.as_deref().unwrap_or_default();
     let kid = child(target, id);
-    let end = kid.path(&format!("runs/{}/end", super::seg(&run_id(id))));
+    let end = kid.path(&format!("runs/{}/end", crate::client::seg(&run_id(id))));
     match http.post(&end, &json!({"outcome": "ok"})) {
         Ok(_) => {}
         // Started before aware was set up (or its start was lost): nothing to end.
@@ -250,7 +249,7 @@ fn subagent_stop(http: &Http, target: &Target, input: &HookInput) -> Result<Outp
     stop_gate(http, &kid, input)
 }
 
-/// `PreCompact` records `compacted` (03 §4.7). The operation id is the session, the transcript
+/// `PreCompact` records `compacted` (03 §4.6). The operation id is the session, the transcript
 /// and its length at that moment: one id per compaction, the same id for a repeated delivery.
 fn compacted(http: &Http, target: &Target, input: &HookInput) -> Result<Output, String> {
     let mut h = Sha256::new();
@@ -278,16 +277,6 @@ fn compacted(http: &Http, target: &Target, input: &HookInput) -> Result<Output, 
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// A failed request as the warning line says it: the gateway's `<code>: <message>`, or that
-/// it is unavailable.
-pub fn said(e: &ClientError) -> String {
-    if e.is_unavailable() {
-        format!("gateway unavailable: {}", e.message())
-    } else {
-        e.to_string()
-    }
 }
 
 #[cfg(test)]

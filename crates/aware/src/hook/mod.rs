@@ -13,40 +13,19 @@
 //! within the deadline even when the gateway accepts connections and never answers.
 
 mod act;
+mod common;
 mod input;
 mod wait;
 
-use crate::client::seg;
 use crate::context::Conn;
-use aware_client::{Client, ClientError};
+use aware_client::Client;
+pub use common::Cli;
+use common::{warn, Http, Output, Target};
 use input::Event;
-use serde_json::Value;
-use sha2::{Digest, Sha256};
 use std::io::Write;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-/// Time kept back from the deadline for handing the answer over and printing it.
-const MARGIN: Duration = Duration::from_millis(100);
-
-/// Which CLI runs the hook: the answer's format and the channel of recorded prompts.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Cli {
-    /// Claude Code (`.claude/settings.json`).
-    ClaudeCode,
-    /// Codex CLI (`.codex/hooks.json`).
-    Codex,
-}
-
-impl Cli {
-    fn channel(self) -> &'static str {
-        match self {
-            Cli::ClaudeCode => "claude-code",
-            Cli::Codex => "codex",
-        }
-    }
-}
 
 /// The hook events as `--event` accepts them.
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -117,16 +96,6 @@ pub struct HookArgs {
     pub wait_secs: u64,
 }
 
-/// What the hook hands back to the CLI.
-#[derive(Debug)]
-enum Output {
-    Nothing,
-    /// Plain stdout (Claude Code's `UserPromptSubmit` adds it to the context).
-    Text(String),
-    /// A JSON answer on stdout (`hookSpecificOutput`, `decision`).
-    Json(Value),
-}
-
 /// The message of a panic on the work thread, for the warning line.
 static PANIC: Mutex<Option<String>> = Mutex::new(None);
 
@@ -147,7 +116,12 @@ pub fn run(args: HookArgs, outer: &Conn) {
         }
     }));
     if args.wait {
-        wait::run(gw, &args);
+        wait::run(
+            gw,
+            args.timeout_ms,
+            args.wait_secs,
+            args.event.map(Event::from),
+        );
         return;
     }
     let deadline = Instant::now() + Duration::from_millis(args.timeout_ms);
@@ -197,15 +171,6 @@ fn print_stdout(text: &str) {
         .and_then(|_| out.flush());
 }
 
-/// The one warning line on stderr, control characters flattened so it stays one line.
-fn warn(msg: &str) {
-    let line: String = msg
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    let _ = writeln!(std::io::stderr().lock(), "aware hook: warning: {line}");
-}
-
 fn work(gw: &Client, cli: Cli, forced: Option<Event>, deadline: Instant) -> Result<Output, String> {
     let bytes = input::read(std::io::stdin().lock())?;
     let Some((event, hook)) = input::parse(&bytes, forced)? else {
@@ -218,76 +183,4 @@ fn work(gw: &Client, cli: Cli, forced: Option<Event>, deadline: Instant) -> Resu
     let target = Target::resolve(gw, hook.session_id.as_deref())?;
     let http = Http { gw, deadline };
     act::act(&http, &target, cli, event, &hook)
-}
-
-/// The session the hook acts for.
-#[derive(Debug, Clone)]
-struct Target {
-    key: String,
-    /// `agentId` for a bare `--session` key given with `--agent`.
-    agent: Option<String>,
-}
-
-impl Target {
-    /// `--session`, else `agent:<agent or main>:claude:<sha256 hex of session_id>` (03 §8 step
-    /// 2), the key adoption mints for the same local thread (04 §3 step 4).
-    fn resolve(gw: &Client, session_id: Option<&str>) -> Result<Target, String> {
-        if let Some(s) = gw.session().filter(|s| !s.trim().is_empty()) {
-            let bare = !s.trim().to_ascii_lowercase().starts_with("agent:");
-            return Ok(Target {
-                key: s.to_string(),
-                agent: gw.agent().map(str::to_string).filter(|_| bare),
-            });
-        }
-        let id = session_id
-            .ok_or("hook input has no session_id (and no --session was given)".to_string())?;
-        Ok(Target {
-            key: claude_key(gw.agent().unwrap_or("main"), id),
-            agent: None,
-        })
-    }
-
-    fn query(&self) -> String {
-        self.agent
-            .as_deref()
-            .map(|a| format!("?agentId={}", seg(a)))
-            .unwrap_or_default()
-    }
-
-    fn path(&self, what: &str) -> String {
-        format!("/v1/sessions/{}/{what}{}", seg(&self.key), self.query())
-    }
-}
-
-/// `agent:<agent>:claude:<lowercase hex SHA-256 of session_id>`.
-fn claude_key(agent: &str, session_id: &str) -> String {
-    let digest = Sha256::digest(session_id.as_bytes());
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    format!("agent:{agent}:claude:{hex}")
-}
-
-/// Operator requests (no `X-Aware-Session`) bounded by the hook's deadline.
-struct Http<'a> {
-    gw: &'a Client,
-    deadline: Instant,
-}
-
-impl Http<'_> {
-    fn post(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
-        let budget = self
-            .deadline
-            .saturating_duration_since(Instant::now())
-            .saturating_sub(MARGIN);
-        if budget.is_zero() {
-            return Err(ClientError::Timeout {
-                url: self.gw.base().to_string(),
-                detail: "out of time (--timeout-ms)".into(),
-            });
-        }
-        self.gw
-            .request("POST", path)
-            .operator()
-            .timeout(budget)
-            .json(Some(body))
-    }
 }

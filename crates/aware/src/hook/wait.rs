@@ -14,8 +14,8 @@
 //!   draining, so a notice is never taken by a waiter nobody listens to.
 //! - It gives up silently after `--wait-secs`.
 
-use super::act::said;
-use super::{input, warn, HookArgs, Target};
+use super::common::{said, warn, Target};
+use super::input;
 use aware_client::{Client, ClientError};
 use serde_json::json;
 use std::io::{BufRead, BufReader};
@@ -37,16 +37,15 @@ enum End {
     Quiet,
 }
 
-pub fn run(gw: Client, args: &HookArgs) {
+pub fn run(gw: Client, timeout_ms: u64, wait_secs: u64, forced: Option<input::Event>) {
     // Claude Code in print mode (`claude -p`, the SDK) waits for an async Stop hook before it
     // exits and wakes nothing on its exit 2: waiting would only delay the exit, and a notice
     // drained then would be lost. Claude Code says so in the hook's environment.
     if std::env::var("CLAUDE_CODE_SESSION_ATTENDED").is_ok_and(|v| v == "0") {
         return;
     }
-    let per_request = Duration::from_millis(args.timeout_ms.max(1));
-    let until = Instant::now() + Duration::from_secs(args.wait_secs);
-    let forced = args.event.map(input::Event::from);
+    let per_request = Duration::from_millis(timeout_ms.max(1));
+    let until = Instant::now() + Duration::from_secs(wait_secs);
     let (tx, rx) = mpsc::channel();
     let spawned = std::thread::Builder::new()
         .name("aware-hook-wait".into())
@@ -114,10 +113,10 @@ fn waiter(
     let stream_path = match &target.agent {
         Some(a) => format!(
             "/v1/wakes?session={}&agent={}",
-            super::seg(&target.key),
-            super::seg(a)
+            crate::client::seg(&target.key),
+            crate::client::seg(a)
         ),
-        None => format!("/v1/wakes?session={}", super::seg(&target.key)),
+        None => format!("/v1/wakes?session={}", crate::client::seg(&target.key)),
     };
     let mut backoff = BACKOFF_FIRST;
     while Instant::now() < until {

@@ -2,7 +2,8 @@
 //! the waiting hook that wakes an idle session) and `.mcp.json` (the MCP server).
 
 use super::files::{Change, Scope};
-use super::{project_dir, read_json, replace_hooks, Common, Setup, UsageError};
+use super::setup::{pretty, project_dir, read_json, replace_hooks, Common, Setup};
+use super::usage::UsageError;
 use crate::context::Conn;
 use anyhow::Result;
 use serde_json::{json, Value};
@@ -67,13 +68,13 @@ pub fn run(args: ClaudeCodeArgs, outer: &Conn) -> Result<()> {
         Change {
             path: settings_path,
             old: old_settings,
-            new: super::pretty(&settings),
+            new: pretty(&settings),
             scope: scope.clone(),
         },
         Change {
             path: mcp_path,
             old: old_mcp,
-            new: super::pretty(&mcp),
+            new: pretty(&mcp),
             scope,
         },
     ];

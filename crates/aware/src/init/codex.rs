@@ -12,7 +12,8 @@
 //! only says so, unless `--trust-project` asks it to.
 
 use super::files::{self, Change, Scope};
-use super::{project_dir, read_json, replace_hooks, Common, Setup, UsageError};
+use super::setup::{pretty, project_dir, read_json, replace_hooks, Common, Setup};
+use super::usage::UsageError;
 use crate::context::Conn;
 use anyhow::{bail, Result};
 use serde_json::json;
@@ -132,7 +133,7 @@ pub fn run(args: CodexArgs, outer: &Conn) -> Result<()> {
         Change {
             path: hooks_path,
             old: old_hooks,
-            new: super::pretty(&hooks_doc),
+            new: pretty(&hooks_doc),
             scope: scope.clone(),
         },
         Change {

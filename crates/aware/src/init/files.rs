@@ -11,7 +11,7 @@
 //! - A JSON file with duplicate keys or integers beyond 64 bits is refused: a rewrite would
 //!   silently drop all but one of the keys, or change the number's digits.
 
-use super::UsageError;
+use super::usage::UsageError;
 use anyhow::{bail, Context as _, Result};
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;

@@ -573,11 +573,18 @@ fn scripts_test_sets_up_or_names_the_fix() {
     let err = text(&out.stderr);
     assert!(err.contains("postgresql is missing"), "{err}");
     assert!(err.contains("fix: install postgresql"), "{err}");
-    // The binaries present: the set-up passes and says where they are.
+    // The binaries present (and tmux and npm, here stand-ins that do nothing): the set-up passes
+    // and says where they are.
     let initdb = fake.path().join("initdb");
     std::fs::write(&initdb, "").unwrap();
+    for tool in ["tmux", "npm"] {
+        std::fs::copy(&cargo, fake.path().join(tool)).unwrap();
+    }
+    std::os::unix::fs::symlink("/usr/bin/head", fake.path().join("head")).unwrap();
     let out = Command::new("/bin/bash")
         .args([script, "--setup-only"])
+        .env_clear()
+        .env("PATH", fake.path())
         .env("AWARE_PG_GLOB", &initdb)
         .output()
         .unwrap();

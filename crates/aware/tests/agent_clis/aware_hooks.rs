@@ -1,0 +1,698 @@
+//! `aware init` + `aware hook` + `aware mcp` with the real CLIs (issue 22): a manager session
+//! KEY, set up by `aware init claude-code` / `aware init codex` in the CLI's project, watches a
+//! worker session; a human steps into the worker while the agent works, and the test asserts
+//! what the model was shown, request by request, and what the gateway holds afterwards.
+//!
+//! The change is made by a side effect of the model server at the step where it happens (say,
+//! when the model asks for a tool call), so it lands at a known point of the run with no timing
+//! involved. The notice the model must see is peeked (`GET …/pending`) right after the change,
+//! before any hook can drain it, and searched for verbatim.
+
+use super::support::*;
+use crate::common::*;
+use serde_json::{json, Value};
+use std::process::Output;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The manager session `aware init` sets up for the CLI.
+const KEY: &str = "agent:main:main";
+/// The session it watches, where the human steps in.
+const WORKER: &str = "agent:main:worker";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cli {
+    Claude,
+    Codex,
+}
+
+/// A gateway, a CLI home set up by `aware init`, and KEY watching WORKER with nothing pending.
+struct Hub {
+    s: Arc<Server>,
+    home: AgentHome,
+    cli: Cli,
+}
+
+impl Hub {
+    /// `no_wake`: Claude Code's waiting Stop hook left out (`--no-wake`), for print-mode runs
+    /// that test something else; Codex has no such hook.
+    fn new(cli: Cli, no_wake: bool) -> Self {
+        let init_args: &[&str] = if no_wake && cli == Cli::Claude {
+            &["--no-wake"]
+        } else {
+            &[]
+        };
+        let s = Arc::new(Server::start());
+        let home = AgentHome::new();
+        match cli {
+            Cli::Claude => home.trust_claude(),
+            Cli::Codex => home.trust_codex(),
+        }
+        let hub = Hub { s, home, cli };
+        let out = hub.init(&hub.s.base, init_args);
+        assert!(
+            out.status.success(),
+            "aware init {cli:?} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if cli == Cli::Codex {
+            // Project trust, if init did not write it (appends only when missing).
+            hub.home.trust_codex();
+        }
+        hub.s.create(WORKER);
+        let w = hub.s.watch(KEY, WORKER);
+        assert!(w.status == 200 || w.status == 201, "watch: {}", w.body);
+        // Start from nothing pending (system events of the set-up included).
+        hub.s.drain(KEY);
+        assert_eq!(pending_prompt(&hub.s), "", "{}", hub.s.pending(KEY));
+        hub
+    }
+
+    /// `aware init claude-code|codex --project P --url URL --session KEY ARGS…`, run as the
+    /// user of this home (so Codex's trust entries go to this `$HOME`).
+    fn init(&self, url: &str, args: &[&str]) -> Output {
+        let which = match self.cli {
+            Cli::Claude => "claude-code",
+            Cli::Codex => "codex",
+        };
+        self.home
+            .command(bin())
+            .args(["init", which, "--project"])
+            .arg(&self.home.project)
+            .args(["--url", url, "--session", KEY])
+            .args(args)
+            .output()
+            .expect("run aware init")
+    }
+
+    /// One headless turn of the CLI on `prompt`.
+    fn run(&self, model: &ModelServer, prompt: &str) -> CliRun {
+        let run = match self.cli {
+            Cli::Claude => self.home.claude_print(
+                model,
+                prompt,
+                &["--allowedTools", "Bash(echo:*)", "mcp__aware"],
+            ),
+            Cli::Codex => self.home.codex_exec(model, prompt, &[]),
+        };
+        run.assert_success(&format!("{:?}", self.cli), model);
+        run
+    }
+
+    /// A side effect for a step: [`human_turn_now`], its notice stored in `seen`.
+    fn human_steps_in(&self, seen: &Arc<Mutex<String>>) -> impl FnOnce(&Request) + Send + 'static {
+        let (s, seen) = (self.s.clone(), seen.clone());
+        move |_| *seen.lock().expect("notice slot") = human_turn_now(&s)
+    }
+}
+
+/// A human turn on WORKER; returns the notice KEY now has pending (its drain prompt, peeked).
+fn human_turn_now(s: &Server) -> String {
+    let r = s.post(
+        &format!("/v1/sessions/{}/turns", seg(WORKER)),
+        json!({"role": "user", "text": "use the staging database", "channel": "slack"}),
+    );
+    assert_eq!(r.status, 201, "human turn: {}", r.body);
+    let prompt = pending_prompt(s);
+    assert!(
+        prompt.contains(&format!("Session \"{WORKER}\" changed (other actor)")),
+        "{prompt}"
+    );
+    prompt
+}
+
+/// The drain prompt KEY has pending, as a peek (`""` when nothing is).
+fn pending_prompt(s: &Server) -> String {
+    s.pending(KEY)["prompt"]
+        .as_str()
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+fn notice(seen: &Arc<Mutex<String>>) -> String {
+    let n = seen.lock().expect("notice slot").clone();
+    assert!(!n.is_empty(), "the side effect never ran");
+    n
+}
+
+/// The main-lane requests, with the count of `notice` in each: what the model was shown. A
+/// tool result the CLI shows as JSON text (an MCP tool's structured content) holds the notice
+/// JSON-escaped, so both forms count.
+fn shown(model: &ModelServer, notice: &str) -> Vec<usize> {
+    let escaped = escaped(notice);
+    model
+        .lane(Lane::Main)
+        .iter()
+        .map(|r| {
+            r.count(notice)
+                + if escaped != notice {
+                    r.count(&escaped)
+                } else {
+                    0
+                }
+        })
+        .collect()
+}
+
+/// `text` as it reads inside a JSON string (without the quotes).
+fn escaped(text: &str) -> String {
+    let quoted = Value::String(text.to_string()).to_string();
+    quoted[1..quoted.len() - 1].to_string()
+}
+
+/// Asserts how often the model was shown `notice`, request by request (main lane); on a
+/// mismatch the message says where it was shown.
+fn assert_shown(model: &ModelServer, notice: &str, want: &[usize]) {
+    let got = shown(model, notice);
+    if got != want {
+        let places: Vec<String> = model
+            .lane(Lane::Main)
+            .iter()
+            .flat_map(|r| {
+                let mut places = r.places(notice);
+                places.extend(r.places(&escaped(notice)));
+                places
+                    .into_iter()
+                    .map(move |p| format!("#{}: …{p}…", r.index))
+            })
+            .collect();
+        panic!(
+            "the notice was shown {got:?} times per request, want {want:?}\nnotice: {notice}\n\
+             shown at:\n{}\nrequests:{}",
+            places.join("\n"),
+            model.summary()
+        );
+    }
+}
+
+/// Nothing left for KEY: the notice was handed over and acknowledged.
+fn assert_nothing_pending(s: &Server) {
+    let p = s.pending(KEY);
+    assert_eq!(p["notices"], json!([]), "{p}");
+    assert_eq!(pending_prompt(s), "", "{p}");
+}
+
+fn mid_run_delivery(cli: Cli) {
+    let hub = Hub::new(cli, true);
+    let seen = Arc::new(Mutex::new(String::new()));
+    let model = ModelServer::start(Script::new(vec![
+        Step::shell("call_1", "echo working").before(hub.human_steps_in(&seen)),
+        Step::text("All done."),
+    ]));
+    hub.run(&model, "do the task");
+    let n = notice(&seen);
+    // Shown in the request right after the tool call, once; not before. Later requests repeat
+    // the conversation, so "once across the run" is "once in the last request".
+    assert_shown(&model, &n, &[0, 1]);
+    assert_eq!(model.unscripted(), 0, "{}", model.summary());
+    assert_nothing_pending(&hub.s);
+}
+
+#[test]
+fn claude_code_hears_a_change_right_after_its_tool_call_once() {
+    mid_run_delivery(Cli::Claude);
+}
+
+#[test]
+fn codex_hears_a_change_right_after_its_tool_call_once() {
+    mid_run_delivery(Cli::Codex);
+}
+
+fn stop_gate(cli: Cli) {
+    let hub = Hub::new(cli, true);
+    let seen = Arc::new(Mutex::new(String::new()));
+    // The change lands while the model writes its final answer: after the last tool call, so
+    // only the stop gate can deliver it.
+    let model = ModelServer::start(Script::new(vec![
+        Step::shell("call_1", "echo working"),
+        Step::text("All done.").before(hub.human_steps_in(&seen)),
+        Step::text("Reconciled, done."),
+    ]));
+    let run = hub.run(&model, "do the task");
+    let n = notice(&seen);
+    // Sent back once with the notice as the reason, then allowed to stop. Claude Code 2.1.328
+    // renders one Stop block twice in its next request: a user message "Stop hook
+    // feedback:\n<reason>" and a system message "Stop hook blocking error from command:
+    // \"<cmd>\": <reason>" (seen with a plain script hook too); Codex once, as
+    // `<hook_prompt …><reason></hook_prompt>`.
+    match cli {
+        Cli::Claude => {
+            assert_shown(&model, &n, &[0, 0, 2]);
+            let last = &model.lane(Lane::Main)[2];
+            assert_eq!(
+                last.count(&format!("Stop hook feedback:\n{n}")),
+                1,
+                "{:?}",
+                last.places(&n)
+            );
+            assert_eq!(last.count("Stop hook feedback:"), 1, "one block");
+        }
+        Cli::Codex => assert_shown(&model, &n, &[0, 0, 1]),
+    }
+    assert_eq!(model.unscripted(), 0, "{}", model.summary());
+    if cli == Cli::Claude {
+        assert_eq!(run.json()["result"], "Reconciled, done.", "{}", run.stdout);
+    }
+    assert_nothing_pending(&hub.s);
+}
+
+#[test]
+fn claude_code_is_sent_back_once_when_a_change_lands_before_it_stops() {
+    stop_gate(Cli::Claude);
+}
+
+#[test]
+fn codex_is_sent_back_once_when_a_change_lands_before_it_stops() {
+    stop_gate(Cli::Codex);
+}
+
+fn parallel_calls(cli: Cli) {
+    let hub = Hub::new(cli, true);
+    let seen = Arc::new(Mutex::new(String::new()));
+    let model = ModelServer::start(Script::new(vec![
+        Step::calls(vec![
+            Call::shell("call_a", "echo one"),
+            Call::shell("call_b", "echo two"),
+            Call::shell("call_c", "echo three"),
+        ])
+        .before(hub.human_steps_in(&seen)),
+        Step::text("All done."),
+    ]));
+    hub.run(&model, "do three things");
+    let n = notice(&seen);
+    // Three PostToolUse hooks, one notice: shown once.
+    assert_shown(&model, &n, &[0, 1]);
+    assert_eq!(model.unscripted(), 0, "{}", model.summary());
+    assert_nothing_pending(&hub.s);
+}
+
+#[test]
+fn claude_code_parallel_tool_calls_show_a_notice_once() {
+    parallel_calls(Cli::Claude);
+}
+
+#[test]
+fn codex_parallel_tool_calls_show_a_notice_once() {
+    parallel_calls(Cli::Codex);
+}
+
+/// The JSON object a CLI shows the model as an MCP tool's result. Both show the tool's
+/// structured content as JSON text (not its text content blocks); Codex puts a
+/// "Wall time: … Output:" header before it.
+fn shown_json(output: &str) -> Value {
+    let json_part = output.split_once("Output:\n").map_or(output, |x| x.1);
+    serde_json::from_str(json_part.trim())
+        .unwrap_or_else(|e| panic!("the tool result shown is not JSON ({e}): {output}"))
+}
+
+fn session_status_through_mcp(cli: Cli) {
+    let hub = Hub::new(cli, true);
+    // The human stepped in before the run: the notice names the cursor to read from.
+    let n = human_turn_now(&hub.s);
+    let since: i64 = n
+        .rsplit("changesSince ")
+        .next()
+        .and_then(|t| t.trim_end_matches('.').trim().parse().ok())
+        .unwrap_or_else(|| panic!("no changesSince in {n}"));
+    let model = ModelServer::start(Script::new(vec![
+        Step::tool(
+            "call_status",
+            "mcp__aware__session_status",
+            json!({"sessionKey": WORKER, "changesSince": since}),
+        ),
+        Step::text("Reconciled."),
+    ]));
+    hub.run(&model, "check on the worker");
+    let main = model.lane(Lane::Main);
+    assert_eq!(main.len(), 2, "{}", model.summary());
+    // The first request already carries the notice (SessionStart / UserPromptSubmit).
+    assert_eq!(main[0].count(&n), 1, "{}", model.summary());
+    let shown = shown_json(&tool_output(&main[1], "call_status"));
+    // The exact delta: what the gateway answers for the same read.
+    let want = hub.s.status(KEY, WORKER, since);
+    let events = want["stateChanges"]["events"].as_array().expect("events");
+    assert!(
+        events.iter().any(|e| e["kind"] == "human_direct_message"),
+        "the delta holds the human turn: {want}"
+    );
+    assert_eq!(
+        shown["stateChanges"], want["stateChanges"],
+        "shown: {shown}"
+    );
+    assert_eq!(shown["statusText"], want["statusText"], "shown: {shown}");
+    assert_nothing_pending(&hub.s);
+}
+
+#[test]
+fn claude_code_calls_session_status_through_mcp_and_gets_the_exact_delta() {
+    session_status_through_mcp(Cli::Claude);
+}
+
+#[test]
+fn codex_calls_session_status_through_mcp_and_gets_the_exact_delta() {
+    session_status_through_mcp(Cli::Codex);
+}
+
+/// A change that lands while the model calls an aware MCP tool: `aware mcp` drains it after
+/// the call; the model must still be shown it, once.
+fn notice_during_mcp_call(cli: Cli) {
+    let hub = Hub::new(cli, true);
+    let seen = Arc::new(Mutex::new(String::new()));
+    let model = ModelServer::start(Script::new(vec![
+        Step::tool("call_list", "mcp__aware__sessions_list", json!({}))
+            .before(hub.human_steps_in(&seen)),
+        Step::text("All done."),
+    ]));
+    hub.run(&model, "list the sessions");
+    let n = notice(&seen);
+    assert_shown(&model, &n, &[0, 1]);
+    assert_nothing_pending(&hub.s);
+}
+
+#[test]
+fn claude_code_hears_a_change_drained_by_an_mcp_tool_call() {
+    notice_during_mcp_call(Cli::Claude);
+}
+
+#[test]
+fn codex_hears_a_change_drained_by_an_mcp_tool_call() {
+    notice_during_mcp_call(Cli::Codex);
+}
+
+/// Events of `key`'s stream as KEY sees them.
+fn events(s: &Server, key: &str) -> Vec<Value> {
+    s.status(KEY, key, 0)["stateChanges"]["events"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn kinds(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+#[test]
+fn claude_code_native_subagent_becomes_a_child_session_with_its_outcome() {
+    let hub = Hub::new(Cli::Claude, true);
+    let model = ModelServer::start(
+        Script::new(vec![
+            Step::tool(
+                "call_agent",
+                "Agent",
+                json!({"description": "survey", "prompt": "Say what you see.",
+                    "subagent_type": "general-purpose", "run_in_background": false}),
+            ),
+            Step::text("All done."),
+        ])
+        .with_subagent(vec![Step::text("I see a project.")]),
+    );
+    hub.run(&model, "delegate a survey");
+    assert_eq!(model.lane(Lane::Subagent).len(), 1, "{}", model.summary());
+    assert_one_child_with_its_run(&hub.s, &["delegate a survey"]);
+}
+
+/// The one child session of KEY, with `child_spawned` and `run_completed` (and no
+/// `run_failed`) on its stream; KEY's typed prompts are exactly `typed` (the subagent's task
+/// and Claude Code's `<task-notification>` are no human's).
+fn assert_one_child_with_its_run(s: &Server, typed: &[&str]) {
+    // Both checks are made before either fails, so one run reports every gap.
+    let turns = s.get(&format!("/v1/sessions/{}/turns", seg(KEY)));
+    let user_turns: Vec<&str> = turns.body["turns"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| t["role"] == "user")
+        .filter_map(|t| t["text"].as_str())
+        .collect();
+    let listed = s.tool(KEY, "sessions_list", json!({}));
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    let children: Vec<Value> = listed.body["sessions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|x| x["parentSessionKey"] == KEY)
+        .cloned()
+        .collect();
+    assert!(
+        user_turns == typed && children.len() == 1,
+        "want KEY's user turns {typed:?} and one child session;\nuser turns: {user_turns:?}\n\
+         sessions: {}",
+        listed.body
+    );
+    let child = children[0]["key"]
+        .as_str()
+        .or(children[0]["sessionKey"].as_str())
+        .expect("child key")
+        .to_string();
+    assert!(child.starts_with("agent:main:subagent:"), "{child}");
+    let child_kinds = kinds(&events(s, &child));
+    for kind in ["child_spawned", "run_completed"] {
+        assert_eq!(
+            child_kinds.iter().filter(|k| *k == kind).count(),
+            1,
+            "{kind}: {child_kinds:?}"
+        );
+    }
+    assert!(
+        !child_kinds.iter().any(|k| k == "run_failed"),
+        "{child_kinds:?}"
+    );
+}
+
+#[test]
+fn claude_code_background_subagent_becomes_a_child_and_its_notification_is_no_human_turn() {
+    let hub = Hub::new(Cli::Claude, true);
+    // `Agent` without run_in_background runs in the background in 2.1.328; its end comes back
+    // as a `<task-notification>` prompt (UserPromptSubmit), which the main model answers. How
+    // many main requests that takes depends on whether the subagent ends before the tool
+    // result is sent, so the script ends early and the unscripted answer ends the turn.
+    let model = ModelServer::start(
+        Script::new(vec![
+            Step::tool(
+                "call_agent",
+                "Agent",
+                json!({"description": "survey", "prompt": "Say what you see.",
+                    "subagent_type": "general-purpose"}),
+            ),
+            Step::text("It saw a project. All done."),
+        ])
+        .with_subagent(vec![Step::text("I see a project.")]),
+    );
+    hub.run(&model, "delegate a survey");
+    assert_eq!(model.lane(Lane::Subagent).len(), 1, "{}", model.summary());
+    assert!(
+        model
+            .lane(Lane::Main)
+            .iter()
+            .any(|r| r.contains("<task-notification>")),
+        "the main model heard of the subagent's end: {}",
+        model.summary()
+    );
+    assert_one_child_with_its_run(&hub.s, &["delegate a survey"]);
+}
+
+#[test]
+fn codex_subagent_becomes_a_child_session_with_its_outcome() {
+    let hub = Hub::new(Cli::Codex, false);
+    let model = ModelServer::start(super::payloads::codex_spawn_and_wait("I see a project."));
+    hub.run(&model, "delegate a survey");
+    assert_eq!(model.lane(Lane::Subagent).len(), 1, "{}", model.summary());
+    assert_eq!(model.unscripted(), 0, "{}", model.summary());
+    assert_one_child_with_its_run(&hub.s, &["delegate a survey"]);
+}
+
+#[test]
+fn claude_code_compact_records_one_compacted_event() {
+    let hub = Hub::new(Cli::Claude, true);
+    let model = ModelServer::start(Script::new(vec![Step::text("Hello.")]));
+    let first = hub.run(&model, "hello");
+    let session = first.json()["session_id"]
+        .as_str()
+        .expect("session_id")
+        .to_string();
+    hub.home
+        .claude_print(&model, "/compact", &["--resume", &session])
+        .assert_success("claude -p /compact", &model);
+    assert_eq!(model.lane(Lane::Compaction).len(), 1, "{}", model.summary());
+    let k = kinds(&events(&hub.s, KEY));
+    // One compaction, one event (PreCompact and SessionStart source=compact both see it).
+    assert_eq!(k.iter().filter(|x| *x == "compacted").count(), 1, "{k:?}");
+}
+
+#[test]
+fn codex_compaction_records_one_compacted_event() {
+    let hub = Hub::new(Cli::Codex, false);
+    let model = ModelServer::start(
+        Script::new(vec![
+            Step::shell("call_1", "echo working"),
+            Step::text("All done."),
+        ])
+        .with_usage_tokens(50_000),
+    );
+    let run = hub.home.codex_exec(
+        &model,
+        "do the task",
+        &["-c", "model_auto_compact_token_limit=1000"],
+    );
+    run.assert_success("codex exec", &model);
+    assert_eq!(model.lane(Lane::Compaction).len(), 1, "{}", model.summary());
+    let k = kinds(&events(&hub.s, KEY));
+    assert_eq!(k.iter().filter(|x| *x == "compacted").count(), 1, "{k:?}");
+}
+
+/// `aware init claude-code` installs the waiting Stop hook by default, and `claude -p` waits
+/// for an async Stop hook to end before it exits (its exit 2 wakes nothing there). So in print
+/// mode (the hook's environment says `CLAUDE_CODE_SESSION_ATTENDED=0`) the waiter has nothing
+/// to wait for: it must never open the wake stream, which would hold the run until it gives
+/// up. Observed on the gateway: no `GET /v1/wakes` was served, and none is open afterwards.
+#[test]
+fn claude_code_print_mode_is_not_held_by_the_waiting_hook() {
+    let hub = Hub::new(Cli::Claude, false);
+    let settings = std::fs::read_to_string(hub.home.project.join(".claude/settings.json"))
+        .expect("settings.json");
+    assert!(settings.contains("--wait"), "{settings}");
+    let model = ModelServer::start(Script::new(vec![
+        Step::shell("call_1", "echo working"),
+        Step::text("All done."),
+    ]));
+    let run = hub.run(&model, "do the task");
+    assert_eq!(run.json()["result"], "All done.", "{}", run.stdout);
+    assert_eq!(model.unscripted(), 0, "{}", model.summary());
+    wait_for_wake_streams_at_most(&hub.s, 0.0, Duration::from_secs(30));
+    let metrics = hub
+        .s
+        .get("/metrics")
+        .body
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    let wake_streams: Vec<&str> = metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("aware_http_requests_total{") && l.contains("route=\"/v1/wakes\"")
+        })
+        .collect();
+    assert!(
+        wake_streams.is_empty(),
+        "a waiting hook opened the wake stream in print mode (and held `claude -p` until it \
+         gave up): {wake_streams:?}"
+    );
+}
+
+/// A loopback port nothing listens on (bound, then released).
+fn closed_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+fn gateway_down(cli: Cli) {
+    // Set up against the real gateway, then point every hook and the MCP server at a port
+    // nothing listens on by running init again with that URL (it rewrites its own entries).
+    let hub = Hub::new(cli, false);
+    let dead = format!("http://127.0.0.1:{}", closed_port());
+    let again = hub.init(&dead, &[]);
+    let configs = match cli {
+        Cli::Claude => std::fs::read_to_string(hub.home.project.join(".claude/settings.json")),
+        Cli::Codex => std::fs::read_to_string(hub.home.project.join(".codex/hooks.json")),
+    }
+    .unwrap_or_default();
+    assert!(
+        configs.contains(&dead),
+        "init with an unreachable --url still writes it (exit {}; stderr {}):\n{configs}",
+        again.status,
+        String::from_utf8_lossy(&again.stderr)
+    );
+    let model = ModelServer::start(Script::new(vec![
+        Step::shell("call_1", "echo working"),
+        Step::text("All done."),
+    ]));
+    // Each hook fails fast and silently to the model; the run ends normally (a hook that
+    // waited would trip the runner's deadline and fail this test with the CLI's output).
+    let run = hub.run(&model, "do the task");
+    assert_shown(&model, "System: [", &[0, 0]);
+    assert_eq!(model.unscripted(), 0, "{}", model.summary());
+    if cli == Cli::Claude {
+        assert_eq!(run.json()["result"], "All done.", "{}", run.stdout);
+    }
+}
+
+#[test]
+fn claude_code_runs_normally_when_the_gateway_is_down() {
+    gateway_down(Cli::Claude);
+}
+
+#[test]
+fn codex_runs_normally_when_the_gateway_is_down() {
+    gateway_down(Cli::Codex);
+}
+
+/// Waits until `/metrics` shows at least `n` open wake streams: the idle session's waiting
+/// hook has subscribed. A bounded wait for an observable gauge (read every 50 ms).
+fn wait_for_wake_streams(s: &Server, n: f64, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let open = s.metric("aware_wake_stream_subscribers").unwrap_or(0.0);
+        if open >= n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no waiting hook subscribed to the wake stream within {timeout:?} ({open} open)"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits until `/metrics` shows at most `n` open wake streams (a waiter that ended is
+/// unsubscribed once the gateway sees its connection close).
+fn wait_for_wake_streams_at_most(s: &Server, n: f64, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let open = s.metric("aware_wake_stream_subscribers").unwrap_or(0.0);
+        if open <= n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{open} wake streams still open after {timeout:?}: a waiting hook outlived its CLI"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn claude_code_idle_session_is_woken_by_a_change() {
+    let hub = Hub::new(Cli::Claude, false);
+    let model = ModelServer::start(Script::new(vec![
+        Step::text("Ready."),
+        Step::text("Reconciled."),
+    ]));
+    let mut argv = vec![installed_bin_dir()
+        .join("claude")
+        .to_string_lossy()
+        .into_owned()];
+    argv.push("start".to_string());
+    let _tmux = Tmux::start(
+        hub.home.tmp.join("tmux.sock"),
+        &hub.home.project,
+        &hub.home.claude_env(&model),
+        &argv,
+    );
+    model.wait_for("the first answer", Duration::from_secs(60), |r| {
+        r.iter().filter(|x| x.lane == Lane::Main).count() == 1
+    });
+    // The turn ended and the waiting Stop hook is on the wake stream: the session is idle.
+    wait_for_wake_streams(&hub.s, 1.0, Duration::from_secs(60));
+    let n = human_turn_now(&hub.s);
+    model.wait_for("the woken request", Duration::from_secs(60), |r| {
+        r.iter().filter(|x| x.lane == Lane::Main).count() >= 2
+    });
+    assert_shown(&model, &n, &[0, 1]);
+    assert_nothing_pending(&hub.s);
+}
