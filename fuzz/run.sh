@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Short, fixed-time fuzz runs of every cargo-fuzz target on the committed seed corpora.
 #
-#   bash fuzz/run.sh [SECONDS_PER_TARGET] [TARGET...]     (default 20 s, all targets)
+#   bash fuzz/run.sh [SECONDS_PER_TARGET] [TARGET...]     (default 15 s, all targets: what CI runs)
 #
 # Needs cargo-fuzz (`cargo install cargo-fuzz --locked`) and a C++ compiler (libFuzzer is built
 # by libfuzzer-sys). cargo-fuzz passes nightly-only flags (-Zsanitizer=address, ...); on a stable
@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-secs=${1:-20}
+secs=${1:-15}
 shift || true
 if [ "$#" -gt 0 ]; then
     targets=("$@")

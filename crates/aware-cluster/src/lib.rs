@@ -153,6 +153,8 @@ pub struct ClusterStatus {
     pub leader_acquired: AtomicU64,
     /// Times this process lost leadership (its lock connection failed).
     pub leader_lost: AtomicU64,
+    /// Times this process asked for the leader lock and another session held it.
+    pub lock_refused: AtomicU64,
     pub published: AtomicU64,
     /// Wakes not published: the queue was full or PostgreSQL unreachable (repair covers them).
     pub publish_dropped: AtomicU64,
@@ -406,6 +408,7 @@ fn leader_loop(
                             status.set_leader(true);
                             status.set_stranger(None);
                         } else {
+                            status.lock_refused.fetch_add(1, Ordering::Relaxed);
                             let holder = aware_store_pg::stranger_holding(c, opts.lock_key);
                             status.set_stranger(holder.map(|h| h.to_string()));
                         }
@@ -495,6 +498,10 @@ fn listener_loop(
                                 status.changes_received.fetch_add(1, Ordering::Relaxed);
                                 engine.signal_remote_change();
                             }
+                        } else {
+                            // Signed but not a message a gateway makes (a wake whose agentId
+                            // is not its key's agent): dropped and counted like a forgery.
+                            status.rejected.fetch_add(1, Ordering::Relaxed);
                         }
                     }
                     Ok(None) => break,

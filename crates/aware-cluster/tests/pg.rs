@@ -3,12 +3,13 @@
 //! its own cluster connections. Wakes cross through NOTIFY; leadership is held by exactly one
 //! and moves when it goes.
 
-use aware_cluster::{Cluster, ClusterOptions};
+use aware_cluster::{Cluster, ClusterOptions, ClusterStatus};
 use aware_core::SessionKey;
 use aware_engine::*;
 use aware_store::Store;
 use aware_store_pg::testing::PgCluster;
 use aware_store_pg::{PgOptions, PgStore};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -100,16 +101,27 @@ fn exactly_one_leader_and_leadership_moves_when_it_goes() {
     let ca = Cluster::start(&a, opts(&sa)).unwrap();
     let cb = Cluster::start(&b, opts(&sb)).unwrap();
     wait_for("a leader", || a.is_leader() || b.is_leader());
-    // Hold for a few retry periods: never two.
-    for _ in 0..30 {
-        assert!(!(a.is_leader() && b.is_leader()), "two leaders");
-        std::thread::sleep(Duration::from_millis(100));
-    }
     let (leader, follower, fe) = if a.is_leader() {
         (ca, cb, b)
     } else {
         (cb, ca, a)
     };
+    // Never two: the follower asks for the lock again and again and is refused every time.
+    // Counted, not sampled: a moment of double leadership, however short, would have counted
+    // an acquisition on the follower (or a loss on the leader).
+    let (l, f) = (leader.status().clone(), follower.status().clone());
+    wait_for("the follower to be refused the lock three times", || {
+        f.lock_refused.load(Ordering::Relaxed) >= 3
+    });
+    let counts = |s: &ClusterStatus| {
+        (
+            s.leader_acquired.load(Ordering::Relaxed),
+            s.leader_lost.load(Ordering::Relaxed),
+        )
+    };
+    assert_eq!(counts(&l), (1, 0), "the leader's acquisitions and losses");
+    assert_eq!(counts(&f), (0, 0), "the follower's acquisitions and losses");
+    assert!(l.is_leader() && !f.is_leader());
     leader.shutdown();
     wait_for("the follower to lead", || fe.is_leader());
     follower.shutdown();

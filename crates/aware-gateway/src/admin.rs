@@ -36,7 +36,7 @@ pub(crate) async fn handle(req: Req, op: AdminOp) -> ApiResult<Response> {
                 "advanceMs must be a non-negative integer",
             )?;
             b.finish()?;
-            let _serial = req.state.clock_lock.lock().await;
+            let serial = req.state.clock_lock.lock().await;
             let t = match (now, adv) {
                 (Some(t), None) => clock.set(t).map_err(|e| ApiError::invalid(e.to_string()))?,
                 (None, Some(a)) => {
@@ -52,6 +52,10 @@ pub(crate) async fn handle(req: Req, op: AdminOp) -> ApiResult<Response> {
                 _ => return Err(ApiError::invalid("give exactly one of now and advanceMs")),
             };
             blocking(move || Ok(engine.run_timers()?)).await?;
+            // The monitor's tick runs outside the clock lock: its single flight (04 §7) is its
+            // own, so a clock move while a tick is still busy finds that tick running and skips
+            // the one it made due (counted), as a wall-clock tick would.
+            drop(serial);
             run_monitor(&req.state).await;
             wire::ok(answers::clock(t))
         }
@@ -68,6 +72,13 @@ pub(crate) async fn handle(req: Req, op: AdminOp) -> ApiResult<Response> {
             let fail_reads = b.opt_bool("failReads")?;
             let fail_links = b.opt_bool("failLinkSettles")?;
             let stall_writer = b.opt_bool("stallWriter")?;
+            let fail_commits = b.opt_int(
+                "failCommits",
+                0..=i64::from(u32::MAX),
+                "failCommits must be a non-negative integer",
+            )?;
+            let stall_checks = b.opt_bool("stallProviderChecks")?;
+            let fail_checks = b.opt_bool("failProviderChecks")?;
             b.finish()?;
             let f = engine.store().faults();
             f.clear();
@@ -80,6 +91,9 @@ pub(crate) async fn handle(req: Req, op: AdminOp) -> ApiResult<Response> {
             f.set_fail_reads(fail_reads.unwrap_or(false));
             f.set_fail_link_settles(fail_links.unwrap_or(false));
             f.set_stall_writer(stall_writer.unwrap_or(false));
+            f.fail_next_commits(fail_commits.map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX)));
+            f.set_stall_provider_checks(stall_checks.unwrap_or(false));
+            f.set_fail_provider_checks(fail_checks.unwrap_or(false));
             wire::ok(answers::empty())
         }
         AdminOp::Events => {

@@ -373,23 +373,10 @@ async fn session(
                 .is_some_and(|x| may_see(req, caller, &x))
         });
     }
-    // A session with thousands of watchers made a page of megabytes (issue 27): each fan-out
-    // list keeps its first CONSOLE_LIST_MAX entries and says how many there are in all; the
-    // whole lists are `GET /v1/sessions/{key}/watches` and `…/watchers`, paged.
-    for list in ["watches", "watchers", "noticesOnIt"] {
-        let total = body[list].as_array().map_or(0, Vec::len);
-        if total > CONSOLE_LIST_MAX {
-            if let Some(a) = body[list].as_array_mut() {
-                a.truncate(CONSOLE_LIST_MAX);
-            }
-            body[format!("{list}Total")] = total.into();
-        }
-    }
+    // Thousands of watchers made pages of megabytes (issue 27); the routes `…/watchers` page.
+    crate::wire::cap_lists(&mut body, &["watches", "watchers", "noticesOnIt"], 200);
     ok(body)
 }
-
-/// Most entries of one fan-out list on a console session page.
-const CONSOLE_LIST_MAX: usize = 200;
 
 /// One edge of §7.3, serialized straight from the engine's edge: a 2,500-edge answer built as
 /// `Value` maps spent more time allocating than reading the store.

@@ -154,7 +154,11 @@ async fn start_up(state: Shared, fatal: tokio::sync::oneshot::Sender<String>) {
             tokio::time::sleep(Duration::from_millis(250)).await;
             let e = engine.clone();
             let _ = tokio::task::spawn_blocking(move || e.run_timers()).await;
-            run_monitor(&state).await;
+            // The tick is a task of its own: a provider slow to answer (up to its timeout) must
+            // not hold back run timeouts, merged wakes and pruning, and a tick that falls due
+            // while the previous one still runs is then skipped and counted (04 §7).
+            let s = state.clone();
+            tokio::spawn(async move { run_monitor(&s).await });
         }
     }
 }

@@ -13,6 +13,7 @@
 
 mod cache;
 mod conn;
+mod locks;
 pub mod migrate;
 mod options;
 mod schema;
@@ -21,6 +22,7 @@ mod stats;
 pub mod testing;
 mod tx;
 
+pub use locks::{stranger_holding, LockHolder, STRANGER_HOLDING_SQL};
 pub use options::{redact_url, url_has_password, PgOptions};
 pub use postgres;
 pub use schema::SCHEMA_VERSION;
@@ -44,50 +46,6 @@ use tx::PgTx;
 /// `aware_write_epoch` instead, which a role without privileges on the table cannot take.
 pub const WRITE_LOCK: i64 = 0x6177_6172_6500_0001;
 
-/// A session that holds an advisory lock and does not run as the role of this connection:
-/// not a gateway of this deployment (docs/deployment.md, "Roles and grants").
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LockHolder {
-    pub pid: i32,
-    pub role: String,
-    pub application: String,
-    pub client: String,
-}
-
-impl std::fmt::Display for LockHolder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "backend pid {} of role {:?} (application {:?}, client {})",
-            self.pid, self.role, self.application, self.client
-        )
-    }
-}
-
-/// The SQL of [`stranger_holding`]: the granted advisory lock `$1` in this database, held by a
-/// session whose role is not this session's. A bigint key is stored as (classid = high 32
-/// bits, objid = low 32 bits, objsubid = 1).
-pub const STRANGER_HOLDING_SQL: &str = "SELECT l.pid, COALESCE(a.usename::text, '?'), \
-     COALESCE(a.application_name, ''), COALESCE(a.client_addr::text, 'local socket') \
-     FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid \
-     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
-     AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
-     AND l.classid = (($1::bigint >> 32) & 4294967295)::oid \
-     AND l.objid = ($1::bigint & 4294967295)::oid \
-     AND a.usename IS DISTINCT FROM current_user LIMIT 1";
-
-/// Who holds advisory lock `key` if it is not a session of this connection's role: a role that
-/// may only connect can take any advisory lock, so a lock that is never granted to a gateway is
-/// named instead of waited on in silence.
-pub fn stranger_holding(client: &mut postgres::Client, key: i64) -> Option<LockHolder> {
-    let row = client.query_opt(STRANGER_HOLDING_SQL, &[&key]).ok()??;
-    Some(LockHolder {
-        pid: row.try_get(0).ok()?,
-        role: row.try_get(1).ok()?,
-        application: row.try_get(2).ok()?,
-        client: row.try_get(3).ok()?,
-    })
-}
 /// Most ops one commit takes (as the SQLite writer).
 const MAX_GROUP: usize = 256;
 /// After a failed connect, connections fail at once for this long instead of each waiting for
@@ -484,17 +442,12 @@ fn writer_loop(
                 continue;
             }
         };
-        // One round trip: the transaction, the lock that orders it among all gateways (the
-        // row lock of the epoch's UPDATE, held to the commit), the write epoch, which says
-        // whether another writer committed since this one's last batch, and the log of those
-        // batches (the keys they wrote, so only those rows leave the row cache). The log is
-        // read by a statement of its own, whose snapshot is taken once the lock is held, so it
-        // sees the batch of the writer that held it last. The first op's savepoint travels
-        // with its first statement; each op's release with the next op's.
-        //
-        // A row lock and not an advisory lock (issue 27): any role that may connect can take an
-        // advisory lock and stall every write, but updating this row needs the UPDATE
-        // privilege on `aware_write_epoch`, which only the gateways' role has.
+        // One round trip: the transaction; the lock that orders it among all gateways (the
+        // row lock of the epoch's UPDATE, held to the commit: an advisory lock any connecting
+        // role could hold, issue 27); the write epoch, which says whether another writer
+        // committed since this one's last batch; and the log of those batches (the keys they
+        // wrote, so only those rows leave the row cache), read once the lock is held so it sees
+        // the last holder's batch. Each op's savepoint release travels with the next op's.
         conn.end_transaction();
         conn.defer_simple(
             "BEGIN ISOLATION LEVEL READ COMMITTED; UPDATE aware_write_epoch SET epoch = epoch + 1",

@@ -1,5 +1,6 @@
 //! The fault-injection seam (test mode, 03 §9, and the failure-model tests of 01 §12).
-//! Checked by the store itself, so faults hit the real code paths above it.
+//! Checked by the store itself, so faults hit the real code paths above it; the provider-check
+//! faults are checked by the upstream monitor, which reaches this plan through its engine.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Mutex;
@@ -15,6 +16,11 @@ pub struct FaultPlan {
     /// The writer holds its next batch until this is cleared (a stuck disk or lock, for the
     /// `/health` probe).
     stall_writer: AtomicBool,
+    /// The upstream monitor's provider checks hold (their thread waits) until this is cleared:
+    /// a provider that never answers, for the monitor's timeout and single flight (04 §7).
+    stall_provider_checks: AtomicBool,
+    /// The upstream monitor's provider checks fail (04 §7 "provider failure").
+    fail_provider_checks: AtomicBool,
     /// Statements the writer runs on its own connection before its next batch (the test seams
     /// `SqliteStore::set_max_page_count` and `SqliteStore::set_writer_query_only`).
     writer_pragmas: Mutex<Vec<String>>,
@@ -42,6 +48,18 @@ impl FaultPlan {
     pub fn set_stall_writer(&self, on: bool) {
         self.stall_writer.store(on, Ordering::SeqCst);
     }
+    pub fn set_stall_provider_checks(&self, on: bool) {
+        self.stall_provider_checks.store(on, Ordering::SeqCst);
+    }
+    pub fn provider_checks_stalled(&self) -> bool {
+        self.stall_provider_checks.load(Ordering::SeqCst)
+    }
+    pub fn set_fail_provider_checks(&self, on: bool) {
+        self.fail_provider_checks.store(on, Ordering::SeqCst);
+    }
+    pub fn provider_checks_fail(&self) -> bool {
+        self.fail_provider_checks.load(Ordering::SeqCst)
+    }
     /// For store backends; not for use above the store.
     #[doc(hidden)]
     pub fn writer_stalled(&self) -> bool {
@@ -54,6 +72,8 @@ impl FaultPlan {
         self.set_fail_reads(false);
         self.set_fail_link_settles(false);
         self.fail_next_commits(0);
+        self.set_stall_provider_checks(false);
+        self.set_fail_provider_checks(false);
     }
 
     /// For store backends; not for use above the store.

@@ -140,6 +140,20 @@ pub const CLUSTER_OPT_OUT: &[(&str, &str)] = &[
         "asserts /metrics counters and gauges of one process",
     ),
     (
+        "console::console_routes_timing_at_10k_sessions_100k_cursors",
+        "writes 10,000 sessions into state.db through the SQLite store directly",
+    ),
+    (
+        "metrics_spec::",
+        "asserts one process's /metrics deltas and log lines, through its fault seams and its \
+         upstream monitor (which only the leader runs)",
+    ),
+    (
+        "effects_order::",
+        "holds one process's writer (a per-process fault seam) and judges the order of the wakes \
+         it emits; wakes of several gateways keep no order between them",
+    ),
+    (
         "security::no_message_text_in_events_summaries_logs_or_metrics",
         "reads state.db with rusqlite",
     ),

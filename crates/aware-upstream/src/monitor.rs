@@ -255,7 +255,21 @@ impl Monitor {
             })
             .collect();
         let host = provider.host_id();
+        let engine = self.engine.clone();
         let call = self.exec.run(&host, self.config.provider_timeout, move || {
+            // The test seams of `POST /v1/admin/faults` (test mode only): a provider that never
+            // answers, or one that fails. The real providers bound their own I/O and turn their
+            // errors into "no outcome" per probe (04 §10), so otherwise only a stuck system call
+            // or a panic reaches the timeout and failure paths below.
+            let faults = engine.store().faults();
+            while faults.provider_checks_stalled() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if faults.provider_checks_fail() {
+                return Err(crate::provider::ProviderError::Io(
+                    "injected provider failure".into(),
+                ));
+            }
             provider.check(&probes)
         });
         let outcomes = match call.await {

@@ -132,7 +132,7 @@ pub(crate) struct Throughput {
 }
 
 /// The turns over HTTP on a fresh gateway, and optionally the HTTP floor (`GET /health` from
-/// the same clients) on the same gateway afterwards.
+/// the same clients) on the same gateway, the two interleaved in rounds.
 pub(crate) fn w2_http(
     plan: &Plan,
     durability: Durability,
@@ -178,7 +178,7 @@ pub(crate) fn w2_http(
     join_all(setup)?;
     let metrics_agent = new_agent(&gw.base)?;
     let before = commit_metrics(&metrics_agent)?;
-    let turn_load = (0..clients)
+    let turn_load: Vec<Load> = (0..clients)
         .map(|t| Load {
             method: "POST",
             base: gw.base.clone(),
@@ -190,15 +190,9 @@ pub(crate) fn w2_http(
             expect: (201, "\"human_direct_message\""),
         })
         .collect();
-    let mut t = http_load(plan, turn_load, turns)?;
-    let after = commit_metrics(&metrics_agent)?;
-    (t.commits, t.group) = {
-        let (ops, commits) = (after.0 - before.0, after.1 - before.1);
-        (commits, ops as f64 / commits.max(1) as f64)
-    };
     // The HTTP floor: the same clients and count on GET /health (no engine call at all).
-    let health = if with_health_floor {
-        let load = (0..clients)
+    let health_load: Option<Vec<Load>> = with_health_floor.then(|| {
+        (0..clients)
             .map(|_| Load {
                 method: "GET",
                 base: gw.base.clone(),
@@ -206,17 +200,65 @@ pub(crate) fn w2_http(
                 body: None,
                 expect: (200, "\"ok\""),
             })
-            .collect();
-        Some(http_load(plan, load, turns)?)
-    } else {
-        None
+            .collect()
+    });
+    // Turns and floor take turns in rounds, so a change in the shared machine's load between
+    // them weighs on both alike instead of on whichever ran second.
+    let (mut turns_run, mut health_run) = (Sample::default(), Sample::default());
+    for round in 0..W2_ROUNDS {
+        let n = share(turns, W2_ROUNDS, round);
+        if turns_run.capped || n == 0 {
+            break;
+        }
+        turns_run.add(http_sample(plan, turn_load.clone(), n)?);
+        if let Some(load) = &health_load {
+            health_run.add(http_sample(plan, load.clone(), n)?);
+        }
+    }
+    let threads = ProcStatus::read()?.threads;
+    let after = commit_metrics(&metrics_agent)?;
+    let mut t = turns_run.summary();
+    t.threads = threads;
+    (t.commits, t.group) = {
+        let (ops, commits) = (after.0 - before.0, after.1 - before.1);
+        (commits, ops as f64 / commits.max(1) as f64)
     };
+    let health = health_load.map(|_| health_run.summary());
     drop(metrics_agent);
     gw.stop()?;
     Ok((t, health))
 }
 
+/// Rounds of workload 2 over HTTP: turns, then the `/health` floor, this many times.
+const W2_ROUNDS: usize = 4;
+
+/// The requests of one or more [`http_sample`] runs, added up.
+#[derive(Default)]
+pub(crate) struct Sample {
+    lat: Vec<u64>,
+    secs: f64,
+    cpu: (u64, u64),
+    client_cpu: u64,
+    /// A run stopped at the time cap.
+    capped: bool,
+}
+
+impl Sample {
+    fn add(&mut self, other: Sample) {
+        self.lat.extend(other.lat);
+        self.secs += other.secs;
+        self.cpu = (self.cpu.0 + other.cpu.0, self.cpu.1 + other.cpu.1);
+        self.client_cpu += other.client_cpu;
+        self.capped |= other.capped;
+    }
+
+    fn summary(self) -> Throughput {
+        summarise(self.lat, self.secs, 0, 0, self.cpu, self.client_cpu)
+    }
+}
+
 /// What one load client sends, over and over, and what it expects back.
+#[derive(Clone)]
 pub(crate) struct Load {
     method: &'static str,
     base: String,
@@ -228,7 +270,7 @@ pub(crate) struct Load {
 
 /// One client thread per `Load` (own agent, one keep-alive connection), `total` requests shared
 /// out, all released together; stops at the time cap.
-pub(crate) fn http_load(plan: &Plan, loads: Vec<Load>, total: u64) -> Result<Throughput> {
+pub(crate) fn http_sample(plan: &Plan, loads: Vec<Load>, total: u64) -> Result<Sample> {
     let clients = loads.len();
     let ureq_client = plan.ureq_client;
     let barrier = Arc::new(Barrier::new(clients + 1));
@@ -295,10 +337,13 @@ pub(crate) fn http_load(plan: &Plan, loads: Vec<Load>, total: u64) -> Result<Thr
         })
         .collect();
     let (lat, secs, cpu) = timed_join(handles, &barrier, &stop, plan.cap(120))?;
-    let threads = ProcStatus::read()?.threads;
-    let mut t = summarise(lat, secs, 0, 0, cpu, client_cpu.load(Ordering::Relaxed));
-    t.threads = threads;
-    Ok(t)
+    Ok(Sample {
+        capped: (lat.len() as u64) < total,
+        lat,
+        secs,
+        cpu,
+        client_cpu: client_cpu.load(Ordering::Relaxed),
+    })
 }
 
 pub(crate) fn w2_engine(

@@ -17,6 +17,42 @@ type CompactRow = (
     Option<serde_json::Value>,
 );
 
+/// Resets `key` and checks what 03 §3.5 says a reset did: a new incarnation id (the answer's
+/// `previous` is the old one), no event recorded; the turns, the FIFO and the session's own
+/// watches gone; everything else of the row, the stream and head, the link and the cursors
+/// where it is the target kept.
+fn reset(w: &World, key: &str) {
+    let s = sref(key);
+    let before = w.engine.get_session(&s).unwrap();
+    let watchers = w.engine.watchers(&s).unwrap();
+    let events = w.seqs(key, 0);
+    let (after, previous) = w.engine.reset_session(&s).unwrap();
+    assert_eq!(previous, before.row.session_id);
+    assert_ne!(after.row.session_id, previous);
+    assert_eq!(
+        after,
+        w.engine.get_session(&s).unwrap(),
+        "the answer is the stored session"
+    );
+    let mut kept = after.clone();
+    kept.row.session_id = before.row.session_id.clone();
+    kept.row.updated_at = before.row.updated_at;
+    assert_eq!(
+        kept, before,
+        "a reset keeps the rest of the session, its head and link"
+    );
+    assert_eq!(
+        w.seqs(key, 0),
+        events,
+        "a reset records no event and keeps the stream"
+    );
+    assert_eq!(w.engine.watchers(&s).unwrap(), watchers);
+    assert!(w.engine.watches(&s).unwrap().is_empty());
+    let p = w.pending(key);
+    assert!(p.notices.is_empty() && p.system_events.is_empty());
+    assert!(w.engine.list_turns(&s, None, 10).unwrap().0.is_empty());
+}
+
 fn triple_of(w: &World, a: &str, b: &str) -> (i64, i64, i64) {
     w.triple(a, b)
 }
@@ -457,7 +493,7 @@ fn s024_registered_watchers_need_no_producer() {
 #[test]
 fn s025_cursor_created_on_demand_at_zero() {
     let w = World::family();
-    w.engine.reset_session(&sref(W)).unwrap();
+    reset(&w, W);
     assert_eq!(w.hdm_seq(C), 2);
     let c = w.cursor(W, C).unwrap();
     assert_eq!(
@@ -1066,7 +1102,7 @@ fn s055_fifo_is_durable_reset_clears_it_input_is_checked() {
     w.restart();
     assert_eq!(w.drain(W).system_events[0].text, "x");
     w.engine.enqueue_system_event(&sref(W), "y", None).unwrap();
-    w.engine.reset_session(&sref(W)).unwrap();
+    reset(&w, W);
     assert!(w.drain(W).system_events.is_empty());
     for (t, k) in [("x", Some("session-state:6162")), ("   ", None)] {
         assert_eq!(
@@ -1590,7 +1626,7 @@ fn s085_reset_of_a_target() {
     let w = World::family();
     w.create(X);
     w.watch(X, C);
-    w.engine.reset_session(&sref(C)).unwrap();
+    reset(&w, C);
     assert_eq!(w.hdm_seq(C), 2);
     assert_eq!(
         (w.notice_texts(W), w.notice_texts(X)),
@@ -1640,7 +1676,7 @@ fn s087_reset_during_a_run() {
         "run_active"
     );
     w.engine.end_run(&sref(C), "r1", RunOutcome::Ok).unwrap();
-    assert!(w.engine.reset_session(&sref(C)).is_ok());
+    reset(&w, C);
 }
 
 // ---- L. Restart sweep ----
@@ -1850,7 +1886,7 @@ fn s095_idempotent_turns() {
         (true, true, true)
     );
     assert_eq!(w.seqs(C, 1), vec![2]);
-    w.engine.reset_session(&sref(C)).unwrap();
+    reset(&w, C);
     assert!(!w.engine.post_turn(&sref(C), t).unwrap().duplicate);
 }
 

@@ -339,3 +339,18 @@ pub fn stream_lagged(missed: u64) -> Value {
         "reason": "this stream fell behind and skipped wakes; reconnect for a catch-up or read your sessions' pending notices"
     })
 }
+
+/// Keeps the first `max` entries of each array field in `lists` of `body`; a longer one adds
+/// `<field>Total` with its whole length (the console's session page, issue 27).
+pub(crate) fn cap_lists(body: &mut Value, lists: &[&str], max: usize) {
+    for list in lists {
+        let Some(a) = body[*list].as_array_mut() else {
+            continue;
+        };
+        let total = a.len();
+        if total > max {
+            a.truncate(max);
+            body[format!("{list}Total")] = total.into();
+        }
+    }
+}

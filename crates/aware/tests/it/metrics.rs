@@ -8,17 +8,17 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 /// One scrape: the text and its sample lines.
-struct Scrape(String);
+pub(crate) struct Scrape(pub(crate) String);
 
 impl Scrape {
-    fn take(s: &Server) -> Self {
+    pub(crate) fn take(s: &Server) -> Self {
         let r = s.get("/metrics");
         assert_eq!(r.status, 200);
         Scrape(r.body.as_str().expect("text body").to_string())
     }
 
     /// The value of the sample whose name and labels are exactly `series`.
-    fn value(&self, series: &str) -> Option<f64> {
+    pub(crate) fn value(&self, series: &str) -> Option<f64> {
         self.0.lines().find_map(|l| {
             l.strip_prefix(series)
                 .and_then(|rest| rest.strip_prefix(' '))
@@ -26,13 +26,13 @@ impl Scrape {
         })
     }
 
-    fn must(&self, series: &str) -> f64 {
+    pub(crate) fn must(&self, series: &str) -> f64 {
         self.value(series)
             .unwrap_or_else(|| panic!("no sample {series} in:\n{}", self.0))
     }
 
     /// The `# TYPE` of a family.
-    fn kind(&self, family: &str) -> Option<&str> {
+    pub(crate) fn kind(&self, family: &str) -> Option<&str> {
         self.0
             .lines()
             .find_map(|l| l.strip_prefix(&format!("# TYPE {family} ")))

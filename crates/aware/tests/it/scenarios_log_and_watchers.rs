@@ -610,15 +610,14 @@ fn s015_a_store_that_cannot_be_opened() {
     assert_eq!(r.code(), "store_unavailable");
 
     std::fs::remove_dir(s.data_dir().join("state.db")).unwrap();
-    let removed = Instant::now();
-    // The server retries every 5 s; allow a little scheduling slack on top.
-    loop {
-        if s.get("/health").status == 200 {
-            break;
-        }
+    // The server retries every 5 s by itself (no restart, no request needed). The wait is
+    // bounded only so that a server that never retries fails instead of hanging; how soon it
+    // reopens is not judged.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while s.get("/health").status != 200 {
         assert!(
-            removed.elapsed() < Duration::from_millis(6_500),
-            "store not reopened within 5 s"
+            Instant::now() < deadline,
+            "the store was not reopened without a restart"
         );
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -1395,9 +1394,8 @@ fn s039_waiting_for_a_reply() {
     let s = Server::family();
     s.create(X);
 
-    // A reply one second later.
+    // A reply while the send waits.
     std::thread::scope(|sc| {
-        let started = Instant::now();
         let h = sc.spawn(|| {
             send(
                 &s,
@@ -1406,7 +1404,14 @@ fn s039_waiting_for_a_reply() {
             )
         });
         let run = run_id_of_turn(&s, C, "ping");
-        std::thread::sleep(Duration::from_secs(1).saturating_sub(started.elapsed()));
+        // The reply comes while the send waits for it (the waiter is registered), not by a
+        // clock: the answer must then be the reply, not the 5 s timeout.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        // Summed over the gateways: the waiter is on the one the send reached.
+        while s.metric_sum("aware_reply_waiters ") != Some(1.0) {
+            assert!(Instant::now() < deadline, "the send never waited");
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let t = s.post(
             &format!("{}/turns", sp(C)),
             json!({"role": "assistant", "text": "done", "runId": run}),
@@ -1418,7 +1423,6 @@ fn s039_waiting_for_a_reply() {
         assert_eq!(r.body["reply"], "done");
         assert_eq!(r.body["runId"], run.as_str());
         assert_eq!(r.body["sessionKey"], C);
-        assert!(started.elapsed() < Duration::from_secs(4));
     });
 
     // No reply: the scenario's own 5 s deadline and message (a real-time wait by design,
@@ -1443,7 +1447,6 @@ fn s039_waiting_for_a_reply() {
 
     // The run with that runId ends `error` before any reply.
     std::thread::scope(|sc| {
-        let started = Instant::now();
         let h = sc.spawn(|| {
             send(
                 &s,
@@ -1463,7 +1466,6 @@ fn s039_waiting_for_a_reply() {
                    "error": "target run ended with outcome error",
                    "sentBeforeError": true, "sessionKey": C})
         );
-        assert!(started.elapsed() < Duration::from_secs(4));
     });
 }
 

@@ -524,6 +524,19 @@ fn a_connect_only_postgres_role_cannot_forge_wakes_or_stall_writes() {
             .execute("SELECT pg_notify('aware_wakes', $1)", &[&payload])
             .unwrap();
     }
+    // Signed with the real key (read here as the owner), but its agentId is not its key's
+    // agent: refused as well (a receiver filters visibility by agentId).
+    let key: String = admin
+        .query_one("SELECT key FROM aware_cluster_key WHERE id = 1", &[])
+        .unwrap()
+        .get(0);
+    let liar = json!({"node": "forged", "sessionKey": "agent:main:liar", "agentId": "other",
+                      "reason": "message", "at": 1})
+    .to_string();
+    let signed_liar = aware_cluster::sign(key.as_bytes(), &liar);
+    admin
+        .execute("SELECT pg_notify('aware_wakes', $1)", &[&signed_liar])
+        .unwrap();
     let other = s.gateway_base(1).to_string();
     let boss = "agent:main:boss";
     let r = s.request_to(
@@ -556,10 +569,14 @@ fn a_connect_only_postgres_role_cannot_forge_wakes_or_stall_writes() {
         !seen.contains("agent:main:forged"),
         "a forged wake was delivered: {seen}"
     );
+    assert!(
+        !seen.contains("agent:main:liar"),
+        "a wake whose agentId lies was delivered: {seen}"
+    );
     let rejected = s
         .metric("aware_cluster_notifications_rejected_total")
         .unwrap_or(0.0);
-    assert!(rejected >= 2.0, "{rejected}");
+    assert!(rejected >= 3.0, "{rejected}");
     drop(stranger);
 }
 
