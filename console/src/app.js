@@ -233,6 +233,11 @@ function go(hash) {
   if (location.hash === hash) render(); else location.hash = hash;
 }
 
+function agentOfKey(key) {
+  const m = /^agent:([^:]+):/.exec(key);
+  return m ? m[1] : '';
+}
+
 function sessionHref(agent, key) {
   return `#/session/${enc(agent)}/${enc(key)}`;
 }
@@ -252,7 +257,12 @@ async function render(fromLive = false) {
     await withAuth(async () => {
       if (page === 'sessions') await renderSessions(params, fromLive);
       else if (page === 'graph') await renderGraph(params, fromLive);
-      else if (page === 'session') await renderSession(parts[1], parts[2], params, fromLive);
+      else if (page === 'session') {
+        // The console's links say `#/session/<agent>/<key>`; a user types `#/session/<key>`, whose
+        // agent is the key's own (`agent:<id>:…`), else the gateway's default.
+        const [agent, key] = parts.length >= 3 ? [parts[1], parts[2]] : [agentOfKey(parts[1] ?? ''), parts[1] ?? ''];
+        await renderSession(agent, key, params, fromLive);
+      }
       else if (page === 'catalog') await renderCatalog(fromLive);
       else await renderOverview(fromLive);
     });
@@ -310,6 +320,9 @@ function recordSample(o) {
   while (samples.length > 2000) samples.shift();
 }
 
+// When this page was loaded: the per-minute charts count from here.
+const pageOpened = new Date().toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
+
 function perMinute(field, minutes = 10) {
   const now = Date.now();
   const buckets = Array(minutes).fill(0);
@@ -351,13 +364,35 @@ function columnChart(title, series, minutes = 10) {
     ? `<p class="chart-legend">${series.map((s) => `<span><svg width="10" height="10" aria-hidden="true"><rect class="bar${s.cls ? ` ${s.cls}` : ''}" width="10" height="10"></rect></svg> ${esc(s.name)}</span>`).join(' ')}</p>`
     : '';
   const desc = series.map((s) => `${s.name} per minute, oldest first: ${s.values.join(', ')}`).join('; ');
+  // The rates are the changes this page has seen; on a fresh page that is none yet, which must
+  // not read as "nothing happened" (the totals below count since the gateway started).
+  const quiet = series.every((s) => s.values.every((v) => v === 0))
+    ? `<text class="quiet" x="${w / 2}" y="50" text-anchor="middle">no change since this page opened at ${esc(pageOpened)}</text>`
+    : '';
   return `<figure class="chart"><figcaption><h3>${esc(title)}</h3></figcaption>` +
     `<svg viewBox="0 0 ${w} ${h}" role="img" aria-label="${esc(title)}: ${esc(desc)}">` +
-    `<text x="10" y="10">max ${max}/min</text><line x1="10" x2="${w - 10}" y1="${base}" y2="${base}" stroke="currentColor" opacity=".3"></line>${bars}${legend}</svg>${below}</figure>`;
+    `<text x="10" y="10">max ${max}/min</text><line x1="10" x2="${w - 10}" y1="${base}" y2="${base}" stroke="currentColor" opacity=".3"></line>${bars}${quiet}${legend}</svg>${below}</figure>`;
+}
+
+// The watch edges a user looks for first: pending ones, then the rest, at most `max`.
+function watchRows(g, max = 12) {
+  const edges = g.edges.map((e) => ({ ...e, w: g.nodes[e.from], t: g.nodes[e.to] }))
+    .sort((a, b) => Number(b.pending) - Number(a.pending));
+  const rows = edges.slice(0, max).map((e) => `
+    <tr class="${e.pending ? 'pending' : ''}" data-edge="${esc(e.w.key)} -> ${esc(e.t.key)}" data-pending="${e.pending}">
+      <td class="mono"><a href="${sessionHref(e.w.agentId, e.w.key)}">${esc(shortKey(e.w.key))}</a></td>
+      <td class="mono"><a href="${sessionHref(e.t.agentId, e.t.key)}">${esc(shortKey(e.t.key))}</a></td>
+      <td>${esc(e.kind)}${e.implied ? ' (by parent)' : ''}</td><td>${e.pending ? '<span class="badge pending">pending</span>' : ''}</td>
+    </tr>`).join('');
+  const more = edges.length > max ? `<p class="muted">${edges.length - max} more in the <a href="#/graph">watch graph</a>.</p>` : '';
+  return `<section aria-labelledby="watches-h"><h3 id="watches-h">Who watches whom</h3>
+    <table id="overview-watches"><thead><tr><th scope="col">Watcher</th><th scope="col">Target</th><th scope="col">Kind</th><th scope="col">Notice</th></tr></thead>
+    <tbody>${rows || '<tr><td colspan="4" class="muted">No session watches another yet.</td></tr>'}</tbody></table>${more}</section>`;
 }
 
 async function renderOverview() {
   const o = await api('/v1/console/overview');
+  const g = await api('/v1/console/graph?depth=1');
   recordSample(o);
   const ev = Object.entries(o.eventsAppended);
   const total = ev.reduce((s, [, v]) => s + v, 0);
@@ -374,6 +409,7 @@ async function renderOverview() {
       ${card(o.wakes.delivered, 'wakes delivered')}
       ${card(`${commitMean} ms`, 'mean store commit')}
     </div>
+    ${watchRows(g)}
     <div class="charts">
       ${columnChart('Events per minute by kind (last 10 min)', eventsByKindSeries(Object.keys(o.eventsAppended)))}
       ${columnChart('Notices per minute (last 10 min)', [{ name: 'opened', values: perMinute('opened'), alt: true }, { name: 'acknowledged', values: perMinute('acked') }])}
@@ -472,7 +508,7 @@ function styleGraph() {
   cy.style([
     { selector: 'node', style: {
       label: 'data(label)', 'font-size': 10, color: cssVar('--fg'), 'text-valign': 'bottom',
-      'text-margin-y': 4, 'background-color': cssVar('--accent'), width: 18, height: 18,
+      'text-margin-y': 4, 'text-wrap': 'ellipsis', 'text-max-width': '120px', 'background-color': cssVar('--accent'), width: 18, height: 18,
       'border-width': 2, 'border-color': cssVar('--bg'),
     } },
     { selector: 'node[?humanRecent]', style: { 'border-color': cssVar('--human'), 'border-width': 4 } },
@@ -491,10 +527,27 @@ function styleGraph() {
   ]);
 }
 
+// A node's label: the short key with a long last part (a subagent's UUID, an adopted session's
+// hash) cut to 8 characters, so neighbouring labels do not print over each other; the full key
+// is in the edge table and the selection line.
+function graphLabel(k) {
+  const short = shortKey(k);
+  const i = short.lastIndexOf(':');
+  const tail = short.slice(i + 1);
+  return tail.length > 12 ? `${short.slice(0, i + 1)}${tail.slice(0, 8)}…` : short;
+}
+
 function shortKey(k) {
   const p = k.split(':');
   return p.length > 2 ? p.slice(2).join(':') : k;
 }
+
+// Watchers above the sessions they watch, a row per level; each node's box includes its label
+// and boxes never overlap, so two labels cannot print over each other.
+const COSE = {
+  name: 'breadthfirst', directed: true, animate: false, padding: 30, spacingFactor: 1.1,
+  avoidOverlap: true, nodeDimensionsIncludeLabels: true,
+};
 
 async function renderGraph(params, fromLive) {
   const focus = params.get('focus') ?? '';
@@ -549,7 +602,7 @@ async function renderGraph(params, fromLive) {
   $('#edges-table tbody').innerHTML = edgeRows || '<tr><td colspan="4" class="muted">No edges.</td></tr>';
   const elements = [
     ...g.nodes.map((n) => ({ data: {
-      id: n.id, key: n.key, agent: n.agentId, label: shortKey(n.key), humanRecent: n.humanRecent,
+      id: n.id, key: n.key, agent: n.agentId, label: graphLabel(n.key), humanRecent: n.humanRecent,
       focus: n.key === focus,
     } })),
     ...g.edges.map((e) => ({ data: {
@@ -569,13 +622,13 @@ async function renderGraph(params, fromLive) {
       const cur = cy.getElementById(el.data.id);
       if (cur.nonempty()) cur.data(el.data); else { cy.add(el); added = true; }
     }
-    if (added) cy.layout({ name: 'cose', animate: false, randomize: false, fit: false }).run();
+    if (added) cy.layout({ ...COSE, fit: false }).run();
     return;
   }
   if (cy) cy.destroy();
   cy = window.cytoscape({
     container: $('#cy'), elements, wheelSensitivity: 0.3, minZoom: 0.1, maxZoom: 4,
-    layout: { name: 'cose', animate: false, nodeRepulsion: 8000, idealEdgeLength: 80, padding: 30 },
+    layout: COSE,
   });
   window.__awareCy = cy;
   styleGraph();
@@ -629,7 +682,8 @@ function upstreamHtml(up, now) {
 
 async function renderSession(agent, key, params, fromLive) {
   const before = params.get('before');
-  const qs = new URLSearchParams({ agentId: agent });
+  const qs = new URLSearchParams();
+  if (agent) qs.set('agentId', agent);
   if (before) qs.set('before', before);
   const d = await api(`/v1/console/sessions/${enc(key)}?${qs}`);
   const s = d.session;

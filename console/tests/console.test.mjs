@@ -189,6 +189,13 @@ async function main() {
     assert(await page.locator('details.turn[open]').count() === 0, 'turns start collapsed');
   });
 
+  await test('#/session/<key>, as a user types it, opens the session page', async () => {
+    await page.goto(`${srv.base}/ui/#/session/${k(W1)}`);
+    await page.locator('#timeline tbody tr', { hasText: 'human_direct_message' }).first().waitFor({ timeout: 5000 });
+    const head = await page.locator('h2').first().innerText();
+    assert(head.includes(W1), `the page of ${W1}: ${head}`);
+  });
+
   await test('unwatch (after a confirmation) mutes the pair', async () => {
     await page.goto(`${srv.base}/ui/#/session/main/${k(MGR)}`);
     const btn = page.locator(`button[data-unwatch-t="${W2}"]`);
@@ -206,6 +213,32 @@ async function main() {
     assert(w1 && w1.muted === false, 'the other pair is untouched');
     await page.goto(`${srv.base}/ui/#/graph`);
     await page.locator(`#edges-table tr[data-edge="${MGR} -> ${W2}"]`, { hasText: 'muted' }).waitFor({ timeout: 3000 });
+  });
+
+  await test('the landing page shows who watches whom, pending first, and says why fresh charts are empty', async () => {
+    const r = await srv.call('POST', `/v1/sessions/${k(W1)}/turns`,
+      { role: 'user', text: 'one more thing', provenance: { kind: 'human', humanId: 'alice' } });
+    assert(r.status === 201, `turn: ${r.status}`);
+    await page.goto(`${srv.base}/ui/`);
+    const first = page.locator('#overview-watches tbody tr').first();
+    await first.waitFor({ timeout: 3000 });
+    assert(await first.getAttribute('data-pending') === 'true', `a pending edge first: ${await first.innerText()}`);
+    const rows = await page.locator('#overview-watches tbody tr').count();
+    assert(rows >= 2, `both spawn edges listed (${rows})`);
+    const quiet = await page.locator('svg text.quiet').count();
+    assert(quiet >= 1, 'an empty per-minute chart says it counts from when the page opened');
+  });
+
+  await test('at 1400 px the edge table fits its column (the Notice column is visible)', async () => {
+    await page.setViewportSize({ width: 1400, height: 900 });
+    await page.goto(`${srv.base}/ui/#/graph`);
+    await page.locator('#edges-table tbody tr').first().waitFor({ timeout: 3000 });
+    const fits = await page.evaluate(() => {
+      const side = document.querySelector('.side');
+      return side.scrollWidth <= side.clientWidth;
+    });
+    assert(fits, 'no horizontal scrolling in the edge table');
+    await page.setViewportSize({ width: 1280, height: 800 });
   });
 
   await screenshots(page, srv, 'session', `#/session/main/${k(W1)}`);
@@ -301,6 +334,29 @@ async function main() {
     await page.locator('#monitor-health svg[aria-label*="ticks: 1,"]').waitFor({ timeout: 3000 });
     const next = await page.locator('#monitor-health p').innerText();
     assert(next.includes('2026-01-01 00:01:15Z'), `the next tick is shown: ${next}`);
+  });
+
+  await test('in the watch graph, subagent labels do not print over each other or over main', async () => {
+    for (const id of ['3f0c2a9e-5b1d-4c7e-9a60-1d2e3f4a5b6c', '3f0c2a9e-7e8f-4a01-b2c3-d4e5f6a7b8c9']) {
+      const r = await srv.call('POST', '/v1/sessions', { key: `agent:main:subagent:${id}`, parentSessionKey: MGR }, { 'X-Aware-Session': MGR });
+      assert(r.status === 201, `spawn ${id}: ${r.status}`);
+    }
+    await page.goto(`${srv.base}/ui/#/graph?focus=${k(MGR)}`);
+    await page.locator('#edges-table tbody tr').nth(3).waitFor({ timeout: 3000 });
+    await page.screenshot({ path: '/tmp/ux-graph.png' });
+    const overlaps = await page.evaluate(() => {
+      const boxes = window.__awareCy.nodes().map((n) => ({ key: n.data('key'), b: n.boundingBox({ includeLabels: true }) }));
+      const hit = [];
+      for (let i = 0; i < boxes.length; i++) {
+        for (let j = i + 1; j < boxes.length; j++) {
+          const a = boxes[i].b; const c = boxes[j].b;
+          if (a.x1 < c.x2 && c.x1 < a.x2 && a.y1 < c.y2 && c.y1 < a.y2) hit.push(`${boxes[i].key} / ${boxes[j].key}`);
+        }
+      }
+      return hit;
+    });
+    const dbg = await page.evaluate(() => JSON.stringify(window.__awareCy.nodes().map((n) => [n.data('key').slice(-12), Math.round(n.position('x')), Math.round(n.position('y')), n.boundingBox({ includeLabels: true })])));
+    assert(overlaps.length === 0, `labels overlap: ${overlaps.join(', ')} ${dbg}`);
   });
 
   await test('no script errors', async () => {

@@ -67,6 +67,35 @@ fn provider_error(e: ProviderError) -> ApiError {
     }
 }
 
+/// `transcript unavailable` with where it was looked for, so the user can tell a wrong id from a
+/// wrong root: the local roots of this catalog, or the node that answered.
+fn searched(req: &Req, catalog_id: &str, host_id: &str, thread_id: &str, e: ApiError) -> ApiError {
+    if e.code != "thread_not_found" {
+        return e;
+    }
+    let config = &req.state.config;
+    let root = match (catalog_id, host_id) {
+        ("claude", "gateway:local") => config
+            .claude_root
+            .as_ref()
+            .map(|r| format!("under the Claude root {} ([claude] root)", r.display())),
+        ("codex", "gateway:local") => config.codex_home.as_ref().map(|h| {
+            format!(
+                "under the Codex sessions {} ([codex] home)",
+                h.join("sessions").display()
+            )
+        }),
+        (_, node) => Some(format!("on {node}")),
+    };
+    let place = root.unwrap_or_else(|| "(the local provider is off)".into());
+    ApiError::not_found(
+        "thread_not_found",
+        format!(
+            "transcript unavailable: no {catalog_id} thread {thread_id:?} {place}; `aware catalog` lists the threads there"
+        ),
+    )
+}
+
 pub(crate) async fn list(
     req: &Req,
     caller: Option<&SessionRef>,
@@ -201,7 +230,7 @@ async fn adopt_source(
     let info = provider_call(req, &host_id, move || p.open_thread(&t, !exists)).await;
     let info = match info {
         Ok(i) => Some(i),
-        Err(e) if !exists => return Err(e),
+        Err(e) if !exists => return Err(searched(req, &catalog_id, &host_id, &thread_id, e)),
         Err(_) => None,
     };
     let source = UpstreamSource {

@@ -185,6 +185,9 @@ pub(crate) fn parse(method: &Method, s: &[&str], test_mode: bool) -> Parsed {
             (pattern, &[GET], Route::Console(pattern))
         }
         ["ui", ..] => ("/ui", &[GET], Route::Ui(s.join("/"))),
+        // A browser pointed at the gateway's address is led to the console (a redirect to
+        // `/ui/`) instead of a 404 JSON answer.
+        [""] => ("/", &[GET], Route::Ui(String::new())),
         _ => return Parsed::none(),
     };
     Parsed {
@@ -239,6 +242,8 @@ mod tests {
         assert_eq!(parse(&POST, &["v1", "admin", "clock"], false).pattern, None);
         assert!(route(POST, "/health").public);
         assert!(route(GET, "/ui/app.js").public);
+        assert_eq!(route(GET, "/").route, Some(Route::Ui(String::new())));
+        assert!(route(GET, "/").public);
         assert!(!route(GET, "/metrics").public);
     }
 }

@@ -69,11 +69,14 @@ async fn start_up(state: Shared, fatal: tokio::sync::oneshot::Sender<String>) {
         match opened {
             Ok(Ok(engine)) => break engine,
             Ok(Err(
-                e @ aware_engine::EngineError::Store(aware_store::StoreError::SchemaTooNew {
-                    ..
-                }),
+                e @ aware_engine::EngineError::Store(
+                    aware_store::StoreError::SchemaTooNew { .. }
+                    | aware_store::StoreError::Refused(_),
+                ),
             )) => {
-                // Waiting cannot help: only another binary can read this database (01 §2).
+                // Waiting cannot help: only another binary can read this database (01 §2), or
+                // the database named does not exist or refuses the credentials: the operator
+                // must act (exit status 2 with the fix).
                 tracing::error!(event = "store_open_failed", error = %e, "cannot open the store");
                 state.set_phase(Phase::Unavailable(e.to_string()));
                 let _ = fatal.send(e.to_string());

@@ -555,8 +555,10 @@ pub(crate) fn pg_err(e: postgres::Error) -> StoreError {
         };
     }
     match std::error::Error::source(&e) {
+        // "error connecting to server" alone hides why: keep the cause (connection refused, no
+        // route to host, name not known).
         Some(src) if src.downcast_ref::<std::io::Error>().is_some() => {
-            StoreError::Unreachable(e.to_string())
+            StoreError::Unreachable(format!("{e}: {src}"))
         }
         // Conversion errors carry their cause; everything else without a server answer (a
         // timed-out connect, a closed stream) is a connection problem.

@@ -86,6 +86,23 @@ impl Connector {
                     *down = Some((Instant::now() + CONNECT_BACKOFF, err.to_string()));
                 }
                 Err(match err {
+                    // No retry fixes a wrong URL or password: the operator must, so say how.
+                    StoreError::Postgres { sqlstate, message } if sqlstate == "3D000" => {
+                        StoreError::Refused(format!(
+                            "cannot connect: {message} (SQLSTATE 3D000); create it (`createdb \
+                             NAME` as a PostgreSQL user allowed to) or correct the database in \
+                             the URL (--store, [store] url)"
+                        ))
+                    }
+                    StoreError::Postgres { sqlstate, message }
+                        if sqlstate == "28P01" || sqlstate == "28000" =>
+                    {
+                        StoreError::Refused(format!(
+                            "cannot connect: {message} (SQLSTATE {sqlstate}); correct the user \
+                             or password (the URL, --password-file or PGPASSWORD) or the \
+                             server's pg_hba.conf"
+                        ))
+                    }
                     StoreError::Postgres { sqlstate, message } => StoreError::Unreachable(format!(
                         "cannot connect: {message} (SQLSTATE {sqlstate})"
                     )),

@@ -158,8 +158,10 @@ pub struct MigrationReport {
 /// `progress(table, copied, total)` is called as rows are copied.
 pub type Progress<'a> = &'a mut dyn FnMut(&str, u64, u64);
 
+/// A refusal or a failure outside the rows (a target that is not empty, a folder that cannot be
+/// created): saying "corrupt" there would alarm for nothing.
 fn other(msg: String) -> StoreError {
-    StoreError::Corrupt(msg)
+    StoreError::Refused(msg)
 }
 
 fn sqlite_path(data_dir: &Path) -> std::path::PathBuf {
@@ -364,7 +366,7 @@ pub fn postgres_to_sqlite(
                     }
                 })
                 .collect::<Result<_, _>>()
-                .map_err(|e| other(format!("{table}: {e}")))?;
+                .map_err(|e| StoreError::Corrupt(format!("{table}: {e}")))?;
             insert.execute(rusqlite::params_from_iter(values))?;
             copied += 1;
             if copied.is_multiple_of(PROGRESS_EVERY) {

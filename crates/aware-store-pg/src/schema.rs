@@ -208,6 +208,10 @@ pub(crate) fn migrate(conn: &mut Conn) -> Result<()> {
 }
 
 fn migrate_locked(conn: &mut Conn) -> Result<()> {
+    // `CREATE … IF NOT EXISTS` on an existing schema makes the server send a NOTICE per object
+    // ("already exists, skipping"), which the driver logs at INFO on every start: noise. Only
+    // for this transaction.
+    conn.batch("SET LOCAL client_min_messages TO warning")?;
     // Any role that may connect can hold this advisory lock: name it rather than wait for the
     // statement timeout in silence (start-up retries every 5 s).
     if let Some(row) = conn.query_opt(crate::STRANGER_HOLDING_SQL, &[&WRITE_LOCK])? {

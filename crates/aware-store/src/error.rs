@@ -22,6 +22,10 @@ pub enum StoreError {
     WriterGone,
     #[error("stored row is corrupt: {0}")]
     Corrupt(String),
+    /// The operation was refused for the reason the message gives (a migration into a target
+    /// that is not empty, a source that does not exist); nothing was changed. Not corruption.
+    #[error("{0}")]
+    Refused(String),
     #[error("operation panicked: {0}")]
     Panicked(String),
     /// A PostgreSQL statement failed on the server (not a connection problem).

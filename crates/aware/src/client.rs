@@ -168,14 +168,36 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     outl.join("\n")
 }
 
-pub fn human_sessions(v: &Value) -> String {
+/// Keys longer than this are shortened in `aware list` without --wide: an adopted session's key
+/// (`agent:main:claude:` and 64 hex digits) would push every row past 120 columns.
+const COMPACT_KEY_CHARS: usize = 40;
+
+/// `key`, or its first characters and `…` when it is longer than [`COMPACT_KEY_CHARS`].
+fn compact_key(key: &str) -> String {
+    if key.chars().count() <= COMPACT_KEY_CHARS {
+        return key.to_string();
+    }
+    let head: String = key.chars().take(COMPACT_KEY_CHARS - 1).collect();
+    format!("{head}…")
+}
+
+/// The session table; `wide` prints every key whole.
+pub fn human_sessions(v: &Value, wide: bool) -> String {
+    let mut shortened = false;
     let rows: Vec<Vec<String>> = v["sessions"]
         .as_array()
         .map(|rows| {
             rows.iter()
                 .map(|s| {
+                    let key = s["key"].as_str().unwrap_or("");
+                    let shown = if wide {
+                        key.to_string()
+                    } else {
+                        compact_key(key)
+                    };
+                    shortened |= shown != key;
                     vec![
-                        s["key"].as_str().unwrap_or("").to_string(),
+                        shown,
                         s["agentId"].as_str().unwrap_or("").to_string(),
                         s["kind"].as_str().unwrap_or("").to_string(),
                         s["status"].as_str().unwrap_or("").to_string(),
@@ -192,10 +214,15 @@ pub fn human_sessions(v: &Value) -> String {
     if rows.is_empty() {
         return "no sessions".into();
     }
-    table(
+    let t = table(
         &["KEY", "AGENT", "KIND", "STATUS", "VERSION", "LABEL"],
         &rows,
-    )
+    );
+    if shortened {
+        format!("{t}\n(long keys end in …; --wide prints them whole)")
+    } else {
+        t
+    }
 }
 
 pub fn human_catalog(v: &Value) -> String {
@@ -238,12 +265,22 @@ pub fn human_status(v: &Value) -> String {
         lines.push("  (none)".into());
     }
     for e in events {
+        let summary = e["summary"].as_str().unwrap_or("");
+        // The stored summary says `via unknown` when a turn named no channel (01 §5); to a
+        // reader that looks like an error, so the CLI says what it means.
+        let summary = match summary.strip_suffix(" via unknown") {
+            Some(head) => format!("{head} (no channel given)"),
+            None => summary.to_string(),
+        };
+        let at = e["occurredAt"]
+            .as_i64()
+            .map(|ms| format!(" at {}", utc_seconds(ms)))
+            .unwrap_or_default();
         lines.push(format!(
-            "  #{} {} by {}: {}",
+            "  #{} {} by {}{at}: {summary}",
             e["sequence"],
             e["kind"].as_str().unwrap_or(""),
             e["actorType"].as_str().unwrap_or(""),
-            e["summary"].as_str().unwrap_or("")
         ));
     }
     if changes["truncated"] == true {
@@ -287,4 +324,53 @@ pub fn human_drain(v: &Value) -> String {
         Some("") | None => "(nothing pending)".into(),
         Some(p) => p.to_string(),
     }
+}
+
+/// `2026-01-01T12:00:00Z` for epoch milliseconds (the prompt lines' rendering, to the second).
+pub fn utc_seconds(ms: i64) -> String {
+    let full = aware_core::time::rfc3339_millis(ms);
+    // `…T12:00:00.000Z`: drop the milliseconds, a reader wants the minute and second.
+    match full.get(..19) {
+        Some(head) => format!("{head}Z"),
+        None => full,
+    }
+}
+
+/// Who acted on a turn, in words: `human alice`, `agent agent:main:main`, `system`.
+fn actor(m: &Value) -> String {
+    let t = m["actorType"].as_str().unwrap_or("unknown");
+    match m["actorId"].as_str() {
+        Some(id) => format!("{t} {id}"),
+        None => t.to_string(),
+    }
+}
+
+/// One line per message: index, time, role, who acted, channel, run, then the text (its further
+/// lines indented). Fits both `sessions_history` messages and the host route's turns.
+pub fn human_history(v: &Value) -> String {
+    let Some(messages) = v["messages"].as_array().filter(|m| !m.is_empty()) else {
+        return "no messages".into();
+    };
+    let mut lines = Vec::new();
+    for m in messages {
+        let mut head = format!(
+            "[{}] {} {} by {}",
+            m["index"],
+            m["at"].as_i64().map(utc_seconds).unwrap_or_default(),
+            m["role"].as_str().unwrap_or(""),
+            actor(m)
+        );
+        if let Some(ch) = m["channel"].as_str() {
+            head.push_str(&format!(" via {ch}"));
+        }
+        if let Some(r) = m["runId"].as_str() {
+            head.push_str(&format!(" (run {r})"));
+        }
+        let text = m["text"].as_str().unwrap_or("");
+        lines.push(format!("{head}: {}", text.replace('\n', "\n    ")));
+    }
+    if v["hasMore"] == true {
+        lines.push("(more messages follow: use --offset)".into());
+    }
+    lines.join("\n")
 }

@@ -93,6 +93,9 @@ pub struct Resolved {
     pub session: Option<String>,
     pub agent: Option<String>,
     pub timeout: Duration,
+    /// The session came from client.toml, not from --session or AWARE_SESSION: reads act as
+    /// the operator then (`commands::read_client`).
+    pub session_from_file: bool,
 }
 
 /// Flags > environment > client file > defaults.
@@ -126,14 +129,16 @@ pub fn resolve(flags: Conn, timeout_flag: Option<f64>) -> Result<Resolved, Failu
             None => file.timeout_secs.unwrap_or(DEFAULT_TIMEOUT_SECS),
         },
     };
+    let given = flags
+        .session
+        .or_else(|| env("AWARE_SESSION"))
+        .filter(|s| !s.trim().is_empty());
+    let session_from_file = given.is_none() && file.session.is_some();
     Ok(Resolved {
         url,
         token: token.filter(|t| !t.is_empty()),
-        session: flags
-            .session
-            .or_else(|| env("AWARE_SESSION"))
-            .or(file.session)
-            .filter(|s| !s.trim().is_empty()),
+        session_from_file,
+        session: given.or(file.session).filter(|s| !s.trim().is_empty()),
         agent: flags.agent.or(file.agent),
         timeout: timeout_duration(timeout_secs)?,
     })

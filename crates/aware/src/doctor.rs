@@ -5,6 +5,7 @@ use crate::client::{out, seg, Client, Failure};
 use crate::context::{self, Conn};
 use crate::init::codex::{codex_home, trust_hash, EVENTS as CODEX_EVENTS};
 use crate::init::setup::is_aware_hook;
+use crate::style::{paint, Colour, Stream};
 use anyhow::Result;
 use serde_json::Value;
 use std::path::PathBuf;
@@ -26,16 +27,29 @@ struct Report {
     failed: usize,
 }
 
+/// The status word, padded to the column, coloured on a terminal.
+fn word(colour: Colour, w: &str) -> String {
+    let padded = format!("{w:<6}");
+    // Pad first so an escape sequence never shifts the column.
+    paint(Stream::Stdout, colour, w) + &padded[w.len()..]
+}
+
 impl Report {
     fn ok(&mut self, what: &str) {
-        out(&format!("ok    {what}"));
+        out(&format!("{}{what}", word(Colour::Green, "ok")));
     }
     fn fail(&mut self, what: &str, fix: &str) {
         self.failed += 1;
-        out(&format!("FAIL  {what}\n      fix: {fix}"));
+        out(&format!(
+            "{}{what}\n      fix: {fix}",
+            word(Colour::Red, "FAIL")
+        ));
     }
     fn warn(&mut self, what: &str, fix: &str) {
-        out(&format!("warn  {what}\n      fix: {fix}"));
+        out(&format!(
+            "{}{what}\n      fix: {fix}",
+            word(Colour::Yellow, "warn")
+        ));
     }
 }
 
@@ -82,7 +96,15 @@ pub fn run(args: DoctorArgs, outer: &Conn) -> Result<()> {
     };
     // 2. Token.
     if reachable {
-        match c.call("GET", "/v1/sessions?limit=1", None) {
+        // As the operator: this checks the token, and a caller session from client.toml that
+        // does not exist yet is the session check's finding (step 4), not a token failure.
+        let listed = c
+            .http
+            .request("GET", "/v1/sessions?limit=1")
+            .operator()
+            .json(None)
+            .map_err(Failure::from);
+        match listed {
             Ok(_) => r.ok(if c.http.token().is_some() {
                 "token accepted"
             } else {
@@ -94,7 +116,7 @@ pub fn run(args: DoctorArgs, outer: &Conn) -> Result<()> {
             ),
             Err(Failure::Server(m) | Failure::Unreachable(m) | Failure::Usage(m)) => r.fail(
                 &format!("listing sessions failed: {m}"),
-                "see the `aware serve` log",
+                "see the error above (the `aware serve` log has the gateway's side)",
             ),
         }
     }
@@ -216,7 +238,15 @@ pub fn run(args: DoctorArgs, outer: &Conn) -> Result<()> {
                 Ok(_) => r.ok(&format!("session {s} exists")),
                 Err(Failure::Server(m)) if m.starts_with("session_not_found") => r.warn(
                     &format!("session {s} does not exist yet"),
-                    "`aware init claude-code` creates it; the hook and `aware mcp` create it on first use",
+                    &format!(
+                        "`aware create {s}` creates it (so do `aware init claude-code`, the hook \
+                         and `aware mcp` on first use){}",
+                        if resolved.session_from_file && resolved.session.as_deref() == Some(s) {
+                            "; or remove `session` from client.toml"
+                        } else {
+                            ""
+                        }
+                    ),
                 ),
                 Err(Failure::Server(m) | Failure::Unreachable(m) | Failure::Usage(m)) => {
                     r.fail(&format!("session {s}: {m}"), "see the message")

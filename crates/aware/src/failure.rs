@@ -20,20 +20,18 @@ impl Failure {
     }
 
     pub fn exit(self) -> ! {
-        match self {
-            Failure::Server(m) => {
-                eprintln!("error: {m}");
-                std::process::exit(1)
-            }
-            Failure::Unreachable(m) => {
-                eprintln!("error: {m}");
-                std::process::exit(3)
-            }
-            Failure::Usage(m) => {
-                eprintln!("error: {m}");
-                std::process::exit(2)
-            }
-        }
+        let (status, m) = match self {
+            Failure::Server(m) => (1, m),
+            Failure::Unreachable(m) => (3, m),
+            Failure::Usage(m) => (2, m),
+        };
+        let label = crate::style::paint(
+            crate::style::Stream::Stderr,
+            crate::style::Colour::Red,
+            "error:",
+        );
+        eprintln!("{label} {m}");
+        std::process::exit(status)
     }
 }
 
@@ -64,7 +62,7 @@ fn hint(code: &str) -> &'static str {
     match code {
         "unauthorized" => " (set --token or AWARE_TOKEN to the gateway's token)",
         "session_not_found" => {
-            " (create it with `aware init claude-code`, or POST /v1/sessions; `aware list` shows the sessions)"
+            " (create it with `aware create KEY`, or `aware init claude-code` in a Claude Code project; `aware list` shows the sessions)"
         }
         "payload_too_large" => " (the gateway accepts bodies up to 1 MiB and texts up to 256 KiB)",
         _ => "",

@@ -30,6 +30,7 @@ mod mcp;
 mod migrate;
 mod node;
 mod serve;
+mod style;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -128,10 +129,20 @@ enum Command {
         /// At most this many sessions.
         #[arg(long, value_name = "N")]
         limit: Option<i64>,
+        /// Print long keys whole (an adopted session's key is 82 characters; by default keys
+        /// over 40 characters are shortened with `…`).
+        #[arg(long)]
+        wide: bool,
         #[command(flatten)]
         common: Common,
     },
-    /// Send a message to a session (sessions_send), by key or by --label.
+    /// Send a message to a session (sessions_send), by key or by --label, and wait for its reply.
+    ///
+    /// The message is stored on the target as a user turn with a new run id. By default the
+    /// command then waits up to 30 s for the reply: an assistant turn on the target carrying that
+    /// run id, which the receiver posts with `aware reply TARGET TEXT`. It prints the reply, or
+    /// exits 1 when none came in time (the message stays sent). --no-wait returns at once with
+    /// the run id.
     Send {
         /// Target session key, then the message; with --label only the message.
         #[arg(value_name = "TARGET MESSAGE", num_args = 1..=2, required = true)]
@@ -141,8 +152,11 @@ enum Command {
         watch: bool,
         /// Wait up to this many seconds for the reply (0: do not wait) [default: 30]; no reply in
         /// time exits 1.
-        #[arg(long, value_name = "SECS")]
+        #[arg(long, value_name = "SECS", conflicts_with = "no_wait")]
         timeout: Option<i64>,
+        /// Do not wait for the reply: print the run id and return (same as --timeout 0).
+        #[arg(long)]
+        no_wait: bool,
         /// Send to the session with this label instead of a key.
         #[arg(long, value_name = "LABEL")]
         label: Option<String>,
@@ -168,6 +182,44 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// Answer a message sent with `aware send`: an assistant turn carrying the message's run id,
+    /// which ends the sender's wait.
+    ///
+    /// Without --run-id it answers the newest message another session sent to KEY (see `aware
+    /// history KEY`).
+    Reply {
+        /// The session that received the message (the one answering).
+        key: String,
+        /// The reply; `-` reads stdin.
+        text: String,
+        /// Run id of the message answered (printed by `aware send --no-wait` and `aware history`).
+        #[arg(long, value_name = "RUN_ID")]
+        run_id: Option<String>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Create a session (POST /v1/sessions); nothing changes when it exists.
+    ///
+    /// As operator without --session; with --session the creation is recorded as that
+    /// session's act.
+    Create {
+        /// Key of the new session, e.g. agent:main:reviewer (a bare key uses --agent-id).
+        key: String,
+        /// Parent session: it watches the new one from the start.
+        #[arg(long, value_name = "KEY")]
+        parent: Option<String>,
+        /// Label, unique within the agent (`aware send --label` finds it).
+        #[arg(long, value_name = "LABEL")]
+        label: Option<String>,
+        /// Kind: group, cron or other (a subagent or main key has its own kind).
+        #[arg(long, value_name = "KIND")]
+        kind: Option<String>,
+        /// Agent of a bare KEY.
+        #[arg(long, value_name = "AGENT")]
+        agent_id: Option<String>,
+        #[command(flatten)]
+        common: Common,
+    },
     /// Post a turn to a session.
     Turn {
         /// Session key.
@@ -189,6 +241,10 @@ enum Command {
         /// Id of the human who wrote it.
         #[arg(long, value_name = "ID")]
         human_id: Option<String>,
+        /// Run id the turn belongs to; an assistant turn with a sent message's run id is its
+        /// reply (what `aware reply` posts).
+        #[arg(long, value_name = "RUN_ID")]
+        run_id: Option<String>,
         #[command(flatten)]
         common: Common,
     },
@@ -200,7 +256,9 @@ enum Command {
         #[arg(long)]
         peek: bool,
         /// Stay subscribed to the session's wakes and drain on each; reconnects when the
-        /// gateway restarts. With --json, one object per line.
+        /// gateway restarts. With --json, one object per line. Wakes for changes of a watched
+        /// session are coalesced (at most one per 20 s by default) and an adopted session's
+        /// human prompts are found by the 60 s monitor, so a quiet minute is not a hang.
         #[arg(long)]
         follow: bool,
         #[command(flatten)]
@@ -233,7 +291,10 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
-    /// Transcript of a session (sessions_history).
+    /// Transcript of a session: time, role, who acted (human, agent, system), channel and run.
+    ///
+    /// As operator without --session (every turn, full texts); with --session through
+    /// sessions_history as that caller.
     History {
         /// Session key.
         key: String,
@@ -267,6 +328,9 @@ enum Command {
     Doctor(doctor::DoctorArgs),
     /// Adopt a catalog thread (a Claude Code session; a Codex CLI session with `--catalog codex`)
     /// so a human typing into it is noticed.
+    ///
+    /// Exits 1 when the session is adopted but not linked (no transcript of that thread was
+    /// found, so nothing typed there would be noticed).
     Adopt {
         /// Thread id (a Claude Code session id, see `aware catalog`).
         thread: String,
@@ -394,7 +458,10 @@ fn main() {
         }
     };
     if let Err(e) = result {
-        eprintln!("error: {e:#}");
+        eprintln!(
+            "{} {e:#}",
+            style::paint(style::Stream::Stderr, style::Colour::Red, "error:")
+        );
         std::process::exit(1);
     }
 }

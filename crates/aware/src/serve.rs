@@ -200,8 +200,6 @@ pub fn run(args: ServeArgs) -> Result<()> {
     if let Err(msg) = check_bind_policy(&config) {
         config_error(msg);
     }
-    aware_gateway::create_private_dir(&config.data_dir)
-        .with_context(|| format!("create data directory {}", config.data_dir.display()))?;
     raise_fd_limit();
     let grace = std::time::Duration::from_secs(config.http.shutdown_grace_secs);
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -218,6 +216,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
             )),
             Err(e) => return Err(anyhow::Error::new(e).context(format!("bind {}", config.bind))),
         };
+        // Only once the port is ours: a serve that cannot start leaves no empty data folder.
+        aware_gateway::create_private_dir(&config.data_dir)
+            .with_context(|| format!("create data directory {}", config.data_dir.display()))?;
         let addr = listener.local_addr()?;
         let config_text = config_file
             .as_ref()
@@ -239,7 +240,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             "data dir {}, config file {config_text}, store {store_text}, Claude root {claude_text}, durability {durability_text}",
             config.data_dir.display(),
         );
-        tracing::info!(event = "listening", addr = %addr, durability = durability_text, "listening on {addr}");
+        tracing::info!(event = "listening", addr = %addr, durability = durability_text, "listening on {addr}; web console at http://{addr}/ui/");
         if let Some(p) = &args.port_file {
             std::fs::write(p, addr.port().to_string()).with_context(|| format!("write {}", p.display()))?;
         }

@@ -41,7 +41,7 @@ use setup::*;
 use std::time::Instant;
 
 /// Runs the selected workloads and prints one result line per workload, each target under it
-/// with PASS/FAIL. With `json` (the global `--json`), the text goes to stderr and the report to
+/// as met or not met. With `json` (the global `--json`), the text goes to stderr and the report to
 /// stdout as JSON (compare two with `aware bench --compare A.json B.json`).
 pub fn run(args: HttpBenchArgs, json: bool) -> Result<()> {
     let mut selected: Vec<&str> = if args.only.is_empty() {

@@ -153,6 +153,10 @@ pub fn history_message(x: &TurnRow, max_chars: usize) -> Value {
     if let Some(r) = &x.run_id {
         m["runId"] = r.clone().into();
     }
+    // Where a human's turn came from (slack, claude-code): who acted and through what.
+    if let Some(c) = &x.channel {
+        m["channel"] = c.clone().into();
+    }
     if let Some(o) = &x.origin {
         m["origin"] = o.clone().into();
     }

@@ -984,7 +984,8 @@ fn specific_cases() -> Vec<Case> {
             .expect(404, "session_not_found", &["agent:main:ghost"]),
         post("/v1/tools/session_status?x=1", "{}").caller(W).bad(&["x"]),
         // --- routes and methods -------------------------------------------------------------
-        get("/").expect(404, "not_found", &["/"]),
+        // `/` leads to the console (a 308, cli_first_hour.rs); other unknown paths are 404.
+        get("/nope").expect(404, "not_found", &["/nope"]),
         get("/v1/nope").expect(404, "not_found", &["/v1/nope"]),
         get("/v1/sessions/x/y/z/w").expect(404, "not_found", &["/v1/sessions/x/y/z/w"]),
         get(sp(W, "/nope")).expect(404, "not_found", &["nope"]),

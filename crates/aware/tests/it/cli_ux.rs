@@ -290,7 +290,7 @@ fn send_by_label_and_send_that_times_out() {
     ]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
     assert!(
-        text(&out.stderr).starts_with("error: timeout:"),
+        text(&out.stderr).contains("\nerror: timeout:"),
         "{}",
         text(&out.stderr)
     );

@@ -103,7 +103,23 @@ fn migrate_round_trip_keeps_every_api_answer() {
         Some(1),
         "a non-empty target must be refused"
     );
-    assert!(String::from_utf8_lossy(&again.stderr).contains("not empty"));
+    let refused = String::from_utf8_lossy(&again.stderr).to_string();
+    assert!(refused.contains("not empty"), "{refused}");
+    // A refusal is not corruption (issue 25): nothing alarming that is not true.
+    assert!(!refused.contains("corrupt"), "{refused}");
+    // Into a new folder: created private (0700), as `aware serve` creates its data dir.
+    let fresh = tempfile::tempdir().unwrap();
+    let new_dir = fresh.path().join("new-data");
+    let out = migrate(&url, &new_dir.display().to_string());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&new_dir).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o700, "{mode:o}");
 
     let mut back = Server::start();
     back.stop();

@@ -8,6 +8,7 @@ mod common;
 
 mod bad_requests;
 mod cli;
+mod cli_first_hour;
 mod cli_ux;
 mod console;
 mod crash_loop;
