@@ -122,6 +122,36 @@ impl http_body::Body for Tracked {
     }
 }
 
+/// A request body that records when it was read to its end.
+struct Consumed {
+    inner: Incoming,
+    done: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl http_body::Body for Consumed {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None)) || self.inner.is_end_stream() {
+            self.done.store(true, Ordering::Relaxed);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 /// The socket with read deadlines.
 struct Deadlines {
     inner: TcpStream,
@@ -256,10 +286,28 @@ async fn serve_one(
         // future) and hand the socket back for `linger`.
         Box::pin(async move {
             let active = track.begin();
-            let resp = match app.oneshot(req.map(Body::new)).await {
+            // An answer given before the request's body was read to its end (an early 401, 403,
+            // 404 or 413) ends the connection: hyper cannot reuse it, and without saying so a
+            // client would send its next request on it and read an unexpected end of stream.
+            let done = Arc::new(std::sync::atomic::AtomicBool::new(
+                http_body::Body::is_end_stream(req.body()),
+            ));
+            let req = req.map(|inner| {
+                Body::new(Consumed {
+                    inner,
+                    done: done.clone(),
+                })
+            });
+            let mut resp = match app.oneshot(req).await {
                 Ok(r) => r,
                 Err(never) => match never {},
             };
+            if !done.load(Ordering::Relaxed) {
+                resp.headers_mut().insert(
+                    axum::http::header::CONNECTION,
+                    axum::http::HeaderValue::from_static("close"),
+                );
+            }
             Ok::<_, Infallible>(resp.map(|inner| {
                 Body::new(Tracked {
                     inner,

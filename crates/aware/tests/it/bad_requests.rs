@@ -1324,3 +1324,40 @@ fn early_refusals_with_large_bodies_always_arrive_whole() {
     }
     assert_eq!(answered, ROUNDS * kinds.len());
 }
+
+/// An answer given before the body was read ends the connection and says so
+/// (`Connection: close`): hyper cannot reuse it, and a keep-alive client that was not told would
+/// send its next request on it and read an unexpected end of stream (seen as a flaky hook test).
+/// An answer after the body was read keeps the connection.
+#[test]
+fn an_answer_before_the_body_is_read_says_the_connection_closes() {
+    const TOKEN: &str = "keep-alive-test-token";
+    let s = Server::with_args(DEFAULT_CONFIG, &["--token", TOKEN]);
+    let answer_head = |request: &str| -> String {
+        let mut c = TcpStream::connect(("127.0.0.1", s.port)).expect("connect");
+        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        c.write_all(request.as_bytes()).expect("write the head");
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = c.read(&mut buf).expect("read the answer");
+            assert!(n > 0, "the connection ended before the answer's head");
+            got.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8_lossy(&got).to_ascii_lowercase()
+    };
+    // No token, a body declared and not sent: refused before it is read.
+    let refused = answer_head(
+        "POST /v1/sessions/agent:main:main/drain HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+         Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n",
+    );
+    assert!(refused.starts_with("http/1.1 401"), "{refused}");
+    assert!(refused.contains("\r\nconnection: close\r\n"), "{refused}");
+    // With the token and the whole body: read, answered, kept.
+    let kept = answer_head(&format!(
+        "POST /v1/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n\
+         Content-Type: application/json\r\nContent-Length: 25\r\n\r\n{{\"key\":\"agent:main:main\"}}"
+    ));
+    assert!(kept.starts_with("http/1.1 201"), "{kept}");
+    assert!(!kept.contains("connection: close"), "{kept}");
+}
