@@ -145,7 +145,14 @@ fn newer_wakes_for_one_session_replace_the_queued_one() {
     }));
     assert_eq!(s.metric("aware_wake_webhook_in_flight "), Some(1.0));
     assert_eq!(s.metric("aware_wake_webhook_queued "), Some(1.0));
-    assert!(s.logs().contains("wake_webhook_coalesced"), "{}", s.logs());
+    // The counter moves before the log line reaches the test's log reader.
+    assert!(
+        wait_until(Duration::from_secs(10), || s
+            .logs()
+            .contains("wake_webhook_coalesced")),
+        "{}",
+        s.logs()
+    );
 }
 
 /// The run id of the `sessions_send` message that reached `target` (its inter-session turn).

@@ -940,6 +940,11 @@ fn s142_a_shrunk_file_rebases() {
     u.tick(2);
     assert_eq!(u.events().len(), before, "no event");
     assert_eq!(u.marker(), json!({"offset": 1_200}));
+    // The marker moves before the log line reaches the test's log reader: wait for the line.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !u.s.logs().contains("claude_transcript_shrank") && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     assert!(
         u.s.logs().contains("claude_transcript_shrank"),
         "{}",
