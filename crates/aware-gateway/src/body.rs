@@ -259,6 +259,25 @@ impl Query {
         }
     }
 
+    /// `limit` (1..=500, default 100) and `offset` (≥ 0, default 0) of a paged list.
+    pub fn page(&mut self) -> ApiResult<(i64, i64)> {
+        let limit = self
+            .int(
+                "limit",
+                1..=500,
+                "limit must be an integer between 1 and 500",
+            )?
+            .unwrap_or(100);
+        let offset = self
+            .int(
+                "offset",
+                0..=i64::MAX,
+                "offset must be a non-negative integer",
+            )?
+            .unwrap_or(0);
+        Ok((limit, offset))
+    }
+
     pub fn finish(self) -> ApiResult<()> {
         match self.pairs.first() {
             None => Ok(()),

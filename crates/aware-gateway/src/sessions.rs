@@ -40,20 +40,7 @@ pub(crate) async fn list(
         .map(|p| parse_key(&p).map(|k| k.as_str().to_string()))
         .transpose()?;
     filter.label = q.take("label")?;
-    let limit = q
-        .int(
-            "limit",
-            1..=500,
-            "limit must be an integer between 1 and 500",
-        )?
-        .unwrap_or(100);
-    let offset = q
-        .int(
-            "offset",
-            0..=i64::MAX,
-            "offset must be a non-negative integer",
-        )?
-        .unwrap_or(0);
+    let (limit, offset) = q.page()?;
     q.finish()?;
     filter.limit = limit as u32 + 1;
     filter.offset = offset as u64;

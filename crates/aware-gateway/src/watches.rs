@@ -12,20 +12,7 @@ use axum::response::Response;
 /// `limit` (1..=500, default 100) and `offset` of a fan-out list: a session may have thousands
 /// of watchers, and an unpaged answer grows with them (issue 27).
 fn page_of(q: &mut Query) -> ApiResult<(usize, usize)> {
-    let limit = q
-        .int(
-            "limit",
-            1..=500,
-            "limit must be an integer between 1 and 500",
-        )?
-        .unwrap_or(100);
-    let offset = q
-        .int(
-            "offset",
-            0..=i64::MAX,
-            "offset must be a non-negative integer",
-        )?
-        .unwrap_or(0);
+    let (limit, offset) = q.page()?;
     Ok((
         limit as usize,
         usize::try_from(offset).unwrap_or(usize::MAX),
