@@ -193,7 +193,7 @@ fn safe_id(id: &str) -> String {
     if plain {
         id.to_string()
     } else {
-        hex(&Sha256::digest(id.as_bytes()))[..32].to_string()
+        aware_core::hex::lower(&Sha256::digest(id.as_bytes()))[..32].to_string()
     }
 }
 
@@ -261,7 +261,7 @@ fn compacted(http: &Http, target: &Target, input: &HookInput) -> Result<Output, 
         let len = std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
         h.update(len.to_le_bytes());
     }
-    let op = format!("compact-{}", &hex(&h.finalize())[..32]);
+    let op = format!("compact-{}", &aware_core::hex::lower(&h.finalize())[..32]);
     let body = json!({"operationId": op, "summary": format!("[compacted: {}]", input.trigger.as_deref().unwrap_or("auto"))});
     match http.post(&target.path("compaction"), &body) {
         Ok(_) => Ok(Output::Nothing),
@@ -273,10 +273,6 @@ fn compacted(http: &Http, target: &Target, input: &HookInput) -> Result<Output, 
         }
         Err(e) => Err(format!("cannot record the compaction: {}", said(&e))),
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

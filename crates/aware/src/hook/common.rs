@@ -90,8 +90,7 @@ impl Target {
 /// `agent:<agent>:claude:<lowercase hex SHA-256 of session_id>`.
 fn claude_key(agent: &str, session_id: &str) -> String {
     let digest = Sha256::digest(session_id.as_bytes());
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    format!("agent:{agent}:claude:{hex}")
+    format!("agent:{agent}:claude:{}", aware_core::hex::lower(&digest))
 }
 
 /// Operator requests (no `X-Aware-Session`) bounded by the hook's deadline.

@@ -257,11 +257,8 @@ impl Slot {
             .mode(0o700)
             .create(&dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let name: String = Sha256::digest(format!("{url}\0{key}").as_bytes())
-            .iter()
-            .take(16)
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let digest = Sha256::digest(format!("{url}\0{key}").as_bytes());
+        let name = aware_core::hex::lower(&digest[..16]);
         let path = dir.join(format!("{name}.pid"));
         if let Ok(old) = std::fs::read_to_string(&path) {
             if let Ok(pid) = old.trim().parse::<i32>() {

@@ -174,8 +174,7 @@ pub fn trust_hash(label: &str, command: &str, timeout: u64) -> String {
         "hooks": [{"async": false, "command": command, "timeout": timeout, "type": "command"}],
     });
     let digest = Sha256::digest(identity.to_string().as_bytes());
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    format!("sha256:{hex}")
+    format!("sha256:{}", aware_core::hex::lower(&digest))
 }
 
 fn read_toml(path: &Path, scope: &Scope) -> Result<(Option<String>, DocumentMut)> {
