@@ -259,6 +259,44 @@ async fn blocking<T: Send + 'static>(
 mod tests {
     use super::*;
 
+    /// A node on `127.0.0.1:0` serving `root` with token `nt`, on its own runtime.
+    struct Node {
+        rt: tokio::runtime::Runtime,
+        port: u16,
+        stop_tx: tokio::sync::oneshot::Sender<()>,
+        server: tokio::task::JoinHandle<std::io::Result<()>>,
+    }
+
+    impl Node {
+        fn start(root: &std::path::Path) -> Node {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .unwrap();
+            let listener = rt.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+            let cfg = NodeServerConfig {
+                node_id: "laptop".into(),
+                token: Some("nt".into()),
+                claude_root: root.to_path_buf(),
+                codex_home: None,
+                bind: "127.0.0.1:0".parse().unwrap(),
+                http: HttpSettings::default(),
+            };
+            let server = rt.spawn(run_node(listener, cfg, async {
+                let _ = stop_rx.await;
+            }));
+            Node {
+                rt,
+                port,
+                stop_tx,
+                server,
+            }
+        }
+    }
+
     #[test]
     fn constant_time_compare() {
         assert!(constant_time_eq(b"nt", b"nt"));
@@ -299,25 +337,12 @@ mod tests {
         let text: String = rows.iter().map(|r| format!("{r}\n")).collect();
         std::fs::write(project.join(format!("{THREAD}.jsonl")), text).unwrap();
 
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let listener = rt.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let cfg = NodeServerConfig {
-            node_id: "laptop".into(),
-            token: Some("nt".into()),
-            claude_root: dir.path().to_path_buf(),
-            codex_home: None,
-            bind: "127.0.0.1:0".parse().unwrap(),
-            http: HttpSettings::default(),
-        };
-        let server = rt.spawn(run_node(listener, cfg, async {
-            let _ = stop_rx.await;
-        }));
+        let Node {
+            rt,
+            port,
+            stop_tx,
+            server,
+        } = Node::start(dir.path());
 
         let (s, body, _) = get(port, "/health", None);
         assert_eq!(
@@ -397,25 +422,12 @@ mod tests {
     fn an_early_refusal_with_a_large_body_arrives_whole() {
         use std::io::{Read, Write};
         let dir = tempfile::tempdir().unwrap();
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let listener = rt.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let cfg = NodeServerConfig {
-            node_id: "laptop".into(),
-            token: Some("nt".into()),
-            claude_root: dir.path().to_path_buf(),
-            codex_home: None,
-            bind: "127.0.0.1:0".parse().unwrap(),
-            http: HttpSettings::default(),
-        };
-        let server = rt.spawn(run_node(listener, cfg, async {
-            let _ = stop_rx.await;
-        }));
+        let Node {
+            rt,
+            port,
+            stop_tx,
+            server,
+        } = Node::start(dir.path());
         let head = format!(
             "POST /v1/node/claude/threads HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
              Content-Length: {}\r\n\r\n",
