@@ -1,10 +1,10 @@
 //! The benchmarks of aware, each workload next to a floor measured in the same process:
-//! [`engine`] (`aware bench`: the engine against raw SQLite), [`http`] (`aware bench-http`: the
-//! gateway over loopback HTTP against the engine in-process) and [`stall`] (`aware bench-stall`:
+//! [`engine`] (`aware-bench engine`: the engine against raw SQLite), [`http`] (`aware-bench http`: the
+//! gateway over loopback HTTP against the engine in-process) and [`stall`] (`aware-bench stall`:
 //! API latency while outside I/O hangs). The binary keeps thin entries; no library crate of
 //! the workspace depends on this one.
 
-/// `println!` for reports: a closed pipe (`aware bench | head`) ends the process quietly.
+/// `println!` for reports: a closed pipe (`aware-bench engine | head`) ends the process quietly.
 macro_rules! say {
     ($($t:tt)*) => {
         $crate::util::out(&format!($($t)*))

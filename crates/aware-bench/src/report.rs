@@ -203,8 +203,8 @@ pub(crate) fn compare(a_path: &Path, b_path: &Path) -> Result<()> {
             .with_context(|| format!("{} is not a bench report (JSON)", p.display()))?;
         if !v["workloads"].is_array() {
             bail!(
-                "{} is not a bench report: no \"workloads\" array (write one with `aware bench \
-                 --json > FILE` or `aware bench-http --json > FILE`)",
+                "{} is not a bench report: no \"workloads\" array (write one with `aware-bench engine \
+                 --json > FILE` or `aware-bench http --json > FILE`)",
                 p.display()
             );
         }

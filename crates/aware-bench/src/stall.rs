@@ -1,4 +1,4 @@
-//! `aware bench-stall`: does stuck outside I/O stall the API? (issue 9)
+//! `aware-bench stall`: does stuck outside I/O stall the API? (issue 9)
 //!
 //! Two `aware serve` processes (this binary, `127.0.0.1:0`, fresh temporary data dirs, the wall
 //! clock) are measured one after the other with the same request: `GET /v1/sessions/{key}` from
@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Arguments of `aware bench-stall`.
+/// Arguments of `aware-bench stall`.
 #[derive(clap::Args, Debug)]
 pub struct StallBenchArgs {
     /// A smoke run: a tenth of the requests.
@@ -85,7 +85,7 @@ impl Gateway {
         std::fs::create_dir_all(dir)?;
         std::fs::write(dir.join("config.toml"), config)?;
         let port_file = dir.join("port");
-        let child = Command::new(std::env::current_exe().context("locating this binary")?)
+        let child = Command::new(crate::util::aware_exe()?)
             .arg("serve")
             .arg("--data-dir")
             .arg(dir)

@@ -130,3 +130,22 @@ impl Lcg {
         self.0 >> 33
     }
 }
+
+/// The `aware` binary the benchmarks run as a real process (`serve`, `hook`): `AWARE_BIN`, else
+/// the `aware` beside this binary (cargo builds both into the same directory).
+pub(crate) fn aware_exe() -> Result<std::path::PathBuf> {
+    if let Some(p) = std::env::var_os("AWARE_BIN") {
+        return Ok(p.into());
+    }
+    let me = std::env::current_exe().map_err(|e| anyhow!("the path of this binary: {e}"))?;
+    let exe = me.with_file_name(format!("aware{}", std::env::consts::EXE_SUFFIX));
+    if exe.is_file() {
+        Ok(exe)
+    } else {
+        Err(anyhow!(
+            "no `aware` binary at {} (build it with `cargo build -p aware`, with the same \
+             profile as this one, or name one with AWARE_BIN)",
+            exe.display()
+        ))
+    }
+}

@@ -1,22 +1,19 @@
-//! The `aware` binary: the gateway (`serve`), the CLI client commands, the narrated `demo` and
-//! the engine benchmarks (`bench`).
+//! The `aware` binary: the gateway (`serve`), the CLI client commands, the hooks, the MCP server
+//! and the narrated `demo`. The benchmarks are the separate `aware-bench` binary.
 
 use anyhow::Result;
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use client::{out, Failure};
 use context::Conn;
 
-/// `println!` for the commands that print reports: a closed pipe (`aware bench | head`) ends the
-/// process quietly instead of panicking.
+/// `println!` for the commands that print reports: a closed pipe (`aware history | head`) ends
+/// the process quietly instead of panicking.
 macro_rules! say {
     ($($t:tt)*) => {
         $crate::client::out(&format!($($t)*))
     };
 }
 
-// The benchmarks live in the aware-bench crate; `bench`, `bench-http` and `bench-stall` are
-// thin entries here.
-use aware_bench::{engine as bench, http as bench_http, stall as bench_stall};
 mod client;
 mod commands;
 mod context;
@@ -371,12 +368,6 @@ enum Command {
     HelpMarkdown,
     /// Walk through spawn, a human stepping in, one notice, drain and reconciliation.
     Demo(demo::DemoArgs),
-    /// Engine benchmarks, each printed next to a raw rusqlite floor run in the same process.
-    Bench(bench::BenchArgs),
-    /// Gateway benchmarks.
-    BenchHttp(bench_http::HttpBenchArgs),
-    /// GET latency and thread count under a hanging webhook, a hanging node and idle sockets.
-    BenchStall(bench_stall::StallBenchArgs),
 }
 
 fn main() {
@@ -400,12 +391,10 @@ fn main() {
         || cli.conn.agent.is_some()
         || cli.json;
     let result: Result<()> = match cli.command {
-        Command::Serve(_) | Command::Demo(_) | Command::Bench(_) | Command::BenchHttp(_)
-            if client_only =>
-        {
+        Command::Serve(_) | Command::Demo(_) if client_only => {
             Failure::Usage(
                 "--url, --token, --session, --agent and --json are client flags; \
-                 `serve`, `demo` and `bench` do not take them (serve has its own --token)"
+                 `serve` and `demo` do not take them (serve has its own --token)"
                     .into(),
             )
             .exit()
@@ -435,20 +424,6 @@ fn main() {
         Command::Demo(args) => {
             init_quiet_logs();
             demo::run(args)
-        }
-        Command::Bench(args) => {
-            init_quiet_logs();
-            let json = args.json;
-            bench::run(args, json)
-        }
-        Command::BenchHttp(args) => {
-            init_quiet_logs();
-            let json = args.json;
-            bench_http::run(args, json)
-        }
-        Command::BenchStall(args) => {
-            init_quiet_logs();
-            bench_stall::run(args)
         }
         cmd => {
             if let Err(f) = commands::run(cmd, &cli.conn, cli.json) {

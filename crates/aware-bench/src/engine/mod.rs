@@ -1,4 +1,4 @@
-//! `aware bench`: throughput and latency of the engine against a raw rusqlite floor.
+//! `aware-bench engine`: throughput and latency of the engine against a raw rusqlite floor.
 //!
 //! Every workload runs twice in the same process with the same `synchronous` setting: once
 //! through the engine (writer thread, savepoints, watcher selection, after-commit effects), once
@@ -78,7 +78,7 @@ pub fn run(args: BenchArgs, json: bool) -> Result<()> {
 
     let mut report = Report::new("engine", args.quick, json);
     report.say(&format!(
-        "aware bench{}: events={} writers={} durability={} dir={}",
+        "aware-bench engine{}: events={} writers={} durability={} dir={}",
         if args.quick {
             " --quick (counts / 10)"
         } else {

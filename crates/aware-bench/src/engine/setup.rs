@@ -3,11 +3,11 @@
 use crate::prelude::*;
 use crate::util::*;
 
-/// Arguments of `aware bench`.
+/// Arguments of `aware-bench engine`.
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
     /// Print a JSON report of every figure and target on stdout (the text goes to stderr), for
-    /// `aware bench --compare A.json B.json`.
+    /// `aware-bench engine --compare A.json B.json`.
     #[arg(long)]
     pub json: bool,
     /// Events per append workload (W1, W2, W3); retained rows of W4 and W5; W6 sweeps
@@ -30,7 +30,7 @@ pub struct BenchArgs {
     /// Divide every count by 10 (a smoke run).
     #[arg(long)]
     pub quick: bool,
-    /// Compare two reports written with `--json` (by `bench` or `bench-http`): prints B / A
+    /// Compare two reports written with `--json` (by `engine` or `http`): prints B / A
     /// per figure and workload, and the targets whose verdict changed. Runs nothing.
     #[arg(long, num_args = 2, value_names = ["A.json", "B.json"])]
     pub compare: Vec<PathBuf>,

@@ -50,7 +50,7 @@ pub(crate) fn w4(plan: &Plan, runs: u64) -> Result<Vec<Outcome>> {
         .request("POST", "/v1/sessions")
         .json(Some(&json!({"key": KEY})))
         .context("creating the hook's session")?;
-    let exe = std::env::current_exe().context("the path of this binary")?;
+    let exe = crate::util::aware_exe()?;
     let input = json!({"hook_event_name": "PostToolUse", "session_id": "bench",
                        "tool_name": "Bash", "tool_input": {"command": "echo hi"},
                        "tool_response": {"stdout": "hi\n"}})

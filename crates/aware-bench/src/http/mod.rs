@@ -1,4 +1,4 @@
-//! `aware bench-http`: the gateway (`aware serve`) driven over loopback HTTP by a Rust load
+//! `aware-bench http`: the gateway (`aware serve`) driven over loopback HTTP by a Rust load
 //! client, each workload next to a floor measured in the same process.
 //!
 //! Every gateway runs in-process (`aware_gateway::run` on `127.0.0.1:0`, a fresh temporary data
@@ -42,7 +42,7 @@ use std::time::Instant;
 
 /// Runs the selected workloads and prints one result line per workload, each target under it
 /// as met or not met. With `json` (the global `--json`), the text goes to stderr and the report to
-/// stdout as JSON (compare two with `aware bench --compare A.json B.json`).
+/// stdout as JSON (compare two with `aware-bench engine --compare A.json B.json`).
 pub fn run(args: HttpBenchArgs, json: bool) -> Result<()> {
     let mut selected: Vec<&str> = if args.only.is_empty() {
         ALL.to_vec()
@@ -92,7 +92,7 @@ pub fn run(args: HttpBenchArgs, json: bool) -> Result<()> {
     let calls = (args.calls / scale).max(50);
     let mut report = Report::new("bench-http", args.quick, json);
     report.say(&format!(
-        "aware bench-http{}: in-process gateways on 127.0.0.1:0 (wall clock, notify_on_create \
+        "aware-bench http{}: in-process gateways on 127.0.0.1:0 (wall clock, notify_on_create \
          off), {} with keep-alive connections; calls={} turns={} clients={} \
          cpus={} loadavg={} dir={}",
         if args.quick {

@@ -7,11 +7,11 @@ use aware_store::Durability;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// Arguments of `aware bench-http`.
+/// Arguments of `aware-bench http`.
 #[derive(clap::Args, Debug)]
 pub struct HttpBenchArgs {
     /// Print a JSON report of every figure and target on stdout (the text goes to stderr), for
-    /// `aware bench --compare A.json B.json`.
+    /// `aware-bench engine --compare A.json B.json`.
     #[arg(long)]
     pub json: bool,
     /// Run only these workloads, e.g. `--only 1,3` (1 = session_status page, 2 = concurrent

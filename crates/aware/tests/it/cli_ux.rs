@@ -225,11 +225,11 @@ fn enum_values_are_checked_by_clap_and_name_the_flag() {
 }
 
 #[test]
-fn client_flags_are_refused_by_serve_demo_and_bench() {
+fn client_flags_are_refused_by_serve_and_demo() {
     for args in [
         vec!["serve", "--session", W],
         vec!["demo", "--url", "http://x"],
-        vec!["bench", "--url", "http://x"],
+        vec!["demo", "--json"],
         vec!["--session", W, "serve"],
     ] {
         let out = run(&args);
