@@ -1,5 +1,7 @@
 //! The client against a canned one-connection server on loopback: what it sends (headers,
 //! encoded path) and how each failure is typed and mapped to an exit status.
+// Test code: a panic is the failure report (the workspace denies unwrap/expect elsewhere).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use aware_client::{seg, Client, ClientError};
 use serde_json::json;

@@ -5,6 +5,8 @@
 //!
 //! `cargo run --release -p aware-cluster --example cluster_turns -- [turns per config] [clients]
 //! [max PostgreSQL gateways, default 3]`
+// Test code: a panic is the failure report (the workspace denies unwrap/expect elsewhere).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use aware_store_pg::testing::{ClusterOptions, PgCluster};
 use aware_store_pg::PathStats;

@@ -10,6 +10,8 @@
 //! with pending notices, which here grow by 1,000 a round and are never read, so its cost
 //! follows the store; what it records between checks is bounded by the `cluster` test
 //! `wake_bookkeeping_follows_recent_watchers_not_every_watcher_ever_woken`.
+// Test code: a panic is the failure report (the workspace denies unwrap/expect elsewhere).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use aware_engine::WakeBookkeeping;
 use aware_store::Durability;

@@ -1,6 +1,8 @@
 //! The cluster hooks with two engines on one store (what two gateways on one PostgreSQL are to
 //! the engine), joined by an in-process bus: remote wakes, their coalescing, the repair check of
 //! lost notifications, and the singletons gated on leadership.
+// Test code: a panic is the failure report (the workspace denies unwrap/expect elsewhere).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

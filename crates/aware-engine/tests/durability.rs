@@ -1,6 +1,8 @@
 //! Durability of the signal log and watch state across restarts (01 §3, §8; 02 §12):
 //! a clean close/reopen loop, and a SIGKILL in the middle of concurrent appends at
 //! `Durability::Full`.
+// Test code: a panic is the failure report (the workspace denies unwrap/expect elsewhere).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use aware_core::{AgentId, SessionKey, SessionRef};
 use aware_engine::{CreateSession, Engine, EngineConfig, ManualClock, NewTurn, SystemClock};

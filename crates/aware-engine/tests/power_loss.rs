@@ -32,6 +32,10 @@
 //! Each crash image is opened by a new `Engine` (which runs WAL recovery and the restart sweep)
 //! and checked: the answered sequence is present, the head and the watcher's cursor include it,
 //! and the next append gets a larger sequence.
+// Test code: a panic is the failure report (the workspace denies unwrap/expect elsewhere).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+// `unsafe` only in the SQLite VFS shim below, with its proof in the SAFETY block.
+#![allow(unsafe_code)]
 
 use aware_core::{AgentId, SessionKey, SessionRef};
 use aware_engine::{CreateSession, Engine, EngineConfig, ManualClock, NewTurn};

@@ -1,5 +1,7 @@
 //! The backend contract suite against PostgreSQL (a throw-away cluster, one database per test),
 //! and the PostgreSQL-specific promises: schema versions, outages, passwords never shown.
+// Test code: a panic is the failure report (the workspace denies unwrap/expect elsewhere).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use aware_store::Store;
 use aware_store_pg::testing::PgCluster;

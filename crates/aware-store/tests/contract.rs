@@ -1,4 +1,6 @@
 //! The backend contract suite against SQLite.
+// Test code: a panic is the failure report (the workspace denies unwrap/expect elsewhere).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use aware_store::{SqliteStore, Store, StoreOptions};
 

@@ -21,7 +21,6 @@ use crate::model_server::ModelServer;
 use serde_json::{json, Value};
 use std::fs::File;
 use std::io::Read;
-use std::os::unix::io::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
@@ -110,13 +109,9 @@ fn install() -> Result<PathBuf, String> {
     // One `npm ci` for all test processes: the others wait on the lock, then see it done.
     let lock_path = dir.join(".npm-ci.lock");
     let lock = File::create(&lock_path).map_err(|e| format!("{}: {e}", lock_path.display()))?;
-    // SAFETY: flock on a file descriptor we own; released when `lock` is closed.
-    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(format!(
-            "lock {}: {}",
-            lock_path.display(),
-            std::io::Error::last_os_error()
-        ));
+    // Released when `lock` is closed.
+    if let Err(e) = rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive) {
+        return Err(format!("lock {}: {e}", lock_path.display()));
     }
     if install_state(&dir)? {
         return Ok(bin);

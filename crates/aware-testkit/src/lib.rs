@@ -10,6 +10,8 @@
 //! - [`model_server`]: a scripted local model server (Anthropic Messages and OpenAI Responses,
 //!   streamed) for the real agent CLIs; [`agent_cli`]: runners for those CLIs (pinned in
 //!   `clients/agent-clis`) in a fresh `$HOME`, with a deadline, headless or under tmux.
+// Test support only (a dev-dependency): a panic is a test's failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod agent_cli;
 pub mod engine;

@@ -2,6 +2,10 @@
 //! memory. A counting allocator (this test binary only) measures the heap peak of the check
 //! alone; the figure is printed (`cargo test -p aware-upstream --test oversized_memory --
 //! --nocapture`) and must stay under 8 MiB, whatever the row's size.
+// Test code: a panic is the failure report (the workspace denies unwrap/expect elsewhere).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+// `unsafe` only in the counting allocator below (a GlobalAlloc must be an `unsafe impl`; each method only forwards to `System`).
+#![allow(unsafe_code)]
 
 use aware_upstream::local::LocalClaude;
 use aware_upstream::provider::{Outcome, Probe, Provider};

@@ -261,24 +261,26 @@ pub fn run(args: ServeArgs) -> Result<()> {
 pub(crate) fn raise_fd_limit() {
     #[cfg(unix)]
     {
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
+        use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+        let lim = getrlimit(Resource::Nofile);
+        // `None` is "unlimited": raise a finite soft limit to the hard one, whatever it is.
+        let raise = match (lim.current, lim.maximum) {
+            (Some(cur), Some(max)) => cur < max,
+            (Some(_), None) => true,
+            (None, _) => false,
         };
-        // SAFETY: getrlimit writes one `rlimit` into the valid, exclusively borrowed `lim` and
-        // keeps no pointer to it; setrlimit only reads it.
-        let got = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
-        if got != 0 || lim.rlim_cur >= lim.rlim_max {
+        if !raise {
             return;
         }
-        let before = lim.rlim_cur;
-        lim.rlim_cur = lim.rlim_max;
-        // SAFETY: as above; `lim` is a fully initialised rlimit.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } == 0 {
+        let new = Rlimit {
+            current: lim.maximum,
+            maximum: lim.maximum,
+        };
+        if setrlimit(Resource::Nofile, new).is_ok() {
             tracing::debug!(
                 event = "fd_limit_raised",
-                from = before,
-                to = lim.rlim_cur,
+                from = lim.current,
+                to = lim.maximum,
                 "raised the open-file limit"
             );
         }

@@ -7,6 +7,8 @@
 //! in `clients/agent-clis` (the runner does it once when `node_modules` is missing or stale).
 //! `cargo test -p aware --test agent_clis`; `AWARE_HOOK_PAYLOADS_DIR=DIR` also writes the hook
 //! payloads the payload tests captured to `DIR/<cli>/<Event>.json`.
+// Test code: a panic is the failure report (the workspace denies unwrap/expect elsewhere).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

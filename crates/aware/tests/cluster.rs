@@ -1,5 +1,7 @@
 //! Several gateways on one PostgreSQL, black-box (the real `aware serve` and `aware migrate` on
 //! the throw-away test cluster of `aware_store_pg::testing`).
+// Test code: a panic is the failure report (the workspace denies unwrap/expect elsewhere).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
