@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Module cycles and oversized files in the workspace's crates (issue 10).
+"""Module cycles and oversized files in the workspace's crates (decision D9).
 
 For each crate under crates/*/src, walks the module tree from lib.rs / main.rs (`mod x;`
 declarations, `x.rs` or `x/mod.rs`) and collects the edges between modules: `crate::a::b`

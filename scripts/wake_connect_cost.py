@@ -1,5 +1,5 @@
 # What a wake-stream connect (`GET /v1/wakes?session=W`) costs while other sessions have
-# pending notices (issue 29, item 2): time from connect to the catch-up wake, 51 connects each.
+# pending notices (decision D41): time from connect to the catch-up wake, 51 connects each.
 # usage: python3 scripts/wake_connect_cost.py path/to/aware OTHERS...   (e.g. 0 200 1000 3000)
 import http.client, json, os, socket, statistics, subprocess, sys, tempfile, time, urllib.parse
 bin_, counts = sys.argv[1], [int(a) for a in sys.argv[2:]]

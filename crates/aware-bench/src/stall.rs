@@ -1,6 +1,6 @@
-//! `aware-bench stall`: does stuck outside I/O stall the API? (issue 9)
+//! `aware-bench stall`: does stuck outside I/O stall the API? (decision D4)
 //!
-//! Two `aware serve` processes (this binary, `127.0.0.1:0`, fresh temporary data dirs, the wall
+//! Two `aware serve` processes (the real binary, `127.0.0.1:0`, fresh temporary data dirs, the wall
 //! clock) are measured one after the other with the same request: `GET /v1/sessions/{key}` from
 //! one keep-alive client, one request at a time.
 //!

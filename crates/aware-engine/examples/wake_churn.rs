@@ -1,5 +1,5 @@
 //! Churns distinct watcher keys through the engine's wake path and prints the process's RSS and
-//! the wake bookkeeping as it goes (issue 29, item 1: nothing may grow with the watchers ever
+//! the wake bookkeeping as it goes (decision D40: nothing may grow with the watchers ever
 //! woken). Each round creates a target and 1,000 new watchers of it on a SQLite store
 //! (durability `normal`), posts one human turn on the target (1,000 notices open, 1,000
 //! `session-state` wakes to a subscriber), then moves the clock a minute on. The watchers are

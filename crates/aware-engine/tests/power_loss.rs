@@ -1,5 +1,5 @@
-//! Power-loss model (issue 5; 01 §3, §8): a sequence once answered at `Durability::Full` is never
-//! reissued after an OS crash or power loss.
+//! Power-loss model (decision D1; 01 §3, §8): a sequence once answered at `Durability::Full` is
+//! never reissued after an OS crash or power loss.
 //!
 //! Two models of "what is on the disk when the power goes", both taken at SQLite's own file
 //! boundary (`state.db` and `state.db-wal`; the `-shm` index is rebuilt from the WAL on open):

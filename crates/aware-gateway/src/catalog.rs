@@ -32,7 +32,7 @@ fn provider_for(req: &Req, catalog_id: &str, host_id: &str) -> ApiResult<Arc<dyn
         .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "invalid_host", "hostId is invalid"))
 }
 
-/// Runs a provider call on the provider executor (issue 9), bounded by the node timeout plus
+/// Runs a provider call on the provider executor (decision D5), bounded by the node timeout plus
 /// a margin: a paired node's requests end by then, a local read never blocks.
 async fn provider_call<T: Send + 'static>(
     req: &Req,

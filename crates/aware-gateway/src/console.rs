@@ -1,4 +1,4 @@
-//! The web console (issue 14): its static assets under `/ui/`, embedded in the binary, and the
+//! The web console (decision D22): its static assets under `/ui/`, embedded in the binary, and the
 //! read routes designed for it under `/v1/console/` (docs/api.md §7). The console's actions
 //! (unwatch, drain, adopt) use the ordinary routes.
 
@@ -373,7 +373,7 @@ async fn session(
                 .is_some_and(|x| may_see(req, caller, &x))
         });
     }
-    // Thousands of watchers made pages of megabytes (issue 27); the routes `…/watchers` page.
+    // Thousands of watchers made pages of megabytes (decision D7); the routes `…/watchers` page.
     crate::wire::cap_lists(&mut body, &["watches", "watchers", "noticesOnIt"], 200);
     ok(body)
 }

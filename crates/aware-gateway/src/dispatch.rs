@@ -224,7 +224,7 @@ async fn handle(
         Route::ToolCall(name) => {
             // The caller's existence is checked by the tool (`session_status` in its one
             // blocking call, the others before theirs), and here when the call fails, so that
-            // a missing caller still answers 404 ahead of every later error (issue 13: one
+            // a missing caller still answers 404 ahead of every later error (decision D21: one
             // blocking hop per status call).
             req.state.engine()?;
             let c = caller_unchecked(&req)?;
@@ -254,7 +254,7 @@ async fn handle(
         Route::Session(key, op) => {
             let (c, mut q) = caller_and_query(&req).await?;
             if op == SessionRoute::PostTurn {
-                // Folds the existence check into the write's blocking call (issue 13).
+                // Folds the existence check into the write's blocking call (decision D21).
                 let t = path_session_unchecked(&req, &key, c.as_ref(), &mut q)?;
                 return turns::post(&req, c.as_ref(), t, q).await;
             }

@@ -1,4 +1,4 @@
-//! `/health` probes (issue 9): an empty op through the writer and a snapshot read through the
+//! `/health` probes (decision D4): an empty op through the writer and a snapshot read through the
 //! reader pool, each with a deadline, so a supervisor sees a stalled engine. One probe per part
 //! is in flight at a time: a `/health` that finds one running waits for it (until that probe's
 //! deadline) instead of queueing another op behind a stuck writer.

@@ -1,4 +1,4 @@
-//! Webhook delivery lanes (02 §10 with issue 9's bounds): the per-agent slots and waiting wakes
+//! Webhook delivery lanes (02 §10 with decision D4's bounds): the per-agent slots and waiting wakes
 //! that `wakes` delivers through and `/metrics` reports.
 
 use crate::config::Webhook;

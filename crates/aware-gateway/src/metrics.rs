@@ -443,7 +443,7 @@ pub(crate) async fn render(state: &Shared) -> ApiResult<Response> {
         "histogram",
     );
     o.push_str(&hist);
-    // Outside I/O bounds (issue 9): webhook lanes and reply waiters.
+    // Outside I/O bounds (decision D4): webhook lanes and reply waiters.
     let wh = &state.webhooks;
     for (name, help, kind, value) in [
         (

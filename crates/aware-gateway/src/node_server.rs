@@ -203,7 +203,7 @@ async fn handle(
             })?))
         }
         Route::Items(catalog, raw_id) => {
-            // `after` present: a page of the items after that uuid, oldest first (issue 15);
+            // `after` present: a page of the items after that uuid, oldest first (decision D24);
             // empty means from the start. Absent: the v1 answer, the newest items.
             let after = query.take("after")?;
             let (max, default) = if after.is_some() {

@@ -98,7 +98,7 @@ impl AppState {
 /// runtime ([`blocking`]).
 ///
 /// Why inline on SQLite: a `spawn_blocking` hop is two thread wake-ups (the pool thread, then
-/// the runtime thread again), and on the 2-core machine of issue 13 the scheduler's share of
+/// the runtime thread again), and on the 2-core machine (decision D21) the scheduler's share of
 /// those (`finish_task_switch`, `_raw_spin_unlock_irqrestore`) was ~20 % of the gateway's CPU in
 /// the `session_status` workload, more than the page read itself (~40 µs). A SQLite read is
 /// local, bounded (a few indexed statements on a pooled reader connection whose pages sit in the
@@ -146,7 +146,7 @@ pub(crate) fn new_state(config: GatewayConfig, port: u16) -> Shared {
             home.clone(),
         )));
     }
-    // One client per catalog a node can serve (issue 15): Claude and Codex threads of the node
+    // One client per catalog a node can serve (decision D26): Claude and Codex threads of the node
     // are listed, adopted and checked apart, as the local providers are.
     for n in &config.nodes {
         for catalog in aware_upstream::node::NodeCatalog::ALL {

@@ -1,4 +1,4 @@
-//! `GET /health` (03 §5.5, issue 9): the start-up phase and, once ready, the writer and reader
+//! `GET /health` (03 §5.5, decision D4): the start-up phase and, once ready, the writer and reader
 //! probes of `health`.
 
 use crate::error::ApiResult;

@@ -1,4 +1,4 @@
-//! Caps on long-lived streams (`GET /v1/wakes`, `GET /v1/console/events`), issue 27.
+//! Caps on long-lived streams (`GET /v1/wakes`, `GET /v1/console/events`), decision D37.
 //!
 //! A stream holds a connection slot for as long as the client keeps it open, and a client that
 //! never reads is not cut by the write deadline of `conn.rs` while keep-alives still fit in the

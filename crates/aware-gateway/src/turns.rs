@@ -11,8 +11,8 @@ use aware_core::SessionRef;
 use aware_engine::{NewTurn, Provenance, ProvenanceKind, Role, RunOutcome};
 use axum::response::Response;
 
-/// Turn texts per `GET …/turns` page: a page stops before passing it (issue 9: a long transcript
-/// must not become one huge answer); `truncated` then says so.
+/// Turn texts per `GET …/turns` page: a page stops before passing it (decision D7: a long
+/// transcript must not become one huge answer); `truncated` then says so.
 const MAX_TURNS_PAGE_BYTES: usize = 4 << 20;
 
 pub(crate) async fn list(req: &Req, t: SessionRef, mut q: Query) -> ApiResult<Response> {

@@ -10,7 +10,7 @@ use aware_core::SessionRef;
 use axum::response::Response;
 
 /// `limit` (1..=500, default 100) and `offset` of a fan-out list: a session may have thousands
-/// of watchers, and an unpaged answer grows with them (issue 27).
+/// of watchers, and an unpaged answer grows with them (decision D7).
 fn page_of(q: &mut Query) -> ApiResult<(usize, usize)> {
     let (limit, offset) = q.page()?;
     Ok((

@@ -444,7 +444,7 @@ fn writer_loop(
         };
         // One round trip: the transaction; the lock that orders it among all gateways (the
         // row lock of the epoch's UPDATE, held to the commit: an advisory lock any connecting
-        // role could hold, issue 27); the write epoch, which says whether another writer
+        // role could hold, decision D33); the write epoch, which says whether another writer
         // committed since this one's last batch; and the log of those batches (the keys they
         // wrote, so only those rows leave the row cache), read once the lock is held so it sees
         // the last holder's batch. Each op's savepoint release travels with the next op's.

@@ -1,4 +1,4 @@
-//! Advisory locks held by strangers (issue 27): any role that may connect can take any
+//! Advisory locks held by strangers (decision D33): any role that may connect can take any
 //! advisory lock, whatever its table privileges, so a lock a gateway waits for is checked for a
 //! holder of another role and named, instead of waited on in silence.
 

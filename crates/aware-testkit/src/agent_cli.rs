@@ -1,5 +1,5 @@
-//! Runners for the real agent CLIs (issue 22): Claude Code and Codex CLI, the versions pinned in
-//! `clients/agent-clis/package-lock.json`, each run in a fresh `$HOME` against a
+//! Runners for the real agent CLIs (decision D30): Claude Code and Codex CLI, the versions pinned
+//! in `clients/agent-clis/package-lock.json`, each run in a fresh `$HOME` against a
 //! [`ModelServer`](crate::model_server::ModelServer) on loopback, offline.
 //!
 //! - [`installed_bin_dir`] finds `clients/agent-clis/node_modules/.bin`. When the pinned

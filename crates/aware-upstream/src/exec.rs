@@ -1,4 +1,4 @@
-//! The provider executor (issue 9): provider checks, catalog pages and paired-node calls run
+//! The provider executor (decision D5): provider checks, catalog pages and paired-node calls run
 //! here, never on tokio's blocking pool, which the engine needs for every API request.
 //!
 //! Each call gets its own named thread, and each provider (host id) has a cap on calls in

@@ -58,7 +58,7 @@ pub(crate) fn read_at(file: &mut File, offset: u64, len: usize) -> std::io::Resu
     Ok(buf)
 }
 
-/// The extent of a row longer than the 1 MiB window that starts at `at` (issue 15): its newline
+/// The extent of a row longer than the 1 MiB window that starts at `at` (decision D23): its newline
 /// is looked for in 64 KiB reads from `at + WINDOW_BYTES`, so memory stays bounded whatever the
 /// row's size. Returns `(end, row_len)` (the newline's offset and the row's length without a
 /// trailing `\r`), `Some(None)` while the row has no newline yet (still being written), `None`
@@ -125,7 +125,7 @@ fn refused(e: std::io::Error) -> OpenRefused {
 }
 
 /// Opens `path` for reading only if it is a regular file whose canonical path lies under the
-/// canonical `root` (issue 9).
+/// canonical `root` (decision D6).
 ///
 /// The open is non-blocking and does not follow a final symlink, so a FIFO put in place of a
 /// transcript can never block the thread (opening a FIFO for reading blocks until a writer
@@ -205,7 +205,7 @@ impl LocalClaude {
 
     /// Every thread file, the newest per thread id when several projects hold it, by its
     /// canonical path. A file or project reached through a symlink that leads out of the root
-    /// is left out, and so is anything that is not a regular file (issue 9).
+    /// is left out, and so is anything that is not a regular file (decision D6).
     fn threads(&self) -> Vec<(String, PathBuf, std::fs::Metadata)> {
         let mut found: std::collections::HashMap<String, (PathBuf, std::fs::Metadata)> =
             Default::default();
@@ -372,7 +372,7 @@ impl LocalClaude {
             session_key: probe.session_key.clone(),
         };
         // Not found, not a regular file (a FIFO, a directory) or outside the root: the
-        // transcript is not there for this gateway (04 §8 step 2, issue 9).
+        // transcript is not there for this gateway (04 §8 step 2, decision D6).
         let (mut file, meta) = match self.open(Path::new(path)) {
             Ok(opened) => opened,
             Err(OpenRefused::NotFound | OpenRefused::NotRegular | OpenRefused::OutsideRoot) => {
@@ -409,7 +409,7 @@ impl LocalClaude {
                 // No newline up to the end of the file: the row is still being written.
                 break;
             }
-            // A row longer than the window (issue 15): find its end and classify it from a
+            // A row longer than the window (decision D23): find its end and classify it from a
             // stream, with bounded memory, instead of blocking the marker for ever.
             let Some((end, row_len)) =
                 oversized_row_extent(&mut file, at, size, &self.check_bytes_read)?

@@ -1,4 +1,4 @@
-//! Rows of any size (issue 15): a 40 MiB row is classified by the local check with bounded
+//! Rows of any size (decision D23): a 40 MiB row is classified by the local check with bounded
 //! memory. A counting allocator (this test binary only) measures the heap peak of the check
 //! alone; the figure is printed (`cargo test -p aware-upstream --test oversized_memory --
 //! --nocapture`) and must stay under 8 MiB, whatever the row's size.
@@ -147,7 +147,7 @@ fn forty_mib_rows_are_classified_in_bounded_memory() {
     assert_eq!((turns, next), (1, size));
     assert!(peak < 8 * MIB, "peak {peak}");
 
-    // Codex (issue 15): a 40 MiB pasted screenshot (an inline data URL in a response item),
+    // Codex (decision D23): a 40 MiB pasted screenshot (an inline data URL in a response item),
     // then a typed prompt event; and a 40 MiB typed prompt event. Run here, after the Claude
     // rows, so the one heap counter measures one check at a time.
     let home = root.path().join("codex");

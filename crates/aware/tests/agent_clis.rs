@@ -1,4 +1,4 @@
-//! Issue 22, item 5: aware with the REAL agent CLIs (Claude Code and Codex CLI, pinned in
+//! Decision D30: aware with the REAL agent CLIs (Claude Code and Codex CLI, pinned in
 //! `clients/agent-clis/package-lock.json`), each in a fresh `$HOME`, offline, against the
 //! scripted model server of the test kit (`aware_testkit::model_server`) and a real
 //! `aware serve --test-clock`.

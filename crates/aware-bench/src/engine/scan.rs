@@ -162,7 +162,7 @@ pub(crate) fn w7_codex(plan: &Plan) -> Result<(String, f64)> {
     Ok((format!("W7 Codex {}", run.describe()), run.rate()))
 }
 
-/// W7, rows of any size (issue 15): the local check over one 40 MiB tool-result row and a typed
+/// W7, rows of any size (decision D23): the local check over one 40 MiB tool-result row and a typed
 /// prompt (4 MiB with `--quick`), streamed through the slim-row tokenizer, next to a plain
 /// newline count over the same file read in 64 KiB pieces. The check's peak memory is the rise
 /// of the process's VmHWM (reset through `/proc/self/clear_refs` first) over its VmRSS.

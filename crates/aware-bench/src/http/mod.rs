@@ -5,7 +5,7 @@
 //! dir, the wall clock, `notify_on_create = false`); the clients are plain threads, each holding
 //! one keep-alive connection. The measured requests go through a raw HTTP/1.1 client
 //! (`raw.rs`), which costs the shared cores little; `--ureq-client` uses `aware_client`
-//! (ureq) instead, as the runs before round 3 of issue 13 did. Set-up always uses
+//! (ureq) instead, as the runs before round 3 of decision D20 did. Set-up always uses
 //! `aware_client`.
 //!
 //! 1. `session_status` with `changesSince` returning a 50-event page while the store holds

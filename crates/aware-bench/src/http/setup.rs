@@ -34,7 +34,7 @@ pub struct HttpBenchArgs {
     /// `session_status` calls measured in workload 1.
     #[arg(long, default_value_t = 2_000)]
     pub calls: u64,
-    /// Drive workloads 1 and 2 with `aware-client` (ureq), as up to round 2 of issue 13,
+    /// Drive workloads 1 and 2 with `aware-client` (ureq), as up to round 2 of decision D20,
     /// instead of the bench's raw keep-alive client, which spends far less CPU per request on
     /// the cores the gateway shares (for comparing with earlier runs).
     #[arg(long)]

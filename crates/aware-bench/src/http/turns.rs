@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 pub(crate) fn w2(plan: &Plan, turns: u64, clients: usize) -> Result<Vec<Outcome>> {
     let mut lines = Vec::new();
-    // Issue 13's targets: >= 10,000 turns/s and <= 1.2x the engine at normal, >= 8,000 at full.
+    // Decision D20's targets: >= 10,000 turns/s and <= 1.2x the engine at normal, >= 8,000 at full.
     for (durability, target) in [(Durability::Normal, 10_000.0), (Durability::Full, 8_000.0)] {
         let name = durability.as_str();
         let (http, health) = w2_http(

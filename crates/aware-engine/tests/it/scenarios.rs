@@ -1716,7 +1716,7 @@ fn s089_sweep_reissues_wakes() {
     );
 }
 
-/// The sweep builds its wakes from one scan of all pending cursors (issue 13): each watcher
+/// The sweep builds its wakes from one scan of all pending cursors (decision D21): each watcher
 /// still gets exactly its own pending targets, in notification order.
 #[test]
 fn s089_sweep_wakes_carry_each_watchers_own_targets() {

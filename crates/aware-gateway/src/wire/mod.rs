@@ -180,7 +180,7 @@ pub fn event(e: &StoredEvent) -> Value {
 }
 
 /// A compact event serialised straight from the engine's type: the hot `session_status` page
-/// is written without building a `Value` per event first (issue 13's profile).
+/// is written without building a `Value` per event first (decision D21's profile).
 pub struct CompactEventJson<'a>(pub &'a CompactEvent);
 
 impl Serialize for CompactEventJson<'_> {
@@ -341,7 +341,7 @@ pub fn stream_lagged(missed: u64) -> Value {
 }
 
 /// Keeps the first `max` entries of each array field in `lists` of `body`; a longer one adds
-/// `<field>Total` with its whole length (the console's session page, issue 27).
+/// `<field>Total` with its whole length (the console's session page, decision D7).
 pub(crate) fn cap_lists(body: &mut Value, lists: &[&str], max: usize) {
     for list in lists {
         let Some(a) = body[*list].as_array_mut() else {

@@ -11,7 +11,7 @@ mod gauge_tests {
     use std::time::Duration;
 
     /// The gauges run on every scrape, so each count must be answered from an index (never a
-    /// scan of the cursor table) and be right at the sizes issue 12 names: 10,000 sessions and
+    /// scan of the cursor table) and be right at the sizes decision D18 names: 10,000 sessions and
     /// 100,000 cursors, 1 in 20 pending, 1 in 50 muted.
     #[test]
     fn gauge_counts_are_index_only_and_exact_at_scale() {

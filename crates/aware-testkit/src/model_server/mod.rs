@@ -1,4 +1,4 @@
-//! A scripted local model server for the real agent CLIs (issue 22): the Anthropic Messages API
+//! A scripted local model server for the real agent CLIs (decision D30): the Anthropic Messages API
 //! that Claude Code calls (`POST /v1/messages?beta=true`, streamed SSE, and `count_tokens`) and
 //! the OpenAI Responses API that Codex CLI calls for a custom `model_provider`
 //! (`POST /v1/responses`, streamed SSE), on loopback.

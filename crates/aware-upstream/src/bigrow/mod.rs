@@ -1,4 +1,4 @@
-//! Rows of any size (issue 15): a transcript row longer than the 1 MiB window is read as a
+//! Rows of any size (decision D23): a transcript row longer than the 1 MiB window is read as a
 //! stream and reduced to a **slim row** holding only what the classifier (04 §9) and the node's
 //! item builder look at, with bounded memory whatever the row's size.
 //!

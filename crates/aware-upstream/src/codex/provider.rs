@@ -386,7 +386,7 @@ impl LocalCodex {
                 // No newline up to the end of the file: the row is still being written.
                 break;
             }
-            // A row longer than the window (issue 15; a pasted screenshot is an inline data
+            // A row longer than the window (decision D23; a pasted screenshot is an inline data
             // URL): find its end and classify it from a slim stream, with bounded memory,
             // instead of blocking the marker for ever. Never skipped unclassified.
             let Some((end, row_len)) =
@@ -772,7 +772,7 @@ mod tests {
         }
     }
 
-    /// Issue 15: a 40 MiB pasted screenshot (an inline data URL) or tool output no longer
+    /// Decision D23: a 40 MiB pasted screenshot (an inline data URL) or tool output no longer
     /// blocks the link; the typed prompt after it counts once.
     #[test]
     fn a_40_mib_response_item_then_a_typed_prompt_is_one_human_turn() {

@@ -45,7 +45,7 @@ fn may_be_human(line: &[u8]) -> bool {
     NEEDLES.iter().any(|n| n.find(line).is_some())
 }
 
-/// Counts one parsed (or slimmed, issue 15) rollout row into `out`, with the self-echo rule.
+/// Counts one parsed (or slimmed, decision D23) rollout row into `out`, with the self-echo rule.
 pub fn feed_codex_row(row: &Value, input: &ScanInput, out: &mut ScanOutput) {
     if let RowClass::Human {
         user_text,

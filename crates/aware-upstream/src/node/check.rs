@@ -1,4 +1,4 @@
-//! The gateway side's pure check of a paired-node thread (04 §10, issue 15 paging), over the
+//! The gateway side's pure check of a paired-node thread (04 §10, decision D24 paging), over the
 //! items a [`super::NodeClient`] fetched; and the adoption baseline and history from items.
 
 use super::items::item_uuid;
@@ -183,7 +183,7 @@ pub enum Paged {
     Unreachable,
 }
 
-/// The paged-node check (issue 15, superseding 04 §10 steps 2–4): pages of the items after the
+/// The paged-node check (decision D24, superseding 04 §10 steps 2–4): pages of the items after the
 /// marker, oldest first, are classified in order until the node says there are no more or
 /// `until` passes; the marker moves to the newest item examined, so a walk cut short carries
 /// over to the next tick. `fetch(after)` fetches one page (`None`: from the start).

@@ -229,7 +229,7 @@ impl NodeClient {
             match paged {
                 Paged::Outcome(o) => outcomes.extend(o),
                 // The node answered, definitively, that the thread is gone: counted like a
-                // deleted local file (issue 15; 04 §10 step 2 said never).
+                // deleted local file (decision D25; 04 §10 step 2 said never).
                 Paged::Missing => outcomes.push(Outcome::Missing {
                     session_key: probe.session_key.clone(),
                 }),

@@ -79,7 +79,7 @@ pub fn codex_thread_items(
 
 /// The items that follow the row whose uuid is `after` (from the start of the transcript when
 /// `after` is `None`), oldest first, at most `limit` of them and about [`PAGE_BYTES`], with a
-/// `more` flag (issue 15). When `after` is not in the transcript (it was rewritten), `found` is
+/// `more` flag (decision D24). When `after` is not in the transcript (it was rewritten), `found` is
 /// false and the page holds the oldest items of the whole file.
 ///
 /// The transcript is read backwards from its end to the marker, keeping only the oldest `limit`
@@ -178,7 +178,7 @@ enum Line<'a> {
 
 /// Calls `visit` on every line of `file` (of `size` bytes) from the last to the first, until it
 /// answers true. At most one window (1 MiB) of a line is held; a longer one is handed over as a
-/// span (issue 9: a line without a newline is never read whole into memory).
+/// span (decision D7: a line without a newline is never read whole into memory).
 fn walk_back(
     file: &mut File,
     size: u64,
@@ -244,7 +244,7 @@ fn walk_back(
     Ok(())
 }
 
-/// The item of one line, streaming a line too long to hold (issue 15).
+/// The item of one line, streaming a line too long to hold (decision D23).
 fn line_item(file: &mut File, line: Line) -> Result<Option<Value>, ProviderError> {
     match line {
         Line::Bytes(bytes) => Ok(line_to_item(bytes)),
@@ -416,7 +416,7 @@ fn codex_line_item(file: &mut File, line: Line) -> Result<Option<CodexItem>, Pro
 }
 
 /// The slim row of the line `[start, end)` of `file` (a final `\r` left out), streamed by
-/// `slim` in bounded memory: a line too long to hold (issue 15).
+/// `slim` in bounded memory: a line too long to hold (decision D23).
 fn slim_span<'f, R>(
     file: &'f mut File,
     start: u64,

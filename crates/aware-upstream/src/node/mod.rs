@@ -1,5 +1,5 @@
-//! Paired nodes (04 §2.2, §3, §10; issue 15): both ends of the protocol, apart from the HTTP
-//! server itself (`aware-gateway`'s `node_server.rs`, which only maps routes to [`serve`]).
+//! Paired nodes (04 §2.2, §3, §10; decisions D24-D26): both ends of the protocol, apart from the
+//! HTTP server itself (`aware-gateway`'s `node_server.rs`, which only maps routes to [`serve`]).
 //!
 //! - [`protocol`]: the catalogs a node serves (Claude, Codex), routes, limits and the typed
 //!   answers ([`ThreadsPage`], [`ItemsAnswer`], [`ItemsPage`], [`CodexItem`]);

@@ -8,7 +8,7 @@ use std::time::Duration;
 /// Most items of the v1 (newest-first) answer, and what the gateway asks for at adoption and in
 /// the v1 check (04 §2.2, §10 step 2).
 pub const ITEMS_LIMIT: usize = 50;
-/// Most items of one page, and the default (issue 15).
+/// Most items of one page, and the default (decision D24).
 pub const PAGE_LIMIT_MAX: usize = 500;
 pub const PAGE_LIMIT_DEFAULT: usize = 200;
 /// Most catalog entries of one thread-list page, and the default.
@@ -109,7 +109,7 @@ pub struct ItemsAnswer<I> {
     pub items: Vec<I>,
 }
 
-/// One page of the items after a uuid (issue 15): oldest first.
+/// One page of the items after a uuid (decision D24): oldest first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ItemsPage<I = Value> {
     pub items: Vec<I>,

@@ -260,7 +260,7 @@ fn fixture_scanned_over_many_ticks_counts_the_same() {
     }
 }
 
-/// Rows of any size (issue 15): the streaming slim row of every fixture line gets the same
+/// Rows of any size (decision D23): the streaming slim row of every fixture line gets the same
 /// verdict (class, normalised text, time) as the parsed line, so an oversized row is judged as
 /// it would be if it fitted the window.
 #[test]

@@ -1,4 +1,4 @@
-//! `aware init` + `aware hook` + `aware mcp` with the real CLIs (issue 22): a manager session
+//! `aware init` + `aware hook` + `aware mcp` with the real CLIs (decision D30): a manager session
 //! KEY, set up by `aware init claude-code` / `aware init codex` in the CLI's project, watches a
 //! worker session; a human steps into the worker while the agent works, and the test asserts
 //! what the model was shown, request by request, and what the gateway holds afterwards.

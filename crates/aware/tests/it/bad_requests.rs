@@ -961,7 +961,7 @@ fn specific_cases() -> Vec<Case> {
         post("/v1/tools/Session_Status", "{}").caller(W).expect(404, "unknown_tool", &["Session_Status"]),
         // A missing caller or path session answers 404 ahead of every later error, also now
         // that the tool call and the turn post make their existence checks in the same
-        // blocking call as their work (issue 13): checked when the call fails.
+        // blocking call as their work (decision D21): checked when the call fails.
         post("/v1/tools/nope", "{}").caller("agent:main:ghost")
             .expect(404, "session_not_found", &["caller session", "agent:main:ghost"]),
         post("/v1/tools/session_status?colour=red", "{}").caller("agent:main:ghost")

@@ -1,5 +1,5 @@
-//! Issue 25: a new user's first hour, round two. Each behaviour through the real binary against a
-//! real gateway: send says it waits and the reply ends the wait, a command creates a session,
+//! Decision D14: a new user's first hour, round two. Each behaviour through the real binary against
+//! a real gateway: send says it waits and the reply ends the wait, a command creates a session,
 //! history shows who acted, client.toml's session does not break the reads, colour only when
 //! asked for, compact keys, adoption that did not link, `/` leads to the console.
 

@@ -1,4 +1,4 @@
-//! Issue 12: the CLI a new user meets, each behaviour against the real binary and a real
+//! Decision D13: the CLI a new user meets, each behaviour against the real binary and a real
 //! gateway (or a listener that never answers).
 
 use crate::common::*;

@@ -1,4 +1,4 @@
-//! Crash loop (issue 5; 01 §3, §8, §12; 02 §12): a real `aware serve` at `durability = "full"`
+//! Crash loop (decision D1; 01 §3, §8, §12; 02 §12): a real `aware serve` at `durability = "full"`
 //! under 64 concurrent clients is `kill -9`ed at a random point while requests are in flight,
 //! restarted on the same data dir, and checked against everything it had answered.
 //!

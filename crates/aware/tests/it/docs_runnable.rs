@@ -1,4 +1,4 @@
-//! Issue 12: the fenced blocks marked ```` ```sh runnable ```` in README.md and docs/ run, in
+//! Decision D16: the fenced blocks marked ```` ```sh runnable ```` in README.md and docs/ run, in
 //! order, one bash per file, against a real gateway with the built `aware` first on PATH. A doc
 //! whose commands stop working fails here.
 

@@ -1,4 +1,4 @@
-//! The gateway's edge (issue 9, part A), black box against a real `aware serve` on loopback:
+//! The gateway's edge (decision D2), black box against a real `aware serve` on loopback:
 //! cross-site requests, DNS rebinding, connection limits and timeouts, shutdown with SSE clients,
 //! tokens, file modes, strict JSON, and start-up refusals.
 

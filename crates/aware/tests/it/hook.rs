@@ -220,7 +220,7 @@ fn s112_hook_creation_is_announced_via_hook() {
 fn s112_other_events_print_and_record_nothing() {
     let s = Server::family();
     s.hdm(C);
-    // (SessionStart, PostToolUse, Stop, … act since issue 22: hook_events.rs.)
+    // (SessionStart, PostToolUse, Stop, … act since decision D27: hook_events.rs.)
     for event in [
         "PreToolUse",
         "userpromptsubmit",
@@ -354,8 +354,8 @@ fn oversized_input_is_warned_and_records_nothing() {
     assert_eq!(s.notice_texts(W), vec![nt(C, 1)]);
 }
 
-/// Issue 12: a prompt the gateway refuses (over the 256 KiB turn limit, 413) is one warning, and
-/// the notices waiting for the session are still printed (and so drained).
+/// Decision D13: a prompt the gateway refuses (over the 256 KiB turn limit, 413) is one warning,
+/// and the notices waiting for the session are still printed (and so drained).
 #[test]
 fn refused_prompt_still_prints_pending_notices() {
     let s = Server::family();
@@ -378,7 +378,7 @@ fn refused_prompt_still_prints_pending_notices() {
     assert!(s.notice_texts(W).is_empty());
 }
 
-/// Issue 12: `aware hook --help` prints the usage and exits 0; an unknown flag exits 1 (Claude
+/// Decision D13: `aware hook --help` prints the usage and exits 0; an unknown flag exits 1 (Claude
 /// Code shows it without blocking the prompt) instead of silently turning the hook off.
 #[test]
 fn hook_help_and_argument_errors() {

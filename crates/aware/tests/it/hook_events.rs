@@ -1,4 +1,4 @@
-//! Issue 22: `aware hook` on every event that lets a running agent hear a change before it acts
+//! Decision D27: `aware hook` on every event that lets a running agent hear a change before it acts
 //! (SessionStart, PostToolUse, Stop, subagents, compaction), Codex's answer format, the waiting
 //! hook that wakes an idle session, and `aware init` for both CLIs. The binary is fed the JSON
 //! the CLIs send (fields as the pinned CLIs write them); the real CLIs run in agent_clis.rs.

@@ -32,7 +32,7 @@ fn s049_on_postgres_notices_survive_kill_9() {
         .database()
         .expect("test database");
     // The test cluster trusts every login, so a password in the URL is accepted and ignored.
-    // In the config file: on the command line (`--store`) a password is refused (issue 27).
+    // In the config file: on the command line (`--store`) a password is refused (decision D38).
     let url = db.replacen("postgres://postgres@", "postgres://postgres:s3cret@", 1);
     let mut s = Server::with_config(&format!("{DEFAULT_CONFIG}[store]\nurl = \"{url}\"\n"));
     s.create(W);
@@ -105,7 +105,7 @@ fn migrate_round_trip_keeps_every_api_answer() {
     );
     let refused = String::from_utf8_lossy(&again.stderr).to_string();
     assert!(refused.contains("not empty"), "{refused}");
-    // A refusal is not corruption (issue 25): nothing alarming that is not true.
+    // A refusal is not corruption (decision D14): nothing alarming that is not true.
     assert!(!refused.contains("corrupt"), "{refused}");
     // Into a new folder: created private (0700), as `aware serve` creates its data dir.
     let fresh = tempfile::tempdir().unwrap();

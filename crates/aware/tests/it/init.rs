@@ -1,4 +1,4 @@
-//! Issue 12: `aware init claude-code` and `aware doctor` against a real gateway, and the
+//! Decision D12: `aware init claude-code` and `aware doctor` against a real gateway, and the
 //! acceptance run: the hook and the MCP server started with exactly the written configs.
 
 use crate::common::*;
@@ -178,8 +178,8 @@ fn doctor_checks_a_project_and_names_the_fix() {
     assert!(text(&out.stdout).contains("fix: start it with `aware serve`"));
 }
 
-/// The acceptance run of issue 12: after `aware init claude-code`, Claude Code's hook call and its
-/// MCP server start use exactly the written command lines.
+/// The acceptance run of decision D12: after `aware init claude-code`, Claude Code's hook call and
+/// its MCP server start use exactly the written command lines.
 #[test]
 fn written_configs_work_as_claude_code_runs_them() {
     let s = Server::family();
@@ -293,7 +293,7 @@ fn written_configs_work_as_claude_code_runs_them() {
     let _ = child.wait();
 }
 
-/// Issue 22: every event the hook acts on is installed with one command line, plus the waiting
+/// Decision D27: every event the hook acts on is installed with one command line, plus the waiting
 /// Stop hook (async, asyncRewake); `--no-wake` leaves it out and a re-run changes nothing.
 #[test]
 fn init_installs_every_event_and_the_waiting_hook() {
@@ -329,7 +329,7 @@ fn init_installs_every_event_and_the_waiting_hook() {
     assert_eq!(settings["hooks"]["Stop"].as_array().unwrap().len(), 1);
 }
 
-/// Issue 27, item 2: a cloned repository that plants symlinks where init writes cannot make it
+/// Decision D36: a cloned repository that plants symlinks where init writes cannot make it
 /// write outside the project (the user's ~/.claude/settings.json stays as it was).
 #[test]
 fn init_in_a_hostile_repository_never_writes_outside_it() {
@@ -388,7 +388,7 @@ fn init_in_a_hostile_repository_never_writes_outside_it() {
     );
 }
 
-/// Issue 27, item 8: the file keeps its mode and stays a link inside the project; a read-only
+/// Decision D36: the file keeps its mode and stays a link inside the project; a read-only
 /// file, duplicate keys and a password in --url are refused with the reason.
 #[test]
 fn init_rewrites_faithfully_or_refuses() {
@@ -456,7 +456,7 @@ fn init_rewrites_faithfully_or_refuses() {
     );
 }
 
-/// Issue 22: `aware init codex` writes the MCP server and the hooks, trusts exactly its own
+/// Decision D28: `aware init codex` writes the MCP server and the hooks, trusts exactly its own
 /// handlers in $CODEX_HOME/config.toml (keeping what the user had), and a re-run changes nothing.
 #[test]
 fn init_codex_writes_config_hooks_and_trust() {

@@ -1,4 +1,4 @@
-//! Load run (issue 5): a bounded loopback run of mixed traffic against a real `aware serve`
+//! Load run (decision D1): a bounded loopback run of mixed traffic against a real `aware serve`
 //! (wall clock, default durability), then a privacy scan.
 //!
 //! Setup: a parent, 32 children spawned under it (spawn edges), a coordinator that watches every

@@ -309,7 +309,7 @@ fn s110_mcp_appends_and_acks_notices() {
         t[1],
         format!("System: [2026-01-01T00:00:00.000Z] {}", nt(C, 1))
     );
-    // Issue 22: Claude Code and Codex show the model only the structured result, so the notice
+    // Decision D29: Claude Code and Codex show the model only the structured result, so the notice
     // is in it too (else it would be acknowledged and never seen).
     assert_eq!(
         r["structuredContent"]["awareNotices"],
@@ -427,7 +427,7 @@ fn mcp_answers_while_a_tool_call_waits() {
     );
 }
 
-/// Issue 12: every tool has a title, an output schema and all four hints.
+/// Decision D15: every tool has a title, an output schema and all four hints.
 #[test]
 fn tools_have_titles_output_schemas_and_hints() {
     let s = Server::family();
@@ -446,7 +446,7 @@ fn tools_have_titles_output_schemas_and_hints() {
     }
 }
 
-/// Issue 12: the caller session is created at start, so the first tool call of a new project
+/// Decision D15: the caller session is created at start, so the first tool call of a new project
 /// works before the hook ever ran.
 #[test]
 fn mcp_creates_its_caller_session() {
@@ -460,7 +460,7 @@ fn mcp_creates_its_caller_session() {
     assert_eq!(r["structuredContent"]["sessionKey"], fresh);
 }
 
-/// Issue 9: malformed JSON-RPC is -32700, bad params -32602; an argument body over the
+/// Decision D8: malformed JSON-RPC is -32700, bad params -32602; an argument body over the
 /// gateway's limit is reported as payload_too_large, not as an unreachable gateway.
 #[test]
 fn mcp_error_codes_and_body_limit() {
@@ -504,7 +504,7 @@ fn mcp_error_codes_and_body_limit() {
     assert!(!t.contains("gateway_unavailable"), "{t}");
 }
 
-/// Issue 12: a waiting sessions_send reports progress to a client that asked for it.
+/// Decision D15: a waiting sessions_send reports progress to a client that asked for it.
 #[test]
 fn waiting_send_sends_progress_notifications() {
     let s = Server::family();
@@ -535,7 +535,7 @@ fn waiting_send_sends_progress_notifications() {
     assert_eq!(progress[0]["params"]["progressToken"], "p1");
 }
 
-/// Issue 27: a line that is not UTF-8 is a -32700 answer, not a silent exit; a line longer than
+/// Decision D8: a line that is not UTF-8 is a -32700 answer, not a silent exit; a line longer than
 /// 4 MiB is refused (-32700) instead of being held whole, and the server goes on.
 #[test]
 fn mcp_answers_invalid_utf8_and_overlong_lines() {

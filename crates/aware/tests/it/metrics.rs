@@ -1,4 +1,4 @@
-//! `GET /metrics` beyond the spec's list (issue 12): build info, process metrics, the request
+//! `GET /metrics` beyond the spec's list (decision D17): build info, process metrics, the request
 //! duration histogram, and the sessions / watchers / pending / stream-subscriber gauges, scraped
 //! from a real `aware serve` after real traffic. Also the start-up log line in words.
 

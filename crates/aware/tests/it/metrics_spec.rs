@@ -1,4 +1,4 @@
-//! The metric families and stable log events of 03 §12 that an operator alerts on (issue 26):
+//! The metric families and stable log events of 03 §12 that an operator alerts on (decision D32):
 //! each one driven against a real `aware serve --test-clock` and asserted by its exact change.
 //! Counters are read as deltas between two scrapes; log lines are read as JSON
 //! (`--log-format json`) and counted up to a marker line, so "exactly one" is judged after

@@ -1,4 +1,4 @@
-//! Model-based test on a cluster (issue 11): three real `aware serve` gateways on one throw-away
+//! Model-based test on a cluster (decision D10): three real `aware serve` gateways on one throw-away
 //! PostgreSQL, [`CLIENTS`] client threads sending the reference model's operations to random
 //! gateways, a `kill -9` of one gateway (the leader) mid-run and its restart, and a `kill -9` of
 //! the PostgreSQL postmaster mid-run followed by its start; the gateways must recover from the

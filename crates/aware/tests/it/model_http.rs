@@ -1,4 +1,4 @@
-//! Model-based test over HTTP (issue 5): random operation sequences against a real
+//! Model-based test over HTTP (decision D1): random operation sequences against a real
 //! `aware serve --test-clock` on loopback, compared after every step with a small reference model
 //! of spec 01 (signal log, heads, pruned watermarks, retention) and spec 02 (cursor triples,
 //! notices, drain/ack, registration, unwatch, restart sweep).

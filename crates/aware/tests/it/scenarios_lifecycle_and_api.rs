@@ -951,7 +951,7 @@ fn s102_no_token_no_public_address() {
 
     for args in [
         vec!["--bind", "127.0.0.1:0"],
-        // S102 starts with `--token x`; issue 9 refuses tokens under 16 bytes off loopback
+        // S102 starts with `--token x`; decision D3 refuses tokens under 16 bytes off loopback
         // (a one-byte token is guessed at once), so the public bind uses a 16-byte token.
         vec!["--bind", "0.0.0.0:0", "--token", "xxxxxxxxxxxxxxxx"],
     ] {

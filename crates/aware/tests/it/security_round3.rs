@@ -1,4 +1,4 @@
-//! Security, round three (issue 27), black box against the real binary: `aware node serve`
+//! Security, round three (decisions D33-D39), black box against the real binary: `aware node serve`
 //! behind the gateway's edge (Host, Origin, `Sec-Fetch-Site`, token, deadlines, open-file
 //! limit), agent scope of `sessions_spawn`, wake streams that cannot take every connection,
 //! PostgreSQL roles, and the low findings.

@@ -1,5 +1,5 @@
 //! Stuck or slow outside I/O must not stall the API, and answers stay bounded in memory
-//! (issue 9, part B): webhooks on an async client with a per-agent in-flight cap, reply waiters
+//! (decision D4): webhooks on an async client with a per-agent in-flight cap, reply waiters
 //! woken by the writer and capped, `/health` that sees a stalled writer, paged transcripts and
 //! drain/pending limits. Each test runs a real `aware serve` on loopback.
 

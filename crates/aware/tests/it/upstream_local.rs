@@ -854,8 +854,8 @@ fn s140_the_1_mib_window() {
 
 #[test]
 fn s141_oversized_rows_are_classified_and_partial_rows_wait() {
-    // Issue 15 supersedes 04 §8 step 6: a row over the window is read on as a stream, classified
-    // and consumed, so it no longer blocks the session for ever.
+    // Decision D23 supersedes 04 §8 step 6: a row over the window is read on as a stream,
+    // classified and consumed, so it no longer blocks the session for ever.
     let mut u = Up::adopted_and_watched();
     u.append(&assistant_row_of(2 * MIB));
     u.u("after");
@@ -986,7 +986,7 @@ fn s143_no_growth_and_a_directory_counts_as_missing() {
     assert!(!u.linked());
 }
 
-// --- files outside the root and FIFOs (issue 9) -------------------------------------------------
+// --- files outside the root and FIFOs (decision D6) ----------------------------------------------
 
 #[test]
 fn a_symlink_out_of_the_root_is_neither_listed_nor_adopted() {

@@ -485,7 +485,7 @@ fn s145_paired_node_window_and_a_burst_past_50_items() {
     assert_eq!(u.events().len(), 2, "{:?}", u.events());
     assert_eq!(u.marker(), json!({"uuid":"item-6"}));
 
-    // 60 new rows after the marker: all are classified (issue 15 pages past the 50 newest of
+    // 60 new rows after the marker: all are classified (decision D24 pages past the 50 newest of
     // 04 §10), one event of 60 turns, and the marker becomes the newest uuid.
     let burst: Vec<Value> = (1..=60)
         .map(|i| {
@@ -514,7 +514,7 @@ fn s145_paired_node_window_and_a_burst_past_50_items() {
 
 #[test]
 fn s146_a_deleted_node_thread_becomes_upstream_missing() {
-    // Issue 15 supersedes 04 §10 step 2: the node answers a definitive 404 `thread_not_found`,
+    // Decision D25 supersedes 04 §10 step 2: the node answers a definitive 404 `thread_not_found`,
     // and three in a row give `upstream_missing`, as for a deleted local file.
     let mut u = Up::adopted_and_watched(&initial_transcript());
     std::fs::remove_file(&u.file).unwrap();
@@ -596,7 +596,7 @@ fn threads_of(pid: u32) -> u64 {
 
 #[test]
 fn a_hanging_node_does_not_grow_the_gateways_threads() {
-    // Issue 9: the node accepts connections and never answers (SIGSTOP keeps its listening
+    // Decision D5: the node accepts connections and never answers (SIGSTOP keeps its listening
     // socket, so the kernel still accepts). With a 1 s provider deadline the monitor ticks many
     // times; each node call must end and free its slot instead of leaving a thread behind.
     let root = tempfile::tempdir().unwrap();
@@ -725,7 +725,7 @@ fn s146_a_public_bind_needs_a_token() {
         "{stderr}"
     );
 
-    // With a token a public address starts. Of at least 16 bytes, as the gateway's (issue 27:
+    // With a token a public address starts. Of at least 16 bytes, as the gateway's (decision D35:
     // a shorter one is refused off loopback, security_round3.rs).
     let dir = tempfile::tempdir().unwrap();
     let port_file = dir.path().join("port");
@@ -878,7 +878,7 @@ fn a_node_serves_nothing_outside_its_root() {
     }
 }
 
-// --- Codex threads on a paired node (issue 15) ----------------------------------------------------
+// --- Codex threads on a paired node (decision D26) -----------------------------------------------
 
 /// The vendored Codex 0.130.0 rollout (13 rows; one typed prompt on line 6, its response-item
 /// twin on line 5, an assistant message on line 10).
