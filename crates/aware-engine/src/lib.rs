@@ -32,6 +32,8 @@ pub use append::{Admission, AppendOutcome, AppendRequest, NotRecorded};
 pub use clock::{Clock, ClockBackwards, ManualClock, SystemClock};
 pub use cluster::RemoteWake;
 pub use console::{ConsoleSession, EdgeKind, Graph, GraphEdge, GraphNode};
+use effects::{apply_effects_through, with_effects, EffectsQueue};
+pub(crate) use effects::{deliver_state_wake_from, request_state_wakes, wake_eligible, Ctx};
 pub use error::{EngineError, ErrorKind, Result};
 pub use links::{
     adopted_key, canonical_json, source_key16, AdoptRequest, AdoptResult, ImportTurn, LinkDelete,
@@ -39,8 +41,6 @@ pub use links::{
 };
 pub use metrics::EngineMetrics;
 pub use model::*;
-use effects::{apply_effects_through, with_effects, EffectsQueue};
-pub(crate) use effects::{deliver_state_wake_from, request_state_wakes, wake_eligible, Ctx};
 pub use wakes::{Leadership, Wake, WakeBookkeeping, WakeBus, WakeReason};
 
 use aware_core::{AgentId, RetentionPolicy};
@@ -100,13 +100,11 @@ pub(crate) struct Inner {
     pub(crate) effects: EffectsQueue,
 }
 
-
 /// A cheap, cloneable handle to the engine.
 #[derive(Clone)]
 pub struct Engine {
     pub(crate) inner: Arc<Inner>,
 }
-
 
 impl Engine {
     /// Opens the store and builds the engine. Call [`Engine::start`] before serving.

@@ -1,22 +1,22 @@
 //! Gateway configuration (03 §11): a TOML file, overridden by flags, overridden by environment
 //! variables for `token`, `data_dir` and `bind`. Invalid configuration names the key.
 
+mod error;
 mod file;
+mod http;
+mod store;
 
 use aware_core::{AgentId, RetentionPolicy};
 use aware_store::Durability;
-use file::{FileConfig, FileHttp};
+use error::bad;
+pub use error::{read_token_file, ConfigError};
+use file::FileConfig;
+use http::apply_http;
+pub use http::{normalize_allowed_host, HttpSettings};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-
-#[derive(Debug, thiserror::Error)]
-#[error("invalid configuration: {0}")]
-pub struct ConfigError(pub String);
-
-fn bad(msg: impl Into<String>) -> ConfigError {
-    ConfigError(msg.into())
-}
+use store::store_options;
 
 /// `[limits]` resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,63 +56,6 @@ impl Default for MonitorSettings {
             missing_threshold: 3,
         }
     }
-}
-
-/// `[http]`: the edge of the gateway (browser origins, Host names, connection limits).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HttpSettings {
-    /// Origins (`scheme://host[:port]`, lower case) answered with CORS headers.
-    pub allowed_origins: Vec<String>,
-    /// Extra `Host` names (lower case, optionally with `:port`) besides the loopback names.
-    pub allowed_hosts: Vec<String>,
-    pub header_timeout_secs: u64,
-    pub idle_timeout_secs: u64,
-    pub body_timeout_secs: u64,
-    pub max_connections: usize,
-    pub shutdown_grace_secs: u64,
-    /// Long-lived streams (`GET /v1/wakes`, `GET /v1/console/events`) open at once; `None`
-    /// derives it from `max_connections` ([`HttpSettings::stream_cap`]).
-    pub max_streams: Option<usize>,
-    /// Streams one agent token may hold at once (the operator is bounded by `max_streams`).
-    pub max_streams_per_agent: usize,
-}
-
-impl HttpSettings {
-    /// How many streams may be open at once: `max_streams`, else three quarters of
-    /// `max_connections`. Always below `max_connections`, so streams that are never read
-    /// cannot take the slots `/health` and every other route need.
-    pub fn stream_cap(&self) -> usize {
-        self.max_streams
-            .unwrap_or_else(|| self.max_connections - (self.max_connections / 4).max(1))
-    }
-}
-
-impl Default for HttpSettings {
-    fn default() -> Self {
-        HttpSettings {
-            allowed_origins: Vec::new(),
-            allowed_hosts: Vec::new(),
-            header_timeout_secs: 10,
-            idle_timeout_secs: 60,
-            body_timeout_secs: 30,
-            max_connections: 1024,
-            shutdown_grace_secs: 5,
-            max_streams: None,
-            max_streams_per_agent: 64,
-        }
-    }
-}
-
-/// Reads a token from a file: the whole content less one trailing newline, so `echo t > f`
-/// works while a token that really ends in spaces stays as written.
-pub fn read_token_file(what: &str, path: &Path) -> Result<String, ConfigError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| bad(format!("{what}: cannot read {}: {e}", path.display())))?;
-    let t = text
-        .strip_suffix("\r\n")
-        .or_else(|| text.strip_suffix('\n'))
-        .unwrap_or(&text);
-    Ok(t.to_string())
 }
 
 /// A paired node (`[[nodes]]`, 04 §2.2).
@@ -454,7 +397,7 @@ impl GatewayConfig {
                 return Err(bad("limits.health_deadline_ms must be at least 1"));
             }
         }
-        c.postgres = store_options(o, &file, env)?;
+        c.postgres = store_options(o.store_url.as_deref(), &file, env)?;
         if o.test_clock {
             c.test_clock_start = Some(o.test_clock_start.unwrap_or_else(wall_ms));
         }
@@ -515,133 +458,6 @@ impl GatewayConfig {
     }
 }
 
-/// The PostgreSQL store, if one is named: `--store` > `AWARE_STORE_URL` > `[store] url` (flags
-/// win over the environment, as for every other setting). The
-/// password comes from the URL, else `[store] password_file`, else `PGPASSWORD`; `PGHOST`,
-/// `PGPORT`, `PGUSER` and `PGDATABASE` fill what the URL leaves out. Messages never show a
-/// password.
-fn store_options(
-    o: &Overrides,
-    file: &FileConfig,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Option<aware_store_pg::PgOptions>, ConfigError> {
-    let fs = file.store.clone().unwrap_or_default();
-    let Some(url) = o
-        .store_url
-        .clone()
-        .or_else(|| env("AWARE_STORE_URL"))
-        .or(fs.url.clone())
-        .filter(|u| !u.is_empty())
-    else {
-        if fs.password_file.is_some() {
-            return Err(bad(
-                "store.password_file is set but no store.url names a server",
-            ));
-        }
-        return Ok(None);
-    };
-    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-        return Err(bad(format!(
-            "store url must be a postgres:// or postgresql:// URL (got {}); leave it out for the embedded SQLite store",
-            aware_store_pg::redact_url(&url)
-        )));
-    }
-    let password = fs
-        .password_file
-        .as_ref()
-        .map(|p| read_token_file("store.password_file", p))
-        .transpose()?;
-    let options = aware_store_pg::PgOptions::new(url)
-        .password(password)
-        .with_env(|k| env(k));
-    options
-        .validate()
-        .map_err(|e| bad(format!("store url: {e}")))?;
-    Ok(Some(options))
-}
-
-/// An extra `Host` name as the edge compares it (lower case), or why it cannot be one. Shared
-/// by `[http] allowed_hosts` and `aware node serve --allowed-host`.
-pub fn normalize_allowed_host(host: &str) -> Result<String, String> {
-    let lower = host.to_ascii_lowercase();
-    if lower.is_empty() || lower.contains(['/', ' ', '@']) {
-        return Err(format!(
-            "{host:?} must be a host name or address, optionally with :port"
-        ));
-    }
-    Ok(lower)
-}
-
-fn apply_http(d: &mut HttpSettings, h: &FileHttp) -> Result<(), ConfigError> {
-    for o in h.allowed_origins.clone().unwrap_or_default() {
-        let lower = o.to_ascii_lowercase();
-        let rest = lower
-            .strip_prefix("http://")
-            .or_else(|| lower.strip_prefix("https://"));
-        match rest {
-            Some(r) if !r.is_empty() && !r.contains('/') => d.allowed_origins.push(lower),
-            _ => {
-                return Err(bad(format!(
-                    "http.allowed_origins: {o:?} must be an origin like http://localhost:3000 (scheme, host, optional port; no path)"
-                )))
-            }
-        }
-    }
-    for host in h.allowed_hosts.clone().unwrap_or_default() {
-        let lower =
-            normalize_allowed_host(&host).map_err(|e| bad(format!("http.allowed_hosts: {e}")))?;
-        d.allowed_hosts.push(lower);
-    }
-    let secs = |name: &str, v: Option<u64>, dflt: u64| -> Result<u64, ConfigError> {
-        match v {
-            Some(0) => Err(bad(format!("http.{name} must be at least 1"))),
-            Some(n) => Ok(n),
-            None => Ok(dflt),
-        }
-    };
-    d.header_timeout_secs = secs(
-        "header_timeout_secs",
-        h.header_timeout_secs,
-        d.header_timeout_secs,
-    )?;
-    d.idle_timeout_secs = secs(
-        "idle_timeout_secs",
-        h.idle_timeout_secs,
-        d.idle_timeout_secs,
-    )?;
-    d.body_timeout_secs = secs(
-        "body_timeout_secs",
-        h.body_timeout_secs,
-        d.body_timeout_secs,
-    )?;
-    d.shutdown_grace_secs = secs(
-        "shutdown_grace_secs",
-        h.shutdown_grace_secs,
-        d.shutdown_grace_secs,
-    )?;
-    match h.max_connections {
-        Some(0) => return Err(bad("http.max_connections must be at least 1")),
-        Some(n) => d.max_connections = n,
-        None => {}
-    }
-    match h.max_streams {
-        Some(n) if n >= d.max_connections => {
-            return Err(bad(format!(
-                "http.max_streams ({n}) must be below http.max_connections ({}): the rest stays free for /health and every other route",
-                d.max_connections
-            )))
-        }
-        Some(n) => d.max_streams = Some(n),
-        None => {}
-    }
-    match h.max_streams_per_agent {
-        Some(0) => return Err(bad("http.max_streams_per_agent must be at least 1")),
-        Some(n) => d.max_streams_per_agent = n,
-        None => {}
-    }
-    Ok(())
-}
-
 fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| bad(format!("cannot read {}: {e}", path.display())))?;
@@ -676,6 +492,7 @@ pub fn wall_ms() -> i64 {
 
 #[cfg(test)]
 mod tests {
+    use super::file::FileHttp;
     use super::*;
 
     #[test]

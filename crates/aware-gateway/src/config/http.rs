@@ -1,0 +1,132 @@
+//! `[http]`: the gateway's edge settings (origins, Host names, timeouts, connection and stream
+//! limits), their defaults and their checks.
+
+use super::error::{bad, ConfigError};
+use super::file::FileHttp;
+
+/// `[http]`: the edge of the gateway (browser origins, Host names, connection limits).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpSettings {
+    /// Origins (`scheme://host[:port]`, lower case) answered with CORS headers.
+    pub allowed_origins: Vec<String>,
+    /// Extra `Host` names (lower case, optionally with `:port`) besides the loopback names.
+    pub allowed_hosts: Vec<String>,
+    pub header_timeout_secs: u64,
+    pub idle_timeout_secs: u64,
+    pub body_timeout_secs: u64,
+    pub max_connections: usize,
+    pub shutdown_grace_secs: u64,
+    /// Long-lived streams (`GET /v1/wakes`, `GET /v1/console/events`) open at once; `None`
+    /// derives it from `max_connections` ([`HttpSettings::stream_cap`]).
+    pub max_streams: Option<usize>,
+    /// Streams one agent token may hold at once (the operator is bounded by `max_streams`).
+    pub max_streams_per_agent: usize,
+}
+
+impl HttpSettings {
+    /// How many streams may be open at once: `max_streams`, else three quarters of
+    /// `max_connections`. Always below `max_connections`, so streams that are never read
+    /// cannot take the slots `/health` and every other route need.
+    pub fn stream_cap(&self) -> usize {
+        self.max_streams
+            .unwrap_or_else(|| self.max_connections - (self.max_connections / 4).max(1))
+    }
+}
+
+impl Default for HttpSettings {
+    fn default() -> Self {
+        HttpSettings {
+            allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
+            header_timeout_secs: 10,
+            idle_timeout_secs: 60,
+            body_timeout_secs: 30,
+            max_connections: 1024,
+            shutdown_grace_secs: 5,
+            max_streams: None,
+            max_streams_per_agent: 64,
+        }
+    }
+}
+
+/// An extra `Host` name as the edge compares it (lower case), or why it cannot be one. Shared
+/// by `[http] allowed_hosts` and `aware node serve --allowed-host`.
+pub fn normalize_allowed_host(host: &str) -> Result<String, String> {
+    let lower = host.to_ascii_lowercase();
+    if lower.is_empty() || lower.contains(['/', ' ', '@']) {
+        return Err(format!(
+            "{host:?} must be a host name or address, optionally with :port"
+        ));
+    }
+    Ok(lower)
+}
+
+pub(super) fn apply_http(d: &mut HttpSettings, h: &FileHttp) -> Result<(), ConfigError> {
+    for o in h.allowed_origins.clone().unwrap_or_default() {
+        let lower = o.to_ascii_lowercase();
+        let rest = lower
+            .strip_prefix("http://")
+            .or_else(|| lower.strip_prefix("https://"));
+        match rest {
+            Some(r) if !r.is_empty() && !r.contains('/') => d.allowed_origins.push(lower),
+            _ => {
+                return Err(bad(format!(
+                    "http.allowed_origins: {o:?} must be an origin like http://localhost:3000 (scheme, host, optional port; no path)"
+                )))
+            }
+        }
+    }
+    for host in h.allowed_hosts.clone().unwrap_or_default() {
+        let lower =
+            normalize_allowed_host(&host).map_err(|e| bad(format!("http.allowed_hosts: {e}")))?;
+        d.allowed_hosts.push(lower);
+    }
+    let secs = |name: &str, v: Option<u64>, dflt: u64| -> Result<u64, ConfigError> {
+        match v {
+            Some(0) => Err(bad(format!("http.{name} must be at least 1"))),
+            Some(n) => Ok(n),
+            None => Ok(dflt),
+        }
+    };
+    d.header_timeout_secs = secs(
+        "header_timeout_secs",
+        h.header_timeout_secs,
+        d.header_timeout_secs,
+    )?;
+    d.idle_timeout_secs = secs(
+        "idle_timeout_secs",
+        h.idle_timeout_secs,
+        d.idle_timeout_secs,
+    )?;
+    d.body_timeout_secs = secs(
+        "body_timeout_secs",
+        h.body_timeout_secs,
+        d.body_timeout_secs,
+    )?;
+    d.shutdown_grace_secs = secs(
+        "shutdown_grace_secs",
+        h.shutdown_grace_secs,
+        d.shutdown_grace_secs,
+    )?;
+    match h.max_connections {
+        Some(0) => return Err(bad("http.max_connections must be at least 1")),
+        Some(n) => d.max_connections = n,
+        None => {}
+    }
+    match h.max_streams {
+        Some(n) if n >= d.max_connections => {
+            return Err(bad(format!(
+                "http.max_streams ({n}) must be below http.max_connections ({}): the rest stays free for /health and every other route",
+                d.max_connections
+            )))
+        }
+        Some(n) => d.max_streams = Some(n),
+        None => {}
+    }
+    match h.max_streams_per_agent {
+        Some(0) => return Err(bad("http.max_streams_per_agent must be at least 1")),
+        Some(n) => d.max_streams_per_agent = n,
+        None => {}
+    }
+    Ok(())
+}
