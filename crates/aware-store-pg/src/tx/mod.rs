@@ -2,16 +2,19 @@
 //! writer's transaction or a reader's snapshot.
 
 use crate::conn::{col, Conn, Owned, Param};
-use crate::Hook;
 use aware_store::{BatchResult, FaultPlan, Result, StoreError};
 use postgres::Row;
 use std::cell::RefCell;
 
+mod console;
 mod mapping;
 mod read;
 mod write;
 
 pub(crate) use mapping::{compact_from_row, cursor_from_row, CURSOR_COLS};
+
+/// An after-commit hook of one op, run by the writer once the batch committed.
+pub(crate) type Hook = Box<dyn FnOnce() + Send>;
 
 pub(crate) struct PgTx<'c> {
     /// The trait's reads take `&self`; the driver's calls take `&mut`. Never borrowed twice:
