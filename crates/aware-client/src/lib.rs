@@ -22,36 +22,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest error answer read to find its code and message; the rest is left unread.
 const MAX_ERROR_BODY: u64 = 64 * 1024;
 
-/// What is escaped in a path segment, a query value or a caller header: controls, non-ASCII (by
-/// the encoder), `%`, and every character that ends or restructures a segment or a query (`/`,
-/// `?`, `#`, `&`, `=`, `+`, space, …). `:` `-` `.` `_` `~` `@` stay readable, so a canonical key
-/// such as `agent:main:main` is sent as written.
-const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS
-    .add(b' ')
-    .add(b'"')
-    .add(b'#')
-    .add(b'%')
-    .add(b'&')
-    .add(b'+')
-    .add(b'/')
-    .add(b';')
-    .add(b'=')
-    .add(b'?')
-    .add(b'<')
-    .add(b'>')
-    .add(b'`')
-    .add(b'{')
-    .add(b'}')
-    .add(b'\\')
-    .add(b'^')
-    .add(b'|')
-    .add(b'[')
-    .add(b']');
-
-/// Percent-encodes one path segment or query value (a session key may hold `/`).
-pub fn seg(s: &str) -> String {
-    percent_encoding::utf8_percent_encode(s, SEGMENT).to_string()
-}
+pub use aware_core::path::seg;
 
 /// Writes `text` and exactly one newline to stdout, for every program that prints what the
 /// gateway answered (the CLI, the demo, the bench reports). A closed pipe (`aware list | head`)

@@ -9,6 +9,7 @@ pub mod event;
 pub mod hex;
 pub mod key;
 pub mod notice;
+pub mod path;
 pub mod retention;
 pub mod time;
 pub mod wake;

@@ -19,6 +19,7 @@ pub mod model;
 pub mod model_server;
 pub mod options;
 pub mod rng;
+mod scenario;
 pub mod server;
 pub mod spec;
 pub mod transcript;

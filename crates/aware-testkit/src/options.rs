@@ -298,7 +298,4 @@ pub struct Gateway {
     pub logs: Arc<Mutex<String>>,
 }
 
-/// Percent-encodes a path segment.
-pub fn seg(s: &str) -> String {
-    percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
-}
+pub use aware_core::path::seg;

@@ -61,21 +61,9 @@ impl NodeCatalog {
         format!(
             "/v1/node/{}/threads/{}/items",
             self.id(),
-            encode_segment(thread_id)
+            aware_core::path::seg(thread_id)
         )
     }
-}
-
-/// Percent-encodes one path segment (everything but unreserved characters).
-pub fn encode_segment(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// One thread of a node's catalog (04 §2.1); the gateway adds `hostId` and `adoptedSessionKey`.
