@@ -9,6 +9,7 @@
 //! caller.
 
 mod error;
+pub mod sse;
 
 pub use error::ClientError;
 

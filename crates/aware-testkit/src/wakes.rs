@@ -1,7 +1,6 @@
 //! The wake stream of a test server, with marker fences instead of sleeps.
 
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -117,25 +116,20 @@ impl Wakes {
                 }
             };
             let _ = ready_tx.send(());
-            for line in BufReader::new(resp.into_reader())
-                .lines()
-                .map_while(Result::ok)
-            {
-                if let Some(data) = line.strip_prefix("data: ") {
-                    if let Ok(v) = serde_json::from_str::<Value>(data) {
-                        let marker = v["reason"] == "message"
-                            && v["from"]
-                                .as_str()
-                                .is_some_and(|f| f.contains("aware-test-fence"));
-                        if marker {
-                            // Markers of other subscriptions (or webhook checks) are ignored.
-                            if v["from"] == from.as_str() {
-                                let run = v["runId"].as_str().unwrap_or("").to_string();
-                                m2.lock().unwrap().push(run);
-                            }
-                        } else {
-                            r2.lock().unwrap().push(v);
+            for ev in aware_client::sse::events(resp.into_reader()) {
+                if let Ok(v) = serde_json::from_str::<Value>(&ev.data) {
+                    let marker = v["reason"] == "message"
+                        && v["from"]
+                            .as_str()
+                            .is_some_and(|f| f.contains("aware-test-fence"));
+                    if marker {
+                        // Markers of other subscriptions (or webhook checks) are ignored.
+                        if v["from"] == from.as_str() {
+                            let run = v["runId"].as_str().unwrap_or("").to_string();
+                            m2.lock().unwrap().push(run);
                         }
+                    } else {
+                        r2.lock().unwrap().push(v);
                     }
                 }
             }

@@ -7,7 +7,6 @@ pub use crate::failure::{CliResult, Failure};
 use aware_client::ClientError;
 pub use aware_client::{out, seg};
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
 use std::time::Duration;
 
 /// A client command's connection (the shared [`aware_client::Client`]) and output mode.
@@ -101,10 +100,10 @@ impl Client {
                         on_wake()?;
                     }
                     backoff = FIRST;
-                    let reader = BufReader::new(resp.into_reader());
-                    for line in reader.lines() {
-                        let Ok(line) = line else { break };
-                        if line.starts_with("event: wake") {
+                    // `wake` (a notice opened, or the catch-up on connect) and `lagged` (the
+                    // stream dropped wakes, so look now) both mean: drain.
+                    for ev in aware_client::sse::events(resp.into_reader()) {
+                        if ev.name == "wake" || ev.name == "lagged" {
                             on_wake()?;
                         }
                     }

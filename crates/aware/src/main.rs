@@ -27,6 +27,7 @@ mod mcp;
 mod migrate;
 mod node;
 mod serve;
+mod signals;
 mod style;
 
 #[derive(Parser, Debug)]

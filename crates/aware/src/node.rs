@@ -145,29 +145,8 @@ pub fn run(args: NodeServeArgs) -> Result<()> {
             std::fs::write(p, addr.port().to_string())
                 .with_context(|| format!("write {}", p.display()))?;
         }
-        run_node(listener, cfg, shutdown_signal()).await?;
+        run_node(listener, cfg, crate::signals::shutdown_signal()).await?;
         tracing::info!(event = "stopped", "node stopped");
         Ok(())
     })
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
-    }
 }

@@ -244,7 +244,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         if let Some(p) = &args.port_file {
             std::fs::write(p, addr.port().to_string()).with_context(|| format!("write {}", p.display()))?;
         }
-        match aware_gateway::run(listener, config, shutdown_signal()).await {
+        match aware_gateway::run(listener, config, crate::signals::shutdown_signal()).await {
             Err(aware_gateway::RunError::Fatal(msg)) => config_error(msg),
             other => other?,
         }
@@ -284,27 +284,6 @@ pub(crate) fn raise_fd_limit() {
                 "raised the open-file limit"
             );
         }
-    }
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
     }
 }
 

@@ -18,7 +18,6 @@ use super::common::{said, warn, Target};
 use super::input;
 use aware_client::{Client, ClientError};
 use serde_json::json;
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -128,14 +127,15 @@ fn waiter(
         match stream {
             Ok(resp) => {
                 backoff = BACKOFF_FIRST;
-                for line in BufReader::new(resp.into_reader()).lines() {
-                    let Ok(line) = line else { break };
+                // Every frame, the 15 s keep-alive comments included, re-checks the agent.
+                for frame in aware_client::sse::frames(resp.into_reader()) {
                     if !lineage.alive() {
                         return Ok(End::Quiet);
                     }
                     // `wake` (a notice opened, or the catch-up on connect) and `lagged` (the
                     // stream dropped wakes, so look now) both mean: drain.
-                    if line.starts_with("event: wake") || line.starts_with("event: lagged") {
+                    let Some(ev) = frame.event() else { continue };
+                    if ev.name == "wake" || ev.name == "lagged" {
                         let prompt = drain(gw, &target, per_request)?;
                         if !prompt.is_empty() {
                             return Ok(End::Deliver(prompt));
