@@ -41,6 +41,25 @@ pub use links::{
 };
 pub use metrics::EngineMetrics;
 pub use model::*;
+/// The records the engine's answers carry and the filters its lists take. Callers above the
+/// engine (the gateway, the upstream monitor) name them from here and do not depend on
+/// aware-store: the dependency graph keeps the storage seam.
+pub mod views {
+    pub use aware_store::{
+        ConsoleFilter, ConsoleRow, ConsoleSort, CursorRow, GoalRow, LinkRow, RunRow, SessionFilter,
+        SessionRow, SystemEventRow, TurnRow, UpstreamSource,
+    };
+}
+
+/// What callers above the engine may know of the store itself: durability, its errors (inside
+/// [`EngineError::Store`]), its gauges and histogram buckets, and the private data directory.
+pub mod storage {
+    pub use aware_store::{
+        create_private_dir, Capabilities, Durability, FaultPlan, StoreError, StoreGauges,
+        StoreInfo, StoreMetrics, COMMIT_BUCKETS_US, GROUP_BUCKETS,
+    };
+}
+
 pub use wakes::{Leadership, Wake, WakeBookkeeping, WakeBus, WakeReason};
 
 use aware_core::{AgentId, RetentionPolicy};
@@ -168,6 +187,26 @@ impl Engine {
     }
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.inner.store
+    }
+    /// What the store is (backend, location, durability) and what callers may rely on.
+    pub fn store_info(&self) -> aware_store::StoreInfo {
+        self.inner.store.info()
+    }
+    /// The store's own counters and histograms (commit times, batch sizes) for `/metrics`.
+    pub fn store_metrics(&self) -> &aware_store::StoreMetrics {
+        self.inner.store.metrics()
+    }
+    /// The store's fault plan: the test seam of `POST /v1/admin/faults` (`--test-clock` only).
+    pub fn store_faults(&self) -> &aware_store::FaultPlan {
+        self.inner.store.faults()
+    }
+    /// Whether the writer takes and commits an empty op (the `/health` writer probe).
+    pub async fn probe_writer(&self) -> bool {
+        self.inner.store.write_async(|_| Ok(())).await.is_ok()
+    }
+    /// Whether a reader answers an empty read (the `/health` reader probe). Blocking.
+    pub fn probe_reader(&self) -> bool {
+        self.inner.store.read(|_| Ok(())).is_ok()
     }
     /// The SQLite store, when the engine runs on one (for SQLite-only test seams).
     pub fn sqlite(&self) -> Option<&SqliteStore> {
@@ -307,7 +346,7 @@ impl Engine {
             let result = inner.store.write_async_as(op).await;
             let mine = ticket.load(std::sync::atomic::Ordering::Acquire);
             if mine != 0 {
-                if inner.store.info().backend == "sqlite" {
+                if inner.store.info().capabilities.inline_reads {
                     apply_effects_through(&inner, mine);
                 } else {
                     let effects_inner = inner.clone();

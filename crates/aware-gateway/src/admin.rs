@@ -80,7 +80,7 @@ pub(crate) async fn handle(req: Req, op: AdminOp) -> ApiResult<Response> {
             let stall_checks = b.opt_bool("stallProviderChecks")?;
             let fail_checks = b.opt_bool("failProviderChecks")?;
             b.finish()?;
-            let f = engine.store().faults();
+            let f = engine.store_faults();
             f.clear();
             f.set_fail_appends(fail_appends.unwrap_or(false));
             f.set_fail_appends_for(

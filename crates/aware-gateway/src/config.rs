@@ -7,7 +7,7 @@ mod http;
 mod store;
 
 use aware_core::{AgentId, RetentionPolicy};
-use aware_store::Durability;
+use aware_engine::storage::Durability;
 use error::bad;
 pub use error::{read_token_file, ConfigError};
 use file::FileConfig;

@@ -10,9 +10,9 @@ use crate::request::{decode_segment, parse_agent, parse_key, resolve_ref, Req};
 use crate::state::blocking;
 use crate::wire;
 use aware_core::{EventKind, SessionRef};
+use aware_engine::views::{ConsoleFilter, ConsoleRow, ConsoleSort};
 use aware_engine::SessionKind;
 use aware_engine::{ConsoleSession, EngineMetrics, Graph};
-use aware_store::{ConsoleFilter, ConsoleRow, ConsoleSort};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -236,7 +236,7 @@ async fn sessions(req: &Req, caller: Option<&SessionRef>, mut q: Query) -> ApiRe
     }))
 }
 
-fn cursor_json(c: &aware_store::CursorRow) -> Value {
+fn cursor_json(c: &aware_engine::views::CursorRow) -> Value {
     let mut v = wire::cursor(c);
     if let Some(a) = aware_core::SessionKey::parse(&c.watcher)
         .ok()
@@ -297,7 +297,7 @@ fn session_json(d: &ConsoleSession, with_text: bool, now: i64) -> Value {
 /// What the console shows of a link's monitoring beyond §1.9: its physical source, and the
 /// monitor's current missing streak (misses in a row; `upstream_missing` is recorded at the
 /// threshold). Streaks live in the monitor's memory (04 §7), so they read 0 after a restart.
-fn upstream_health(req: &Req, link: &aware_store::LinkRow, up: &mut Value) {
+fn upstream_health(req: &Req, link: &aware_engine::views::LinkRow, up: &mut Value) {
     if !up.is_object() {
         return;
     }
@@ -503,8 +503,8 @@ async fn overview(req: &Req, caller: Option<&SessionRef>, q: Query) -> ApiResult
         .map(|k| (k.as_str().to_string(), m.appended_total(*k).into()))
         .collect();
     let g = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
-    let store = engine.store().metrics();
-    let commit_buckets: Vec<Value> = aware_store::COMMIT_BUCKETS_US
+    let store = engine.store_metrics();
+    let commit_buckets: Vec<Value> = aware_engine::storage::COMMIT_BUCKETS_US
         .iter()
         .zip(store.commit_us_buckets.iter())
         .map(|(le, n)| json!({"leMicros": le, "count": g(n)}))

@@ -4,7 +4,6 @@
 //! deadline) instead of queueing another op behind a stuck writer.
 
 use aware_engine::Engine;
-use aware_store::StoreExt;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -86,12 +85,12 @@ impl HealthProbes {
         let (e1, e2) = (engine.clone(), engine.clone());
         let writer = self.writer.answers(deadline, move || async move {
             // An empty op: it needs the writer thread to take a batch and commit, nothing else.
-            e1.store().write_async(|_| Ok(())).await.is_ok()
+            e1.probe_writer().await
         });
         let reader = self.reader.answers(deadline, move || async move {
             matches!(
-                tokio::task::spawn_blocking(move || e2.store().read(|_| Ok(()))).await,
-                Ok(Ok(()))
+                tokio::task::spawn_blocking(move || e2.probe_reader()).await,
+                Ok(true)
             )
         });
         let (w, r) = tokio::join!(writer, reader);

@@ -153,7 +153,7 @@ pub(crate) async fn render(state: &Shared) -> ApiResult<Response> {
         Some(e) => blocking(move || Ok(e.gauges().unwrap_or_default()))
             .await
             .unwrap_or_default(),
-        None => aware_store::StoreGauges::default(),
+        None => aware_engine::storage::StoreGauges::default(),
     };
     let mut o = String::new();
     build_and_process(&mut o);
@@ -261,7 +261,7 @@ pub(crate) async fn render(state: &Shared) -> ApiResult<Response> {
         line(&mut o, name, help, "counter");
         let _ = writeln!(o, "{name} {value}");
     }
-    let store = engine.as_ref().map(|e| e.store().metrics());
+    let store = engine.as_ref().map(|e| e.store_metrics());
     line(
         &mut o,
         "aware_commits_total",
@@ -280,7 +280,7 @@ pub(crate) async fn render(state: &Shared) -> ApiResult<Response> {
         "histogram",
     );
     let mut cum = 0;
-    for (i, b) in aware_store::GROUP_BUCKETS.iter().enumerate() {
+    for (i, b) in aware_engine::storage::GROUP_BUCKETS.iter().enumerate() {
         cum += store.map_or(0, |s| g(&s.group_buckets[i]));
         let _ = writeln!(o, "aware_group_commit_ops_bucket{{le=\"{b}\"}} {cum}");
     }
@@ -293,7 +293,7 @@ pub(crate) async fn render(state: &Shared) -> ApiResult<Response> {
         "histogram",
     );
     let mut cum = 0;
-    for (i, b) in aware_store::COMMIT_BUCKETS_US.iter().enumerate() {
+    for (i, b) in aware_engine::storage::COMMIT_BUCKETS_US.iter().enumerate() {
         cum += store.map_or(0, |s| g(&s.commit_us_buckets[i]));
         let _ = writeln!(
             o,

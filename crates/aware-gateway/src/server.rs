@@ -70,8 +70,8 @@ async fn start_up(state: Shared, fatal: tokio::sync::oneshot::Sender<String>) {
             Ok(Ok(engine)) => break engine,
             Ok(Err(
                 e @ aware_engine::EngineError::Store(
-                    aware_store::StoreError::SchemaTooNew { .. }
-                    | aware_store::StoreError::Refused(_),
+                    aware_engine::storage::StoreError::SchemaTooNew { .. }
+                    | aware_engine::storage::StoreError::Refused(_),
                 ),
             )) => {
                 // Waiting cannot help: only another binary can read this database (01 §2), or
@@ -176,7 +176,7 @@ pub enum RunError {
 /// Creates a directory (and its parents) readable by its owner only: the data dir holds the
 /// hub's state and must not be readable by other local users whatever the umask.
 pub fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
-    aware_store::create_private_dir(dir)
+    aware_engine::storage::create_private_dir(dir)
 }
 
 /// Serves on an already-bound listener until `shutdown` resolves, then finishes in-flight

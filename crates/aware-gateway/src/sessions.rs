@@ -7,8 +7,8 @@ use crate::request::{must_exist, parse_agent, parse_key, resolve_ref, Req};
 use crate::state::engine_call;
 use crate::wire::{self, answers};
 use aware_core::{ActorType, SessionRef};
+use aware_engine::views::SessionFilter;
 use aware_engine::{Actor, Caller, CreateSession, CreatedVia, GoalStatus, SessionKind};
-use aware_store::SessionFilter;
 use axum::response::Response;
 
 pub(crate) async fn list(

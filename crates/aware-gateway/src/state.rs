@@ -111,7 +111,7 @@ pub(crate) async fn short_read<T: Send + 'static>(
     engine: &Engine,
     f: impl FnOnce() -> ApiResult<T> + Send + 'static,
 ) -> ApiResult<T> {
-    if aware_store::Store::info(&**engine.store()).backend == "sqlite" {
+    if engine.store_info().capabilities.inline_reads {
         f()
     } else {
         blocking(f).await

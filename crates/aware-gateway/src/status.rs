@@ -18,7 +18,7 @@ pub(crate) async fn health(req: &Req) -> ApiResult<Response> {
             let stalled = req.state.health.stalled(&engine, deadline).await;
             let failing = req.state.health.failing();
             if stalled.is_empty() && failing.is_empty() {
-                let durability = engine.store().info().durability;
+                let durability = engine.store_info().durability;
                 let mut body = answers::health_ok(&durability, req.state.now());
                 if req.state.cluster.get().is_some() {
                     body["cluster"] = crate::cluster::health(&req.state);

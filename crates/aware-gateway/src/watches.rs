@@ -24,9 +24,9 @@ fn page_of(q: &mut Query) -> ApiResult<(usize, usize)> {
 fn visible_page(
     req: &Req,
     c: Option<&SessionRef>,
-    rows: Vec<aware_store::CursorRow>,
+    rows: Vec<aware_engine::views::CursorRow>,
     (limit, offset): (usize, usize),
-) -> (Vec<aware_store::CursorRow>, bool, usize) {
+) -> (Vec<aware_engine::views::CursorRow>, bool, usize) {
     let agent_of = |key: &str| {
         aware_core::SessionKey::parse(key)
             .ok()

@@ -279,6 +279,10 @@ impl Store for PgStore {
             backend: "postgres",
             location: self.inner.location.clone(),
             durability: "synchronous_commit=on".into(),
+            capabilities: aware_store::Capabilities {
+                inline_reads: false,
+                shared: true,
+            },
         }
     }
 

@@ -23,7 +23,7 @@ pub use faults::FaultPlan;
 pub use metrics::{StoreMetrics, COMMIT_BUCKETS_US, GROUP_BUCKETS};
 pub use rows::*;
 pub use sqlite::{Durability, SqliteStore, StoreOptions, SCHEMA_VERSION};
-pub use store::{Completion, Store, StoreExt, StoreInfo, WriteOp};
+pub use store::{Capabilities, Completion, Store, StoreExt, StoreInfo, WriteOp};
 pub use tx::{ReadTx, WriteTx};
 
 /// Creates a directory (and its parents) readable by its owner only: a data dir holds the hub's

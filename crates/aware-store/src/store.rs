@@ -32,6 +32,20 @@ pub struct StoreInfo {
     pub location: String,
     /// The durability setting in the backend's own words (`full`, `normal`, `synchronous_commit=on`).
     pub durability: String,
+    /// What callers may rely on, instead of branching on `backend`.
+    pub capabilities: Capabilities,
+}
+
+/// What a backend's callers may rely on. Callers ask these, never the backend's name, so a
+/// third backend says what it can do here and nothing else changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// A short read is a local call that never waits on the network (a file and the OS
+    /// cache): an async caller may run it inline instead of on a blocking thread.
+    pub inline_reads: bool,
+    /// Other processes may commit to the same store (several gateways): a change this process
+    /// did not make can appear at any time, and its in-process signals may not come.
+    pub shared: bool,
 }
 
 /// A storage backend. Implementations must keep the promises written on [`ReadTx`] and

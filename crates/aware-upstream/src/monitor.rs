@@ -5,8 +5,8 @@
 use crate::exec::{ExecError, ProviderExec};
 use crate::provider::{Outcome, Probe, Provider};
 use aware_core::{ActorType, AgentId, EventKind, SessionKey, SessionRef};
+use aware_engine::views::LinkRow;
 use aware_engine::{source_key16, AppendRequest, Engine, Settlement};
-use aware_store::LinkRow;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -338,7 +338,7 @@ impl Monitor {
         snap: &Snapshot,
     ) -> Option<(
         Option<LinkRow>,
-        Option<aware_store::SessionRow>,
+        Option<aware_engine::views::SessionRow>,
         Vec<String>,
     )> {
         let engine = self.engine.clone();

@@ -9,8 +9,8 @@ use crate::request::{parse_agent, parse_key, resolve_ref, Req};
 use crate::state::{blocking, Shared};
 use crate::wire::tools::{self as answers, SendEnd};
 use aware_core::SessionRef;
+use aware_engine::views::SessionFilter;
 use aware_engine::Engine;
-use aware_store::SessionFilter;
 use axum::http::StatusCode;
 use serde_json::Value;
 use std::sync::atomic::Ordering;
@@ -158,7 +158,10 @@ pub(super) async fn sessions_send(
         // On a store several gateways share (PostgreSQL), the reply may commit on another
         // gateway: its signal comes over the cluster bus (`NOTIFY`); a lost one is a hint
         // lost, so read again every 2 s as well.
-        let recheck = (aware_store::Store::info(&**engine.store()).backend != "sqlite")
+        let recheck = engine
+            .store_info()
+            .capabilities
+            .shared
             .then_some(Duration::from_secs(2));
         let mut last_read = false;
         end = loop {

@@ -8,8 +8,8 @@ use crate::request::{parse_agent, parse_key, session_not_found, Req};
 use crate::state::{blocking, short_read};
 use crate::wire::{self, tools as answers};
 use aware_core::SessionRef;
+use aware_engine::views::SessionFilter;
 use aware_engine::Engine;
-use aware_store::SessionFilter;
 use axum::response::Response;
 use serde_json::Value;
 

@@ -3,11 +3,11 @@
 
 use super::{cursor, event, goal, run, session, turn, EventJson, TurnJson};
 use aware_core::StoredEvent;
+use aware_engine::views::{CursorRow, RunRow, TurnRow};
 use aware_engine::{
     AckResult, AdoptResult, CompactionOutcome, GoalChange, PruneReport, RunEnd, Session,
     TurnOutcome,
 };
-use aware_store::{CursorRow, RunRow, TurnRow};
 use serde_json::{json, Value};
 
 pub fn deleted() -> Value {

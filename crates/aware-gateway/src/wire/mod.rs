@@ -7,8 +7,8 @@ pub mod answers;
 pub mod tools;
 
 use aware_core::{CompactEvent, StoredEvent};
+use aware_engine::views::{CursorRow, RunRow, SystemEventRow, TurnRow};
 use aware_engine::{Drain, Notice, Session, StateChanges, Wake};
-use aware_store::{CursorRow, RunRow, SystemEventRow, TurnRow};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{json, Map, Value};
 
@@ -47,7 +47,7 @@ pub(crate) fn json_response(status: StatusCode, v: &impl Serialize, size_hint: u
 }
 
 /// The goal object of a session or a goal change.
-pub fn goal(g: &aware_store::GoalRow) -> Value {
+pub fn goal(g: &aware_engine::views::GoalRow) -> Value {
     json!({"text": g.text, "status": g.status, "updatedAt": g.updated_at})
 }
 

@@ -1,8 +1,8 @@
 //! The answers of the agent tools (03 §6), with `statusText`.
 
 use super::{goal, StateChangesJson};
+use aware_engine::views::TurnRow;
 use aware_engine::{Session, SpawnResult, StateChanges};
-use aware_store::TurnRow;
 use serde_json::{json, Value};
 
 /// The text of `session_status`: the session's head and, with `changesSince`, its changes as

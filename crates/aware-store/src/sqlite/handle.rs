@@ -195,6 +195,11 @@ impl Store for SqliteStore {
             backend: "sqlite",
             location: self.inner.path.display().to_string(),
             durability: self.inner.durability.as_str().to_string(),
+            // One process owns the file (an exclusive lock), and its reads are local.
+            capabilities: crate::Capabilities {
+                inline_reads: true,
+                shared: false,
+            },
         }
     }
 

@@ -6,8 +6,8 @@
 //! opens before it ends (a blocking thread must finish before the runtime can shut down).
 
 use aware_core::{AgentId, EventKind, SessionKey, SessionRef};
+use aware_engine::views::LinkRow;
 use aware_engine::{CreateSession, Engine, EngineConfig, LinkInput, ManualClock, RunOutcome};
-use aware_store::LinkRow;
 use aware_upstream::local::LocalClaude;
 use aware_upstream::monitor::{Monitor, MonitorConfig};
 use aware_upstream::provider::{CatalogItem, Outcome, Probe, Provider, ProviderError, ThreadInfo};
