@@ -2,7 +2,7 @@
 //! on one snapshot; and the change generation that tells the console something changed.
 
 use crate::lookup::load_session;
-use crate::model::{Notice, Session};
+use crate::types::{Notice, Session};
 use crate::{Engine, Result};
 use aware_core::{SessionRef, StoredEvent};
 use aware_store::StoreExt;

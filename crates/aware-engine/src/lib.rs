@@ -19,12 +19,12 @@ mod fifo;
 mod links;
 mod lookup;
 mod metrics;
-mod model;
 mod reads;
 mod retention;
 mod sessions;
 mod spawn;
 mod turns;
+mod types;
 mod wakes;
 mod watch;
 
@@ -40,7 +40,7 @@ pub use links::{
     LinkInput, Settlement,
 };
 pub use metrics::EngineMetrics;
-pub use model::*;
+pub use types::*;
 /// The records the engine's answers carry and the filters its lists take. Callers above the
 /// engine (the gateway, the upstream monitor) name them from here and do not depend on
 /// aware-store: the dependency graph keeps the storage seam.

@@ -3,7 +3,7 @@
 
 use crate::append::{record, AppendRequest};
 use crate::lookup::{load_session, new_uuid};
-use crate::model::*;
+use crate::types::*;
 use crate::{Engine, Result};
 use aware_core::{ActorType, EventKind, SessionKey, SessionRef};
 use aware_store::StoreExt;

@@ -1,6 +1,6 @@
 //! Reconciliation reads (01 §10): version, versions, listSince. Failures degrade (01 §12).
 
-use crate::model::StateChanges;
+use crate::types::StateChanges;
 use crate::{Engine, EngineError, EngineMetrics, Result};
 use aware_core::SessionRef;
 use aware_store::StoreExt;

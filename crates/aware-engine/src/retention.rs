@@ -1,7 +1,7 @@
 //! Prune passes (01 §9) and the restart sweep (02 §12). Each batch is its own writer op, so
 //! other writers interleave between batches.
 
-use crate::model::{PruneReport, SweepReport};
+use crate::types::{PruneReport, SweepReport};
 use crate::{request_state_wakes, Engine, EngineMetrics, Result};
 use aware_core::retention::MAX_BATCH_ROWS;
 

@@ -3,7 +3,7 @@
 
 use crate::append::{record, AppendRequest};
 use crate::lookup::*;
-use crate::model::*;
+use crate::types::*;
 use crate::{Ctx, Engine, EngineError, Result};
 use aware_core::notice::session_created_context_key;
 use aware_core::{ActorType, AgentId, EventKind, SessionKey, SessionRef};

@@ -1,9 +1,9 @@
 //! Spawn and send dispatch (03 §6.1, §6.5).
 
 use crate::lookup::*;
-use crate::model::*;
 use crate::sessions::create_in;
 use crate::turns::{post_turn_in, start_run_in};
+use crate::types::*;
 use crate::{Engine, EngineError, Result, Wake, WakeReason};
 use aware_core::{AgentId, SessionKey, SessionRef};
 use aware_store::StoreExt;

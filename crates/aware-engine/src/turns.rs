@@ -2,7 +2,7 @@
 
 use crate::append::{record, AppendRequest};
 use crate::lookup::*;
-use crate::model::*;
+use crate::types::*;
 use crate::{Ctx, Engine, EngineError, Result};
 use aware_core::{ActorType, AgentId, EventKind, SessionKey, SessionRef, StoredEvent};
 use aware_store::StoreExt;

@@ -1,7 +1,7 @@
 //! Registration, unwatch, drain/peek/ack and the system-event FIFO (02 §7–§9).
 
 use crate::lookup::{load_session, parent_ref};
-use crate::model::*;
+use crate::types::*;
 use crate::{Ctx, Engine, EngineError, Result};
 use aware_core::notice::{decode_context_key, render_prompt, SystemEventLine};
 use aware_core::{cursor, SessionRef};

@@ -12,7 +12,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::request::{decode_segment, must_exist, Req};
 use crate::routes::{self, Route, SessionRoute};
 use crate::state::Shared;
-use crate::{admin, catalog, console, metrics, notices, sessions, status, tools, turns, wakes};
+use crate::{admin, catalog, console, health, metrics, notices, sessions, tools, turns, wakes};
 use crate::{watches, wire};
 use axum::body::Body;
 use axum::extract::State;
@@ -183,7 +183,7 @@ async fn handle(
     route: Route,
 ) -> ApiResult<Response> {
     match route {
-        Route::Health => status::health(&req).await,
+        Route::Health => health::health(&req).await,
         Route::Metrics => {
             operator_only(&req, pattern)?;
             req.state.engine()?;

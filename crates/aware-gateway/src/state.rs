@@ -4,9 +4,9 @@
 
 use crate::config::GatewayConfig;
 use crate::error::{ApiError, ApiResult};
-use crate::health::HealthProbes;
 use crate::http_stats::HttpMetrics;
 use crate::lanes::WebhookLanes;
+use crate::probes::HealthProbes;
 use aware_engine::{Clock, Engine, ManualClock, SystemClock};
 use axum::http::StatusCode;
 use std::collections::BTreeMap;
