@@ -138,82 +138,13 @@ pub(crate) fn run(cmd: Command, outer: &Conn, outer_json: bool) -> client::CliRe
             changes_since,
             limit,
             common,
-        } => {
-            // A key to read without --changes-since is a read: client.toml's session does not
-            // make it a caller's (a gateway without that session would refuse it).
-            let c = if key.is_some() && changes_since.is_none() && limit.is_none() {
-                read_client(common, outer, outer_json)?
-            } else {
-                client(common, outer, outer_json)?
-            };
-            if c.session().is_none() {
-                // Operator read: the session object, like GET /v1/sessions/{key}.
-                let Some(key) = key else {
-                    return Err(Failure::Usage(
-                        "status needs a KEY, or --session naming the calling session".into(),
-                    ));
-                };
-                if changes_since.is_some() || limit.is_some() {
-                    return Err(Failure::Usage(
-                        "--changes-since and --limit need --session (the caller whose view is shown)"
-                            .into(),
-                    ));
-                }
-                let v = c.call("GET", &format!("/v1/sessions/{}", seg(&key)), None)?;
-                c.print(&v, client::human_session_object);
-                return Ok(());
-            }
-            let mut args = json!({});
-            put(&mut args, "sessionKey", key);
-            put(&mut args, "changesSince", changes_since);
-            put(&mut args, "limit", limit);
-            let v = c.tool("session_status", args, Duration::ZERO)?;
-            c.print(&v, client::human_status);
-        }
+        } => cmd_status(key, changes_since, limit, common, outer, outer_json),
         Command::List {
             kinds,
             limit,
             wide,
             common,
-        } => {
-            let c = read_client(common, outer, outer_json)?;
-            if c.session().is_none() {
-                // Operator read: every agent's sessions. One kind per request is what the route
-                // filters on, so several kinds are fetched and merged.
-                let mut sessions = Vec::new();
-                let kinds_or_all: Vec<Option<String>> = if kinds.is_empty() {
-                    vec![None]
-                } else {
-                    kinds.into_iter().map(Some).collect()
-                };
-                for k in kinds_or_all {
-                    let mut q = vec![];
-                    if let Some(k) = k {
-                        q.push(format!("kind={}", seg(&k)));
-                    }
-                    if let Some(l) = limit {
-                        q.push(format!("limit={l}"));
-                    }
-                    let path = if q.is_empty() {
-                        "/v1/sessions".to_string()
-                    } else {
-                        format!("/v1/sessions?{}", q.join("&"))
-                    };
-                    let v = c.call("GET", &path, None)?;
-                    sessions.extend(v["sessions"].as_array().cloned().unwrap_or_default());
-                }
-                let v = json!({ "sessions": sessions });
-                c.print(&v, |v| client::human_sessions(v, wide));
-                return Ok(());
-            }
-            let mut args = json!({});
-            if !kinds.is_empty() {
-                args["kinds"] = json!(kinds);
-            }
-            put(&mut args, "limit", limit);
-            let v = c.tool("sessions_list", args, Duration::ZERO)?;
-            c.print(&v, |v| client::human_sessions(v, wide));
-        }
+        } => cmd_list(kinds, limit, wide, common, outer, outer_json),
         Command::Send {
             args: positional,
             watch,
@@ -222,99 +153,15 @@ pub(crate) fn run(cmd: Command, outer: &Conn, outer_json: bool) -> client::CliRe
             label,
             conn,
             json,
-        } => {
-            let timeout = if no_wait { Some(0) } else { timeout };
-            let c = client(
-                Common {
-                    conn,
-                    json,
-                    timeout: None,
-                },
-                outer,
-                outer_json,
-            )?;
-            let mut args = match (&label, positional.as_slice()) {
-                (Some(l), [message]) => json!({"label": l, "message": message}),
-                (None, [target, message]) => json!({"sessionKey": target, "message": message}),
-                (Some(_), _) => {
-                    return Err(Failure::Usage(
-                        "with --label give only the MESSAGE (the label names the target)".into(),
-                    ))
-                }
-                (None, _) => {
-                    return Err(Failure::Usage(
-                        "send needs TARGET and MESSAGE (or --label LABEL and MESSAGE)".into(),
-                    ))
-                }
-            };
-            if watch {
-                args["watch"] = true.into();
-            }
-            put(&mut args, "timeoutSeconds", timeout);
-            // The tool waits 30 s by default (03 §6).
-            let secs = timeout.unwrap_or(30).clamp(0, 600);
-            let wait = Duration::from_secs(secs as u64);
-            // Say what the silence is before it starts: a wait with no word looks like a hang.
-            let target = match (&label, positional.first()) {
-                (Some(l), _) => format!("the session labelled {l:?}"),
-                (None, Some(k)) => k.clone(),
-                (None, None) => String::new(),
-            };
-            if secs > 0 {
-                eprintln!(
-                    "aware: sent to {target}; waiting up to {secs} s for its reply \
-                     (the receiver answers with `aware reply KEY TEXT`; --no-wait returns at once)"
-                );
-            }
-            let v = c.tool("sessions_send", args, wait)?;
-            let failed = v["status"] == "timeout" || v["status"] == "error";
-            if c.json || !failed {
-                c.print(&v, |v| match v["reply"].as_str() {
-                    Some(r) => r.to_string(),
-                    None => format!(
-                        "{} (run {}): the receiver answers with `aware reply {} TEXT`",
-                        v["status"].as_str().unwrap_or(""),
-                        v["runId"].as_str().unwrap_or(""),
-                        v["sessionKey"].as_str().unwrap_or("KEY"),
-                    ),
-                });
-            }
-            // Waiting for a reply that did not come is a failure the caller must see.
-            if let Some(status @ ("timeout" | "error")) = v["status"].as_str() {
-                return Err(Failure::Server(format!(
-                    "{status}: {} (the message was sent as run {}; the receiver answers with \
-                     `aware reply {} TEXT`, and `aware history` shows the reply when it comes)",
-                    v["error"].as_str().unwrap_or("no reply"),
-                    v["runId"].as_str().unwrap_or(""),
-                    v["sessionKey"].as_str().unwrap_or("KEY"),
-                )));
-            }
-        }
+        } => cmd_send(
+            positional, watch, timeout, no_wait, label, conn, json, outer, outer_json,
+        ),
         Command::Reply {
             key,
             text,
             run_id,
             common,
-        } => {
-            let c = read_client(common, outer, outer_json)?;
-            let text = text_or_stdin(text)?;
-            let run_id = match run_id {
-                Some(r) => r,
-                None => newest_sent_run(&c, &key)?,
-            };
-            let body = json!({"role": "assistant", "text": text, "runId": run_id});
-            let v = c.call(
-                "POST",
-                &format!("/v1/sessions/{}/turns", seg(&key)),
-                Some(body),
-            )?;
-            c.print(&v, |v| {
-                format!(
-                    "replied to run {run_id} (turn {} of {key})",
-                    v["turn"]["index"]
-                )
-            });
-        }
+        } => cmd_reply(key, text, run_id, common, outer, outer_json),
         Command::Create {
             key,
             parent,
@@ -322,55 +169,24 @@ pub(crate) fn run(cmd: Command, outer: &Conn, outer_json: bool) -> client::CliRe
             kind,
             agent_id,
             common,
-        } => {
-            // Not as client.toml's session: `aware create` is how that session comes to exist.
-            let c = read_client(common, outer, outer_json)?;
-            let mut body = json!({"key": key});
-            put(&mut body, "parentSessionKey", parent);
-            put(&mut body, "label", label);
-            put(&mut body, "kind", kind);
-            put(&mut body, "agentId", agent_id);
-            let v = c.call("POST", "/v1/sessions", Some(body))?;
-            c.print(&v, |v| {
-                let s = &v["session"];
-                let mut line = format!(
-                    "{} {} (agent {}, kind {})",
-                    if v["created"] == true {
-                        "created"
-                    } else {
-                        "already exists, unchanged:"
-                    },
-                    s["key"].as_str().unwrap_or(""),
-                    s["agentId"].as_str().unwrap_or(""),
-                    s["kind"].as_str().unwrap_or("")
-                );
-                if let Some(p) = s["parentSessionKey"].as_str() {
-                    line.push_str(&format!("; {p} watches it"));
-                }
-                line
-            });
-        }
+        } => cmd_create(
+            key, parent, label, kind, agent_id, common, outer, outer_json,
+        ),
         Command::Spawn {
             task,
             label,
             child_agent,
             run_timeout,
             common,
-        } => {
-            let c = client(common, outer, outer_json)?;
-            let mut args = json!({"task": task});
-            put(&mut args, "label", label);
-            put(&mut args, "agentId", child_agent);
-            put(&mut args, "runTimeoutSeconds", run_timeout);
-            let v = c.tool("sessions_spawn", args, Duration::ZERO)?;
-            c.print(&v, |v| {
-                format!(
-                    "spawned {} (run {})",
-                    v["childSessionKey"].as_str().unwrap_or(""),
-                    v["runId"].as_str().unwrap_or("")
-                )
-            });
-        }
+        } => cmd_spawn(
+            task,
+            label,
+            child_agent,
+            run_timeout,
+            common,
+            outer,
+            outer_json,
+        ),
         Command::Turn {
             key,
             text,
@@ -381,171 +197,538 @@ pub(crate) fn run(cmd: Command, outer: &Conn, outer_json: bool) -> client::CliRe
             human_id,
             run_id,
             common,
-        } => {
-            let c = client(common, outer, outer_json)?;
-            let text = text_or_stdin(text)?;
-            let role = match role {
-                Role::User => "user",
-                Role::Assistant => "assistant",
-                Role::Tool => "tool",
-            };
-            let mut body = json!({"role": role, "text": text});
-            if provenance.is_some() || human_id.is_some() || source.is_some() {
-                let kind = provenance.unwrap_or(if source.is_some() {
-                    Provenance::InterSession
-                } else {
-                    Provenance::Human
-                });
-                let mut p = json!({"kind": kind.as_str()});
-                put(&mut p, "humanId", human_id);
-                put(&mut p, "sourceSessionKey", source);
-                body["provenance"] = p;
-            }
-            put(&mut body, "channel", channel);
-            put(&mut body, "runId", run_id);
-            let v = c.call(
-                "POST",
-                &format!("/v1/sessions/{}/turns", seg(&key)),
-                Some(body),
-            )?;
-            c.print(&v, |v| match v["event"]["sequence"].as_i64() {
-                Some(s) => format!("turn {} recorded; event #{s}", v["turn"]["index"]),
-                None => format!("turn {} recorded", v["turn"]["index"]),
-            });
-        }
+        } => cmd_turn(
+            key, text, role, provenance, source, channel, human_id, run_id, common, outer,
+            outer_json,
+        ),
         Command::Drain {
             key,
             peek,
             follow,
             common,
-        } => {
-            let c = client(common, outer, outer_json)?;
-            drain(&c, &key, peek, follow)?;
-        }
-        Command::Pending { key, common } => {
-            let c = client(common, outer, outer_json)?;
-            drain(&c, &key, true, false)?;
-        }
+        } => cmd_drain(key, peek, follow, common, outer, outer_json),
+        Command::Pending { key, common } => cmd_pending(key, common, outer, outer_json),
         Command::Watch {
             target,
             target_agent,
             common,
-        } => {
-            let c = client(common, outer, outer_json)?;
-            let watcher = c.need_session("watch")?.to_string();
-            let mut body = json!({"target": target});
-            put(&mut body, "targetAgentId", target_agent);
-            let v = c.call(
-                "POST",
-                &format!("/v1/sessions/{}/watches", seg(&watcher)),
-                Some(body),
-            )?;
-            c.print(&v, |v| {
-                format!(
-                    "watching {} from version {}",
-                    v["cursor"]["targetSessionKey"].as_str().unwrap_or(""),
-                    v["cursor"]["lastSeen"]
-                )
-            });
-        }
+        } => cmd_watch(target, target_agent, common, outer, outer_json),
         Command::Unwatch {
             target,
             target_agent,
             common,
-        } => {
-            let c = client(common, outer, outer_json)?;
-            let mut args = json!({"sessionKey": target});
-            put(&mut args, "agentId", target_agent);
-            let v = c.tool("sessions_unwatch", args, Duration::ZERO)?;
-            c.print(&v, |v| {
-                if v["unwatched"] == true {
-                    "unwatched".into()
-                } else {
-                    "was not watching".into()
-                }
-            });
-        }
+        } => cmd_unwatch(target, target_agent, common, outer, outer_json),
         Command::History {
             key,
             limit,
             offset,
             include_tools,
             common,
-        } => {
-            let c = read_client(common, outer, outer_json)?;
-            let v = if c.session().is_some() {
-                let mut args = json!({"sessionKey": key});
-                put(&mut args, "limit", limit);
-                put(&mut args, "offset", offset);
-                if include_tools {
-                    args["includeTools"] = true.into();
-                }
-                c.tool("sessions_history", args, Duration::ZERO)?
-            } else {
-                operator_history(&c, &key, limit, offset, include_tools)?
-            };
-            c.print(&v, client::human_history);
-        }
+        } => cmd_history(key, limit, offset, include_tools, common, outer, outer_json),
         Command::Adopt {
             thread,
             catalog,
             host,
             into_agent,
             common,
-        } => {
-            let c = client(common, outer, outer_json)?;
-            let mut body = json!({"catalogId": &catalog, "hostId": &host, "threadId": &thread});
-            put(&mut body, "agentId", into_agent);
-            let v = c.call("POST", "/v1/catalog/continue", Some(body))?;
-            let key = v["sessionKey"].as_str().unwrap_or("").to_string();
-            let linked = v["linked"] == true;
-            c.print(&v, |v| {
-                format!(
-                    "{} {key}{}",
-                    if v["created"] == true {
-                        "adopted as"
-                    } else {
-                        // The key existed: adopted before, or made by the hook or `aware create`
-                        // and adopted now (04 §3 step 5).
-                        "adopted the existing session"
-                    },
-                    if linked {
-                        " (linked: new prompts typed into the thread are noticed)"
-                    } else {
-                        ""
-                    }
-                )
-            });
-            // The point of adopting is to notice a human typing into the thread; without a link
-            // nothing is watched, which the user must not mistake for success.
-            if !linked {
-                return Err(Failure::Server(format!(
-                    "{key} is not linked to {catalog} thread {thread:?} on {host}: its transcript \
-                     was not found, so nothing typed there is noticed (check the id with `aware \
-                     catalog --catalog {catalog} --host {host}`)"
-                )));
-            }
-        }
+        } => cmd_adopt(thread, catalog, host, into_agent, common, outer, outer_json),
         Command::Catalog {
             catalog,
             host,
             limit,
             common,
-        } => {
-            let c = client(common, outer, outer_json)?;
-            let mut path = format!(
-                "/v1/catalog?catalogId={}&hostId={}",
-                seg(&catalog),
-                seg(&host)
-            );
-            if let Some(l) = limit {
-                path.push_str(&format!("&limit={l}"));
-            }
-            let v = c.call("GET", &path, None)?;
-            c.print(&v, client::human_catalog);
-        }
-        _ => {}
+        } => cmd_catalog(catalog, host, limit, common, outer, outer_json),
+        _ => Ok(()),
     }
+}
+
+/// `aware status`.
+fn cmd_status(
+    key: Option<String>,
+    changes_since: Option<i64>,
+    limit: Option<i64>,
+    common: Common,
+    outer: &Conn,
+    outer_json: bool,
+) -> client::CliResult<()> {
+    // A key to read without --changes-since is a read: client.toml's session does not
+    // make it a caller's (a gateway without that session would refuse it).
+    let c = if key.is_some() && changes_since.is_none() && limit.is_none() {
+        read_client(common, outer, outer_json)?
+    } else {
+        client(common, outer, outer_json)?
+    };
+    if c.session().is_none() {
+        // Operator read: the session object, like GET /v1/sessions/{key}.
+        let Some(key) = key else {
+            return Err(Failure::Usage(
+                "status needs a KEY, or --session naming the calling session".into(),
+            ));
+        };
+        if changes_since.is_some() || limit.is_some() {
+            return Err(Failure::Usage(
+                "--changes-since and --limit need --session (the caller whose view is shown)"
+                    .into(),
+            ));
+        }
+        let v = c.call("GET", &format!("/v1/sessions/{}", seg(&key)), None)?;
+        c.print(&v, client::human_session_object);
+        return Ok(());
+    }
+    let mut args = json!({});
+    put(&mut args, "sessionKey", key);
+    put(&mut args, "changesSince", changes_since);
+    put(&mut args, "limit", limit);
+    let v = c.tool("session_status", args, Duration::ZERO)?;
+    c.print(&v, client::human_status);
+    Ok(())
+}
+
+/// `aware list`.
+fn cmd_list(
+    kinds: Vec<String>,
+    limit: Option<i64>,
+    wide: bool,
+    common: Common,
+    outer: &Conn,
+    outer_json: bool,
+) -> client::CliResult<()> {
+    let c = read_client(common, outer, outer_json)?;
+    if c.session().is_none() {
+        // Operator read: every agent's sessions. One kind per request is what the route
+        // filters on, so several kinds are fetched and merged.
+        let mut sessions = Vec::new();
+        let kinds_or_all: Vec<Option<String>> = if kinds.is_empty() {
+            vec![None]
+        } else {
+            kinds.into_iter().map(Some).collect()
+        };
+        for k in kinds_or_all {
+            let mut q = vec![];
+            if let Some(k) = k {
+                q.push(format!("kind={}", seg(&k)));
+            }
+            if let Some(l) = limit {
+                q.push(format!("limit={l}"));
+            }
+            let path = if q.is_empty() {
+                "/v1/sessions".to_string()
+            } else {
+                format!("/v1/sessions?{}", q.join("&"))
+            };
+            let v = c.call("GET", &path, None)?;
+            sessions.extend(v["sessions"].as_array().cloned().unwrap_or_default());
+        }
+        let v = json!({ "sessions": sessions });
+        c.print(&v, |v| client::human_sessions(v, wide));
+        return Ok(());
+    }
+    let mut args = json!({});
+    if !kinds.is_empty() {
+        args["kinds"] = json!(kinds);
+    }
+    put(&mut args, "limit", limit);
+    let v = c.tool("sessions_list", args, Duration::ZERO)?;
+    c.print(&v, |v| client::human_sessions(v, wide));
+    Ok(())
+}
+
+/// `aware send`.
+// The fields of its `Command` variant, one parameter each, as clap parsed them.
+#[allow(clippy::too_many_arguments)]
+fn cmd_send(
+    positional: Vec<String>,
+    watch: bool,
+    timeout: Option<i64>,
+    no_wait: bool,
+    label: Option<String>,
+    conn: Conn,
+    json: bool,
+    outer: &Conn,
+    outer_json: bool,
+) -> client::CliResult<()> {
+    let timeout = if no_wait { Some(0) } else { timeout };
+    let c = client(
+        Common {
+            conn,
+            json,
+            timeout: None,
+        },
+        outer,
+        outer_json,
+    )?;
+    let mut args = match (&label, positional.as_slice()) {
+        (Some(l), [message]) => json!({"label": l, "message": message}),
+        (None, [target, message]) => json!({"sessionKey": target, "message": message}),
+        (Some(_), _) => {
+            return Err(Failure::Usage(
+                "with --label give only the MESSAGE (the label names the target)".into(),
+            ))
+        }
+        (None, _) => {
+            return Err(Failure::Usage(
+                "send needs TARGET and MESSAGE (or --label LABEL and MESSAGE)".into(),
+            ))
+        }
+    };
+    if watch {
+        args["watch"] = true.into();
+    }
+    put(&mut args, "timeoutSeconds", timeout);
+    // The tool waits 30 s by default (03 §6).
+    let secs = timeout.unwrap_or(30).clamp(0, 600);
+    let wait = Duration::from_secs(secs as u64);
+    // Say what the silence is before it starts: a wait with no word looks like a hang.
+    let target = match (&label, positional.first()) {
+        (Some(l), _) => format!("the session labelled {l:?}"),
+        (None, Some(k)) => k.clone(),
+        (None, None) => String::new(),
+    };
+    if secs > 0 {
+        eprintln!(
+            "aware: sent to {target}; waiting up to {secs} s for its reply \
+                 (the receiver answers with `aware reply KEY TEXT`; --no-wait returns at once)"
+        );
+    }
+    let v = c.tool("sessions_send", args, wait)?;
+    let failed = v["status"] == "timeout" || v["status"] == "error";
+    if c.json || !failed {
+        c.print(&v, |v| match v["reply"].as_str() {
+            Some(r) => r.to_string(),
+            None => format!(
+                "{} (run {}): the receiver answers with `aware reply {} TEXT`",
+                v["status"].as_str().unwrap_or(""),
+                v["runId"].as_str().unwrap_or(""),
+                v["sessionKey"].as_str().unwrap_or("KEY"),
+            ),
+        });
+    }
+    // Waiting for a reply that did not come is a failure the caller must see.
+    if let Some(status @ ("timeout" | "error")) = v["status"].as_str() {
+        return Err(Failure::Server(format!(
+            "{status}: {} (the message was sent as run {}; the receiver answers with \
+                 `aware reply {} TEXT`, and `aware history` shows the reply when it comes)",
+            v["error"].as_str().unwrap_or("no reply"),
+            v["runId"].as_str().unwrap_or(""),
+            v["sessionKey"].as_str().unwrap_or("KEY"),
+        )));
+    }
+    Ok(())
+}
+
+/// `aware reply`.
+fn cmd_reply(
+    key: String,
+    text: String,
+    run_id: Option<String>,
+    common: Common,
+    outer: &Conn,
+    outer_json: bool,
+) -> client::CliResult<()> {
+    let c = read_client(common, outer, outer_json)?;
+    let text = text_or_stdin(text)?;
+    let run_id = match run_id {
+        Some(r) => r,
+        None => newest_sent_run(&c, &key)?,
+    };
+    let body = json!({"role": "assistant", "text": text, "runId": run_id});
+    let v = c.call(
+        "POST",
+        &format!("/v1/sessions/{}/turns", seg(&key)),
+        Some(body),
+    )?;
+    c.print(&v, |v| {
+        format!(
+            "replied to run {run_id} (turn {} of {key})",
+            v["turn"]["index"]
+        )
+    });
+    Ok(())
+}
+
+/// `aware create`.
+// The fields of its `Command` variant, one parameter each, as clap parsed them.
+#[allow(clippy::too_many_arguments)]
+fn cmd_create(
+    key: String,
+    parent: Option<String>,
+    label: Option<String>,
+    kind: Option<String>,
+    agent_id: Option<String>,
+    common: Common,
+    outer: &Conn,
+    outer_json: bool,
+) -> client::CliResult<()> {
+    // Not as client.toml's session: `aware create` is how that session comes to exist.
+    let c = read_client(common, outer, outer_json)?;
+    let mut body = json!({"key": key});
+    put(&mut body, "parentSessionKey", parent);
+    put(&mut body, "label", label);
+    put(&mut body, "kind", kind);
+    put(&mut body, "agentId", agent_id);
+    let v = c.call("POST", "/v1/sessions", Some(body))?;
+    c.print(&v, |v| {
+        let s = &v["session"];
+        let mut line = format!(
+            "{} {} (agent {}, kind {})",
+            if v["created"] == true {
+                "created"
+            } else {
+                "already exists, unchanged:"
+            },
+            s["key"].as_str().unwrap_or(""),
+            s["agentId"].as_str().unwrap_or(""),
+            s["kind"].as_str().unwrap_or("")
+        );
+        if let Some(p) = s["parentSessionKey"].as_str() {
+            line.push_str(&format!("; {p} watches it"));
+        }
+        line
+    });
+    Ok(())
+}
+
+/// `aware spawn`.
+fn cmd_spawn(
+    task: String,
+    label: Option<String>,
+    child_agent: Option<String>,
+    run_timeout: Option<i64>,
+    common: Common,
+    outer: &Conn,
+    outer_json: bool,
+) -> client::CliResult<()> {
+    let c = client(common, outer, outer_json)?;
+    let mut args = json!({"task": task});
+    put(&mut args, "label", label);
+    put(&mut args, "agentId", child_agent);
+    put(&mut args, "runTimeoutSeconds", run_timeout);
+    let v = c.tool("sessions_spawn", args, Duration::ZERO)?;
+    c.print(&v, |v| {
+        format!(
+            "spawned {} (run {})",
+            v["childSessionKey"].as_str().unwrap_or(""),
+            v["runId"].as_str().unwrap_or("")
+        )
+    });
+    Ok(())
+}
+
+/// `aware turn`.
+// The fields of its `Command` variant, one parameter each, as clap parsed them.
+#[allow(clippy::too_many_arguments)]
+fn cmd_turn(
+    key: String,
+    text: String,
+    role: Role,
+    provenance: Option<Provenance>,
+    source: Option<String>,
+    channel: Option<String>,
+    human_id: Option<String>,
+    run_id: Option<String>,
+    common: Common,
+    outer: &Conn,
+    outer_json: bool,
+) -> client::CliResult<()> {
+    let c = client(common, outer, outer_json)?;
+    let text = text_or_stdin(text)?;
+    let role = match role {
+        Role::User => "user",
+        Role::Assistant => "assistant",
+        Role::Tool => "tool",
+    };
+    let mut body = json!({"role": role, "text": text});
+    if provenance.is_some() || human_id.is_some() || source.is_some() {
+        let kind = provenance.unwrap_or(if source.is_some() {
+            Provenance::InterSession
+        } else {
+            Provenance::Human
+        });
+        let mut p = json!({"kind": kind.as_str()});
+        put(&mut p, "humanId", human_id);
+        put(&mut p, "sourceSessionKey", source);
+        body["provenance"] = p;
+    }
+    put(&mut body, "channel", channel);
+    put(&mut body, "runId", run_id);
+    let v = c.call(
+        "POST",
+        &format!("/v1/sessions/{}/turns", seg(&key)),
+        Some(body),
+    )?;
+    c.print(&v, |v| match v["event"]["sequence"].as_i64() {
+        Some(s) => format!("turn {} recorded; event #{s}", v["turn"]["index"]),
+        None => format!("turn {} recorded", v["turn"]["index"]),
+    });
+    Ok(())
+}
+
+/// `aware drain`.
+fn cmd_drain(
+    key: String,
+    peek: bool,
+    follow: bool,
+    common: Common,
+    outer: &Conn,
+    outer_json: bool,
+) -> client::CliResult<()> {
+    let c = client(common, outer, outer_json)?;
+    drain(&c, &key, peek, follow)?;
+    Ok(())
+}
+
+/// `aware pending`.
+fn cmd_pending(
+    key: String,
+    common: Common,
+    outer: &Conn,
+    outer_json: bool,
+) -> client::CliResult<()> {
+    let c = client(common, outer, outer_json)?;
+    drain(&c, &key, true, false)?;
+    Ok(())
+}
+
+/// `aware watch`.
+fn cmd_watch(
+    target: String,
+    target_agent: Option<String>,
+    common: Common,
+    outer: &Conn,
+    outer_json: bool,
+) -> client::CliResult<()> {
+    let c = client(common, outer, outer_json)?;
+    let watcher = c.need_session("watch")?.to_string();
+    let mut body = json!({"target": target});
+    put(&mut body, "targetAgentId", target_agent);
+    let v = c.call(
+        "POST",
+        &format!("/v1/sessions/{}/watches", seg(&watcher)),
+        Some(body),
+    )?;
+    c.print(&v, |v| {
+        format!(
+            "watching {} from version {}",
+            v["cursor"]["targetSessionKey"].as_str().unwrap_or(""),
+            v["cursor"]["lastSeen"]
+        )
+    });
+    Ok(())
+}
+
+/// `aware unwatch`.
+fn cmd_unwatch(
+    target: String,
+    target_agent: Option<String>,
+    common: Common,
+    outer: &Conn,
+    outer_json: bool,
+) -> client::CliResult<()> {
+    let c = client(common, outer, outer_json)?;
+    let mut args = json!({"sessionKey": target});
+    put(&mut args, "agentId", target_agent);
+    let v = c.tool("sessions_unwatch", args, Duration::ZERO)?;
+    c.print(&v, |v| {
+        if v["unwatched"] == true {
+            "unwatched".into()
+        } else {
+            "was not watching".into()
+        }
+    });
+    Ok(())
+}
+
+/// `aware history`.
+fn cmd_history(
+    key: String,
+    limit: Option<i64>,
+    offset: Option<i64>,
+    include_tools: bool,
+    common: Common,
+    outer: &Conn,
+    outer_json: bool,
+) -> client::CliResult<()> {
+    let c = read_client(common, outer, outer_json)?;
+    let v = if c.session().is_some() {
+        let mut args = json!({"sessionKey": key});
+        put(&mut args, "limit", limit);
+        put(&mut args, "offset", offset);
+        if include_tools {
+            args["includeTools"] = true.into();
+        }
+        c.tool("sessions_history", args, Duration::ZERO)?
+    } else {
+        operator_history(&c, &key, limit, offset, include_tools)?
+    };
+    c.print(&v, client::human_history);
+    Ok(())
+}
+
+/// `aware adopt`.
+fn cmd_adopt(
+    thread: String,
+    catalog: String,
+    host: String,
+    into_agent: Option<String>,
+    common: Common,
+    outer: &Conn,
+    outer_json: bool,
+) -> client::CliResult<()> {
+    let c = client(common, outer, outer_json)?;
+    let mut body = json!({"catalogId": &catalog, "hostId": &host, "threadId": &thread});
+    put(&mut body, "agentId", into_agent);
+    let v = c.call("POST", "/v1/catalog/continue", Some(body))?;
+    let key = v["sessionKey"].as_str().unwrap_or("").to_string();
+    let linked = v["linked"] == true;
+    c.print(&v, |v| {
+        format!(
+            "{} {key}{}",
+            if v["created"] == true {
+                "adopted as"
+            } else {
+                // The key existed: adopted before, or made by the hook or `aware create`
+                // and adopted now (04 §3 step 5).
+                "adopted the existing session"
+            },
+            if linked {
+                " (linked: new prompts typed into the thread are noticed)"
+            } else {
+                ""
+            }
+        )
+    });
+    // The point of adopting is to notice a human typing into the thread; without a link
+    // nothing is watched, which the user must not mistake for success.
+    if !linked {
+        return Err(Failure::Server(format!(
+            "{key} is not linked to {catalog} thread {thread:?} on {host}: its transcript \
+                 was not found, so nothing typed there is noticed (check the id with `aware \
+                 catalog --catalog {catalog} --host {host}`)"
+        )));
+    }
+    Ok(())
+}
+
+/// `aware catalog`.
+fn cmd_catalog(
+    catalog: String,
+    host: String,
+    limit: Option<i64>,
+    common: Common,
+    outer: &Conn,
+    outer_json: bool,
+) -> client::CliResult<()> {
+    let c = client(common, outer, outer_json)?;
+    let mut path = format!(
+        "/v1/catalog?catalogId={}&hostId={}",
+        seg(&catalog),
+        seg(&host)
+    );
+    if let Some(l) = limit {
+        path.push_str(&format!("&limit={l}"));
+    }
+    let v = c.call("GET", &path, None)?;
+    c.print(&v, client::human_catalog);
     Ok(())
 }
 
