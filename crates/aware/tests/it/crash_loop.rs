@@ -14,12 +14,13 @@
 //!   and every sequence first seen after a restart is above everything seen before it (never
 //!   reused across restarts); a sequence is never answered twice;
 //! - heads never go down (`stateVersion` ≥ the previous one) and equal the newest event;
-//! - every cursor of W and X satisfies `lastSeen ≤ notified ≤ material ≤ head`, the expected
+//! - a turn cut by the kill is whole or absent (every stored user turn is a text sent);
+//! - every cursor of W and X satisfies `lastSeen ≤ notified ≤ material = head`, the expected
 //!   cursors exist, and every answered drain's acknowledgement survived (`lastSeen` moved past
 //!   the drained notice's `lastSeen`);
 //! - every pending notice of W and X can be drained (the drain returns exactly what a peek
-//!   listed, nothing stays pending), and no `(watcher, target, lastSeen)` triple is ever
-//!   returned by two drain answers.
+//!   listed, nothing stays pending, and afterwards `lastSeen = material` for every cursor), and
+//!   no `(watcher, target, lastSeen)` triple is ever returned by two drain answers.
 //!
 //! `AWARE_CRASH_ITERATIONS` (default 3) sets the number of kills, `AWARE_CRASH_SEED` replays a
 //! run's choices (the seed is printed first; thread timing still varies), and
@@ -56,6 +57,8 @@ struct ClientLog {
     turns: Vec<(String, String)>,
     drains: Vec<Triple>,
     spawned: Vec<String>,
+    /// `(session, text)` of every turn sent, answered or not: a cut turn is whole or absent.
+    sent_turns: Vec<(String, String)>,
     answered: u64,
     /// Requests that got no answer because the server died under them.
     cut: u64,
@@ -115,6 +118,10 @@ fn client(base: String, seed: u64, deadline: Instant, answered_total: Arc<Atomic
                 json!({"task": format!("crash loop task {seed:x}/{i}")}),
             ),
         };
+        if let Op::Turn(c) = &op {
+            let text = body["text"].as_str().unwrap_or("").to_string();
+            log.sent_turns.push((c.clone(), text));
+        }
         let mut req = agent.request(method, &format!("{base}{path}"));
         if let Some(c) = caller {
             req = req.set("X-Aware-Session", &seg(c));
@@ -199,6 +206,8 @@ struct Verifier {
     /// Sequences in answers, per stream.
     answered_events: BTreeMap<String, BTreeSet<i64>>,
     answered_turns: BTreeMap<String, HashSet<String>>,
+    /// Texts of every turn sent per session, answered or cut.
+    sent_texts: HashMap<String, HashSet<String>>,
     /// The highest `stateVersion` seen per stream.
     heads: HashMap<String, i64>,
     drained: HashSet<Triple>,
@@ -261,6 +270,9 @@ impl Verifier {
             });
             self.answered_events.entry(stream).or_default().insert(seq);
         }
+        for (s, text) in log.sent_turns {
+            self.sent_texts.entry(s).or_default().insert(text);
+        }
         for (s, id) in log.turns {
             self.answered_turns.entry(s).or_default().insert(id);
         }
@@ -308,8 +320,10 @@ impl Verifier {
         }
     }
 
-    fn turn_ids(&self, s: &Server, key: &str) -> HashSet<String> {
+    /// The ids of a transcript's turns, and the texts of its user turns.
+    fn turn_ids(&self, s: &Server, key: &str) -> (HashSet<String>, Vec<String>) {
         let mut ids = HashSet::new();
+        let mut texts = Vec::new();
         let mut after: Option<i64> = None;
         loop {
             let q = match after {
@@ -323,9 +337,12 @@ impl Verifier {
             let turns = r.body["turns"].as_array().unwrap();
             for t in turns {
                 ids.insert(t["id"].as_str().unwrap().to_string());
+                if t["role"] == "user" {
+                    texts.push(t["text"].as_str().unwrap_or("").to_string());
+                }
             }
             if r.body["hasMore"] != true || turns.is_empty() {
-                return ids;
+                return (ids, texts);
             }
             after = turns.last().unwrap()["index"].as_i64();
         }
@@ -406,12 +423,24 @@ impl Verifier {
         // Transcripts: every answered turn is there.
         let mut turns_checked = 0;
         for (key, want) in &self.answered_turns {
-            let have = self.turn_ids(s, key);
+            let (have, _) = self.turn_ids(s, key);
             let lost = want.iter().filter(|id| !have.contains(*id)).count();
             self.ensure(lost == 0, || {
                 format!("{label}: {lost} answered turns of {key} lost")
             });
             turns_checked += want.len() as u64;
+        }
+        // A turn cut by the kill is whole or absent: every stored user turn is, byte for byte,
+        // a text some client sent to that session.
+        for (key, sent) in &self.sent_texts {
+            let (_, texts) = self.turn_ids(s, key);
+            for t in texts {
+                self.ensure(sent.contains(&t), || {
+                    format!(
+                        "{label}: a user turn of {key} is no text any client sent (torn?): {t:?}"
+                    )
+                });
+            }
         }
         self.turns_checked += turns_checked;
 
@@ -441,8 +470,10 @@ impl Verifier {
                     format!("{label}: cursor ({w}, {t}) pending flag wrong: {c}")
                 });
                 let head = self.heads.get(&t).copied().unwrap_or(0);
-                self.ensure(m <= head, || {
-                    format!("{label}: cursor ({w}, {t}) material {m} above the head {head}")
+                // Every event of this workload is material (turns, goals, spawns), so the
+                // cursor's material change is the target's newest event, restarts included.
+                self.ensure(m == head, || {
+                    format!("{label}: cursor ({w}, {t}) material {m} is not the head {head}")
                 });
                 if let Some(&acked) = self.acked.get(&(w.to_string(), t.clone(), a)) {
                     self.ensure(ls > acked, || {
@@ -489,15 +520,34 @@ impl Verifier {
                 after["notices"].as_array().is_some_and(|n| n.is_empty()),
                 || format!("{label}: {w} still has pending notices after draining: {after}"),
             );
+            // Nothing lost: the quiet drain acknowledged every change of every target.
+            for c in self.watches(s, w) {
+                let (ls, m) = (c["lastSeen"].as_i64(), c["material"].as_i64());
+                self.ensure(ls.is_some() && ls == m, || {
+                    format!("{label}: after the final drain of {w}, lastSeen is not material: {c}")
+                });
+            }
         }
     }
 
+    /// Every cursor of `w`, page by page (a long run spawns more children than one page holds).
     fn watches(&self, s: &Server, w: &str) -> Vec<Value> {
-        let r = s.get(&format!("/v1/sessions/{}/watches", seg(w)));
-        self.ensure(r.status == 200, || {
-            format!("watches of {w}: {} {}", r.status, r.body)
-        });
-        r.body["watches"].as_array().unwrap().clone()
+        let mut all = Vec::new();
+        let mut offset = 0;
+        loop {
+            let r = s.get(&format!(
+                "/v1/sessions/{}/watches?limit=500&offset={offset}",
+                seg(w)
+            ));
+            self.ensure(r.status == 200, || {
+                format!("watches of {w}: {} {}", r.status, r.body)
+            });
+            all.extend(r.body["watches"].as_array().unwrap().iter().cloned());
+            match r.body["nextOffset"].as_u64() {
+                Some(next) if r.body["hasMore"] == true => offset = next,
+                _ => return all,
+            }
+        }
     }
 }
 
@@ -564,6 +614,7 @@ fn kill9_under_concurrent_load_loses_and_reissues_nothing() {
         owner: HashMap::new(),
         answered_events: BTreeMap::new(),
         answered_turns: BTreeMap::new(),
+        sent_texts: HashMap::new(),
         heads: HashMap::new(),
         drained: HashSet::new(),
         acked: HashMap::new(),
