@@ -155,7 +155,7 @@ pub const CLUSTER_OPT_OUT: &[(&str, &str)] = &[
     ),
     (
         "security::no_message_text_in_events_summaries_logs_or_metrics",
-        "reads state.db with rusqlite",
+        "reads state.db with rusqlite (its twin `..._on_postgresql` runs the scan on PostgreSQL)",
     ),
     (
         "stalls::",

@@ -641,7 +641,20 @@ fn hex(s: &str) -> String {
 const MARK: &str = "PRIVMARK";
 
 /// Every cell of every row of a table, as text.
-fn table_text(db: &std::path::Path, table: &str) -> Vec<String> {
+/// Every row of `table` as one line of text, from the set's store: `state.db` on SQLite, the
+/// set's database on PostgreSQL (each row cast to text, every column in it).
+fn table_text(s: &Server, table: &str) -> Vec<String> {
+    if let Some(url) = &s.store_url {
+        let mut c = aware_store_pg::postgres::Client::connect(url, aware_store_pg::postgres::NoTls)
+            .unwrap();
+        return c
+            .query(&format!("SELECT t::text FROM {table} t"), &[])
+            .unwrap()
+            .iter()
+            .map(|r| r.get::<_, String>(0))
+            .collect();
+    }
+    let db = s.db_path();
     let conn =
         rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
             .unwrap();
@@ -663,7 +676,24 @@ fn table_text(db: &std::path::Path, table: &str) -> Vec<String> {
 #[test]
 fn no_message_text_in_events_summaries_logs_or_metrics() {
     let config = format!("{DEFAULT_CONFIG}[wakes]\ncoalesce_secs = 0\n");
-    let s = Server::with_args(&config, &["--log-level", "trace"]);
+    privacy_scan(Server::with_args(&config, &["--log-level", "trace"]));
+}
+
+/// The same scan on a PostgreSQL store (one gateway: the log fence reads its log), whatever the
+/// environment asks for: the rows, logs and metrics of the other backend keep the promise too.
+#[test]
+fn no_message_text_in_events_summaries_logs_or_metrics_on_postgresql() {
+    let config = format!("{DEFAULT_CONFIG}[wakes]\ncoalesce_secs = 0\n");
+    privacy_scan(Server::with_options(ServerOptions {
+        config,
+        args: vec!["--log-level".into(), "trace".into()],
+        gateways: 1,
+        store: StoreChoice::Postgres,
+        pick: Pick::First,
+    }));
+}
+
+fn privacy_scan(s: Server) {
     let wakes = Wakes::subscribe(&s, "", None);
     s.create(W);
     s.create_child(C, W);
@@ -820,8 +850,7 @@ fn no_message_text_in_events_summaries_logs_or_metrics() {
     let child_status = s.status(W, &child, 0);
 
     // The positive control: the texts are stored where they belong (turns, goal, FIFO).
-    let db = s.db_path();
-    let turns = table_text(&db, "turns").join("\n");
+    let turns = table_text(&s, "turns").join("\n");
     for what in ["human", "assistant", "tool", "send", "task", "compaction"] {
         assert!(turns.contains(&mark(what)), "turn text {what} not stored");
     }
@@ -833,7 +862,7 @@ fn no_message_text_in_events_summaries_logs_or_metrics() {
         "session_watch_cursors",
         "runs",
     ] {
-        let rows = table_text(&db, table);
+        let rows = table_text(&s, table);
         assert!(!rows.is_empty() || table == "runs", "{table} is empty");
         for row in rows {
             assert!(!row.contains(MARK), "{table}: {row}");
@@ -884,7 +913,7 @@ fn no_message_text_in_events_summaries_logs_or_metrics() {
     }
     eprintln!(
         "privacy: {sent} requests with marked text; scanned {} event rows, {} metric lines, {} log lines",
-        table_text(&db, "session_state_events").len(),
+        table_text(&s, "session_state_events").len(),
         metrics.lines().count(),
         logs.lines().count()
     );
