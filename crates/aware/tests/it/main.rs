@@ -9,6 +9,7 @@
 mod common;
 
 mod bad_requests;
+mod batch_failure;
 mod cli;
 mod cli_first_hour;
 mod cli_ux;
