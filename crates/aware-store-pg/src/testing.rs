@@ -313,6 +313,97 @@ impl PgCluster {
         Ok(())
     }
 
+    /// A streaming standby of this cluster (`pg_basebackup -R`), started on a port of its own.
+    /// With `synchronous`, this cluster then waits for the standby to flush every commit
+    /// before answering it (`synchronous_standby_names = '*'`), so nothing acknowledged is lost
+    /// when the standby is promoted after this one dies.
+    pub fn start_standby(&self, synchronous: bool) -> HResult<PgCluster> {
+        let dir = tempfile::Builder::new()
+            .prefix("aware-pg-standby-")
+            .tempdir()
+            .map_err(|e| err(format!("cannot make a temporary directory: {e}")))?;
+        if self.as_user.is_some() {
+            let (uid, gid) = user_ids("postgres")?;
+            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))
+                .map_err(|e| err(format!("cannot chown {}: {e}", dir.path().display())))?;
+        }
+        let standby = PgCluster {
+            bin: self.bin.clone(),
+            port: free_port()?,
+            dir,
+            as_user: self.as_user.clone(),
+            options: self.options.clone(),
+            databases: AtomicU32::new(0),
+            watchdog: Mutex::new(None),
+        };
+        // initdb's trust rules include replication connections from 127.0.0.1.
+        standby.run(
+            "pg_basebackup",
+            &[
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                "-D",
+                &standby.data_dir().display().to_string(),
+                "-R",
+                "-X",
+                "stream",
+                "--no-sync",
+            ],
+        )?;
+        standby.start()?;
+        standby.spawn_watchdog()?;
+        if synchronous {
+            let mut c = postgres::Client::connect(&self.url("postgres"), postgres::NoTls)
+                .map_err(|e| err(format!("cannot connect to the primary: {e}")))?;
+            // Two statements: ALTER SYSTEM refuses the implicit transaction of a multi-statement
+            // query string.
+            for sql in [
+                "ALTER SYSTEM SET synchronous_standby_names = '*'",
+                "SELECT pg_reload_conf()",
+            ] {
+                c.batch_execute(sql)
+                    .map_err(|e| err(format!("cannot make replication synchronous: {e:?}")))?;
+            }
+            // Synchronous only once the standby streams as such; until then commits would wait.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            loop {
+                let row = c
+                    .query_opt(
+                        "SELECT 1 FROM pg_stat_replication WHERE sync_state = 'sync'",
+                        &[],
+                    )
+                    .map_err(|e| err(format!("cannot read pg_stat_replication: {e}")))?;
+                if row.is_some() {
+                    break;
+                }
+                if std::time::Instant::now() > deadline {
+                    return Err(err("the standby never became synchronous in 30 s"));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        }
+        Ok(standby)
+    }
+
+    /// Promotes a standby to primary (`pg_ctl promote -w`: returns once it takes writes).
+    pub fn promote(&self) -> HResult<()> {
+        self.run(
+            "pg_ctl",
+            &[
+                "-D",
+                &self.data_dir().display().to_string(),
+                "-w",
+                "-t",
+                "60",
+                "promote",
+            ],
+        )
+    }
+
     /// The URL of database `name` of this cluster.
     pub fn url(&self, name: &str) -> String {
         format!("postgres://postgres@127.0.0.1:{}/{name}", self.port)

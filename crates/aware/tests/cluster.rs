@@ -512,3 +512,129 @@ fn a_reply_posted_on_gateway_b_ends_the_wait_on_gateway_a_over_the_bus() {
             >= 1.0
     });
 }
+
+/// PostgreSQL fails over: the primary is killed and its synchronous streaming standby promoted.
+/// Two gateways on a multi-host URL (`target_session_attrs=read-write`, so they never write to
+/// the standby while it is one) go on by themselves, nothing they acknowledged before the kill
+/// is lost (synchronous replication: a commit is answered once the standby has it), and no
+/// sequence is reused after the promotion.
+#[test]
+fn a_promoted_synchronous_standby_keeps_everything_acknowledged() {
+    let primary = PgCluster::start_new(aware_store_pg::testing::ClusterOptions::default())
+        .expect("primary cluster");
+    let standby = primary.start_standby(true).expect("synchronous standby");
+    let single = primary.database().expect("database");
+    let name = single.rsplit('/').next().expect("database name");
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/{name}?target_session_attrs=read-write",
+        primary.port(),
+        standby.port()
+    );
+    let a = gateway(&url);
+    let b = gateway(&url);
+    a.create(W);
+    let children: Vec<String> = (0..6)
+        .map(|i| format!("agent:main:subagent:failover{i}"))
+        .collect();
+    for c in &children {
+        a.create_child(c, W);
+    }
+    let turn = |s: &Server, c: &str, text: &str| {
+        s.post(
+            &format!("/v1/sessions/{}/turns", seg(c)),
+            json!({"role": "user", "text": text, "channel": "slack"}),
+        )
+    };
+    // (child, turn id, sequence) of every acknowledged turn, through both gateways.
+    let mut acked: Vec<(String, String, i64)> = Vec::new();
+    for round in 0..4 {
+        for (i, c) in children.iter().enumerate() {
+            let s = if (round + i) % 2 == 0 { &a } else { &b };
+            let r = turn(s, c, &format!("before {round}"));
+            assert_eq!(r.status, 201, "{}", r.body);
+            acked.push((
+                c.clone(),
+                r.body["turn"]["id"].as_str().expect("turn id").to_string(),
+                r.body["event"]["sequence"].as_i64().expect("sequence"),
+            ));
+        }
+    }
+    let max_before = acked.iter().map(|t| t.2).max().expect("acknowledged turns");
+
+    primary.kill().expect("kill -9 the primary");
+    let t = std::time::Instant::now();
+    standby.promote().expect("promote the standby");
+    let promoted = t.elapsed();
+    let mut after = Vec::new();
+    for (g, s) in [("a", &a), ("b", &b)] {
+        wait_until(&format!("gateway {g} to write again"), || {
+            let r = turn(s, &children[0], &format!("after on {g}"));
+            if r.status == 201 {
+                after.push(r.body["event"]["sequence"].as_i64().expect("sequence"));
+            }
+            r.status == 201
+        });
+    }
+    eprintln!(
+        "failover: standby promoted in {promoted:?}; both gateways writing again {:?} after the \
+         kill (reported, not asserted)",
+        t.elapsed()
+    );
+
+    // Nothing acknowledged is lost, read through either gateway.
+    for (c, id, seq) in &acked {
+        for s in [&a, &b] {
+            let r = s.get(&format!("/v1/sessions/{}/turns?limit=500", seg(c)));
+            assert_eq!(r.status, 200, "{}", r.body);
+            let ids: Vec<&str> = r.body["turns"]
+                .as_array()
+                .expect("turns")
+                .iter()
+                .filter_map(|t| t["id"].as_str())
+                .collect();
+            assert!(ids.contains(&id.as_str()), "turn {id} of {c} lost: {ids:?}");
+        }
+        let seqs = a.seqs(c, 0);
+        assert!(seqs.contains(seq), "sequence {seq} of {c} lost: {seqs:?}");
+    }
+    // No sequence is reused: the promoted server's sequence continues above the old one.
+    for s in &after {
+        assert!(
+            *s > max_before,
+            "sequence {s} after the failover is not above {max_before}"
+        );
+    }
+    // Every child's changes reach W: drained through alternating gateways until quiet (the
+    // first drain's notices were frozen at the first change, so the later turns come back as
+    // follow-ups), no `(target, lastSeen)` twice, every child among them.
+    let mut seen = std::collections::BTreeSet::new();
+    for round in 0..10 {
+        let s = if round % 2 == 0 { &b } else { &a };
+        let d = s.drain(W);
+        let notices = d["notices"].as_array().expect("notices").clone();
+        if notices.is_empty() {
+            break;
+        }
+        for n in notices {
+            let t = (
+                n["targetSessionKey"].as_str().expect("target").to_string(),
+                n["lastSeen"].as_i64().expect("lastSeen"),
+            );
+            assert!(seen.insert(t.clone()), "notice {t:?} delivered twice");
+        }
+    }
+    for c in &children {
+        assert!(
+            seen.iter().any(|(t, _)| t == c),
+            "no notice of {c} reached W: {seen:?}"
+        );
+    }
+    assert!(a.drain(W)["notices"]
+        .as_array()
+        .expect("notices")
+        .is_empty());
+    assert!(b.drain(W)["notices"]
+        .as_array()
+        .expect("notices")
+        .is_empty());
+}
