@@ -10,6 +10,10 @@ pub enum ClientError {
          e.g. --url http://127.0.0.1:7420"
     )]
     BadUrl { url: String },
+    /// The CA file to trust (`--ca-file`, `AWARE_CA_FILE`) cannot be read or holds no
+    /// certificate.
+    #[error("{detail}")]
+    CaFile { detail: String },
     /// The gateway answered with an error status.
     #[error("{}: {}", self.code(), self.message())]
     Status {
@@ -41,7 +45,7 @@ impl ClientError {
     /// time.
     pub fn exit_status(&self) -> i32 {
         match self {
-            ClientError::BadUrl { .. } => 2,
+            ClientError::BadUrl { .. } | ClientError::CaFile { .. } => 2,
             ClientError::Status { .. } | ClientError::Decode { .. } => 1,
             ClientError::Unreachable { .. }
             | ClientError::Timeout { .. }
@@ -55,6 +59,7 @@ impl ClientError {
         match self {
             ClientError::Status { code, .. } => code.as_deref().unwrap_or("internal"),
             ClientError::BadUrl { .. } => "invalid_url",
+            ClientError::CaFile { .. } => "invalid_ca_file",
             ClientError::Unreachable { .. }
             | ClientError::Timeout { .. }
             | ClientError::Transport { .. } => "gateway_unavailable",
@@ -74,7 +79,7 @@ impl ClientError {
             | ClientError::Timeout { detail, .. }
             | ClientError::Transport { detail, .. }
             | ClientError::Decode { detail } => detail.clone(),
-            ClientError::BadUrl { .. } => self.to_string(),
+            ClientError::BadUrl { .. } | ClientError::CaFile { .. } => self.to_string(),
         }
     }
 

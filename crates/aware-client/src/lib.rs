@@ -15,6 +15,8 @@ pub use error::ClientError;
 
 use serde_json::Value;
 use std::io::{Read, Write};
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Bound of one request when the caller sets none (the CLI's documented default).
@@ -64,6 +66,9 @@ pub struct Client {
     session: Option<String>,
     agent: Option<String>,
     timeout: Duration,
+    /// Trust for `https://` gateways: Mozilla's roots plus a CA file ([`Client::with_ca_file`]);
+    /// `None` is ureq's default (Mozilla's roots).
+    tls: Option<Arc<aware_tls::rustls::ClientConfig>>,
     http: ureq::Agent,
 }
 
@@ -90,15 +95,39 @@ impl Client {
             session: None,
             agent: None,
             timeout: DEFAULT_TIMEOUT,
+            tls: None,
             http: ureq::AgentBuilder::new().build(),
         })
+    }
+
+    /// Also trusts the CA certificates of the PEM file `ca_file` for `https://` gateways (a
+    /// gateway with a certificate of a private CA, or self-signed). A file that cannot be read
+    /// or holds no certificate is [`ClientError::CaFile`].
+    pub fn with_ca_file(mut self, ca_file: Option<&Path>) -> Result<Client, ClientError> {
+        let Some(path) = ca_file else {
+            return Ok(self);
+        };
+        let fail = |detail: String| ClientError::CaFile { detail };
+        let mut roots = aware_tls::webpki_roots();
+        aware_tls::add_file(&mut roots, "the CA file", path).map_err(fail)?;
+        self.tls = Some(Arc::new(aware_tls::client_config(roots).map_err(fail)?));
+        self.http = self.agent_builder().build();
+        Ok(self)
+    }
+
+    fn agent_builder(&self) -> ureq::AgentBuilder {
+        let b = ureq::AgentBuilder::new();
+        match &self.tls {
+            Some(t) => b.tls_config(t.clone()),
+            None => b,
+        }
     }
 
     /// The same client with connections of its own (a clone shares them): a request abandoned
     /// on a hanging peer must not leave its connection to the next one.
     pub fn fresh(&self) -> Client {
         Client {
-            http: ureq::AgentBuilder::new().build(),
+            http: self.agent_builder().build(),
             ..self.clone()
         }
     }
@@ -271,7 +300,9 @@ impl Request<'_> {
     /// timeout, each read by `read_timeout` (the gateway sends keep-alive comments). An error
     /// answer is [`ClientError::Status`].
     pub fn stream(self, read_timeout: Duration) -> Result<Response, ClientError> {
-        let agent = ureq::AgentBuilder::new()
+        let agent = self
+            .client
+            .agent_builder()
             .timeout_connect(self.timeout)
             .timeout_read(read_timeout)
             .build();

@@ -12,7 +12,7 @@ use error::bad;
 pub use error::{read_token_file, ConfigError};
 use file::FileConfig;
 use http::apply_http;
-pub use http::{normalize_allowed_host, HttpSettings};
+pub use http::{normalize_allowed_host, HttpSettings, ServerTls};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -119,6 +119,41 @@ pub struct GatewayConfig {
     /// `[store] url` (`--store`, `AWARE_STORE_URL`): a PostgreSQL server instead of the
     /// embedded SQLite file. Its `Debug` never shows the password.
     pub postgres: Option<aware_store_pg::PgOptions>,
+    /// How `https://` webhooks are verified: the system's roots plus `[wakes] ca_file`. Built
+    /// when a webhook URL is `https://` (or a CA file is named).
+    pub webhook_tls: Option<WebhookTls>,
+}
+
+/// The TLS client of `https://` webhooks.
+#[derive(Clone)]
+pub struct WebhookTls {
+    /// `[wakes] ca_file`, when set.
+    pub ca_file: Option<PathBuf>,
+    pub(crate) connector: tokio_rustls::TlsConnector,
+}
+
+impl std::fmt::Debug for WebhookTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookTls")
+            .field("ca_file", &self.ca_file)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WebhookTls {
+    /// The system's trust store plus the certificates of `ca_file`.
+    pub fn load(ca_file: Option<&Path>) -> Result<WebhookTls, ConfigError> {
+        let mut roots = aware_tls::system_roots();
+        if let Some(p) = ca_file {
+            aware_tls::add_file(&mut roots, "wakes.ca_file", p).map_err(bad)?;
+        }
+        let mut config = aware_tls::client_config(roots).map_err(bad)?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(WebhookTls {
+            ca_file: ca_file.map(Path::to_path_buf),
+            connector: tokio_rustls::TlsConnector::from(std::sync::Arc::new(config)),
+        })
+    }
 }
 
 /// Flags of `aware serve` that override the file.
@@ -135,6 +170,11 @@ pub struct Overrides {
     pub test_clock_start: Option<i64>,
     /// `--store`.
     pub store_url: Option<String>,
+    /// `--tls-cert`, `--tls-key`.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    /// `--allow-plaintext-tokens`.
+    pub allow_plaintext_tokens: bool,
 }
 
 pub fn default_data_dir() -> PathBuf {
@@ -178,6 +218,7 @@ impl GatewayConfig {
             limits: Limits::default(),
             http: HttpSettings::default(),
             postgres: None,
+            webhook_tls: None,
         }
     }
 
@@ -236,6 +277,17 @@ impl GatewayConfig {
         if let Some(h) = &file.http {
             apply_http(&mut c.http, h)?;
         }
+        let fh = file.http.clone().unwrap_or_default();
+        let named =
+            |flag: &'static str, key: &'static str, o: &Option<PathBuf>, f: Option<PathBuf>| {
+                o.clone().map(|p| (flag, p)).or(f.map(|p| (key, p)))
+            };
+        c.http.tls = http::resolve_tls(
+            named("--tls-cert", "http.tls_cert", &o.tls_cert, fh.tls_cert),
+            named("--tls-key", "http.tls_key", &o.tls_key, fh.tls_key),
+        )?;
+        c.http.allow_plaintext_tokens =
+            o.allow_plaintext_tokens || fh.allow_plaintext_tokens.unwrap_or(false);
         if let Some(d) = o.durability.as_deref().or(file.durability.as_deref()) {
             c.durability = parse_durability(d)?;
         }
@@ -269,6 +321,7 @@ impl GatewayConfig {
                 return Err(bad("wakes.stream_buffer must be at least 1 (got 0)"));
             }
         }
+        let mut https_webhook = false;
         for (id, a) in file.agents.clone().unwrap_or_default() {
             let agent = AgentId::parse(&id).map_err(|e| bad(format!("agents.{id}: {e}")))?;
             let mut policy = AgentPolicy::default();
@@ -285,26 +338,22 @@ impl GatewayConfig {
                 // Parsed now so a typo is a start-up error, not a silent failure per wake.
                 let parsed = url::Url::parse(&h.url);
                 let ok = parsed.as_ref().is_ok_and(|u| {
-                    // No TLS client is built into the webhook sender: an https URL would fail
-                    // every delivery, so it is refused here rather than at each wake.
-                    u.scheme() == "http" && u.host_str().is_some()
+                    matches!(u.scheme(), "http" | "https") && u.host_str().is_some()
                 });
                 if !ok {
                     let why = match parsed {
                         Err(e) => e.to_string(),
-                        Ok(u) if u.scheme() == "https" => {
-                            "https is not supported: the webhook sender has no TLS client; use http:// on a trusted network or a local TLS-terminating proxy".to_string()
-                        }
-                        Ok(u) if u.scheme() != "http" => {
-                            format!("scheme {:?} is not http", u.scheme())
+                        Ok(u) if !matches!(u.scheme(), "http" | "https") => {
+                            format!("scheme {:?} is not http or https", u.scheme())
                         }
                         Ok(_) => "no host".to_string(),
                     };
                     return Err(bad(format!(
-                        "agents.{id}.wake_webhook.url must be an http:// URL with a host (got {:?}: {why})",
+                        "agents.{id}.wake_webhook.url must be an http:// or https:// URL with a host (got {:?}: {why})",
                         h.url
                     )));
                 }
+                https_webhook |= parsed.as_ref().is_ok_and(|u| u.scheme() == "https");
                 // Credentials in the URL would travel in the Host header of every delivery and
                 // show in every message that names the URL; the receiver's secret is `secret`.
                 if parsed
@@ -334,6 +383,10 @@ impl GatewayConfig {
                 policy.token = Some(t);
             }
             c.agents.insert(agent.as_str().into(), policy);
+        }
+        let webhook_ca = file.wakes.as_ref().and_then(|w| w.ca_file.clone());
+        if https_webhook || webhook_ca.is_some() {
+            c.webhook_tls = Some(WebhookTls::load(webhook_ca.as_deref())?);
         }
         if let Some(m) = &file.monitor {
             let d = &mut c.monitor;

@@ -266,20 +266,55 @@ async fn serve_one(
     stream: TcpStream,
     app: axum::Router,
     http: HttpSettings,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
     let track = Arc::new(Track::new());
-    let io = TokioIo::new(Deadlines {
+    let header = Duration::from_secs(http.header_timeout_secs);
+    let raw = Deadlines {
         inner: stream,
         track: track.clone(),
-        header: Duration::from_secs(http.header_timeout_secs),
+        header,
         idle: Duration::from_secs(http.idle_timeout_secs),
         sleep: Box::pin(tokio::time::sleep(Duration::from_secs(0))),
         armed: None,
         write_sleep: Box::pin(tokio::time::sleep(Duration::from_secs(0))),
         write_armed: false,
-    });
+    };
+    let Some(tls) = &http.tls else {
+        let raw = serve_io(raw, track, app, stop).await;
+        linger(raw.inner).await;
+        return;
+    };
+    // The handshake runs under the request-head deadline (and the socket's own read deadline,
+    // which starts at accept): a client that is slow to handshake, or sends plain HTTP, frees
+    // its connection slot as one slow to send its head would.
+    let mut tls = match tokio::time::timeout(header, tls.acceptor.accept(raw)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            tracing::debug!(event = "tls_handshake_failed", error = %e, "TLS handshake failed");
+            return;
+        }
+        Err(_) => return,
+    };
+    tls = serve_io(tls, track, app, stop).await;
+    // close_notify, then the TCP write side; what the client still sends is drained below.
+    let _ = tokio::time::timeout(LINGER_IDLE, tls.shutdown()).await;
+    let (raw, _) = tls.into_inner();
+    drain(raw.inner).await;
+}
+
+/// Serves HTTP/1.1 on one connection (plain or TLS) until it ends, and hands the socket back.
+async fn serve_io<S>(
+    io: S,
+    track: Arc<Track>,
+    app: axum::Router,
+    mut stop: watch::Receiver<bool>,
+) -> S
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let io = TokioIo::new(io);
     let svc = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
         let (app, track) = (app.clone(), track.clone());
         // Boxed so the connection can be polled without its shutdown (which needs an `Unpin`
@@ -332,7 +367,7 @@ async fn serve_one(
     })
     .await;
     // Bytes hyper read past the last request are dropped with it.
-    linger(conn.into_parts().io.into_inner().inner).await;
+    conn.into_parts().io.into_inner()
 }
 
 /// Closes a connection without destroying the answer just written. An early 401/403/404/413 is
@@ -346,6 +381,11 @@ async fn linger(mut stream: TcpStream) {
     if stream.shutdown().await.is_err() {
         return;
     }
+    drain(stream).await;
+}
+
+/// The reading half of [`linger`], once the write side is shut.
+async fn drain(mut stream: TcpStream) {
     let until = Instant::now() + LINGER_TIME;
     let mut buf = vec![0u8; 64 * 1024];
     let mut left = LINGER_BYTES;

@@ -37,6 +37,27 @@ pub fn check_token_strength<'a>(
     Ok(())
 }
 
+/// Refuses a token off loopback over plain HTTP: every request would carry it in clear across
+/// the network, where anyone on the path can read and replay it. `tls` says the listener serves
+/// TLS; `opt_out` is the operator's explicit `allow_plaintext_tokens` (a trusted network, or a
+/// TLS-terminating proxy in front); `how` names the settings for the message. The rule of
+/// `aware serve` and `aware node serve`.
+pub fn check_plaintext_tokens(
+    bind: SocketAddr,
+    has_token: bool,
+    tls: bool,
+    opt_out: bool,
+    how: (&str, &str),
+) -> Result<(), String> {
+    if bind.ip().is_loopback() || !has_token || tls || opt_out {
+        return Ok(());
+    }
+    let (tls_how, opt_out_how) = how;
+    Err(format!(
+        "refusing to listen on {bind} with a bearer token over plain HTTP: off loopback every          request would carry the token in clear across the network, where anyone on the path can          read and reuse it. Serve TLS ({tls_how}), or, on a trusted network or behind a          TLS-terminating proxy, say so explicitly with {opt_out_how}"
+    ))
+}
+
 /// The bearer token a request presents (empty when none).
 pub(crate) fn bearer(headers: &HeaderMap) -> &str {
     headers

@@ -63,10 +63,19 @@ impl NodeServerConfig {
                 self.bind
             )),
             None => Ok(()),
-            Some(t) => edge::check_token_strength(
-                self.bind,
-                [("the node token".to_string(), t.as_str())],
-            ),
+            Some(t) => {
+                edge::check_token_strength(
+                    self.bind,
+                    [("the node token".to_string(), t.as_str())],
+                )?;
+                edge::check_plaintext_tokens(
+                    self.bind,
+                    true,
+                    self.http.tls.is_some(),
+                    self.http.allow_plaintext_tokens,
+                    ("--tls-cert and --tls-key", "--allow-plaintext-tokens"),
+                )
+            }
         }
     }
 

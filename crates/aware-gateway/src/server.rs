@@ -42,6 +42,18 @@ pub fn check_bind_policy(config: &GatewayConfig) -> Result<(), String> {
                 .map(|t| (format!("agents.{id}.token_file"), t))
         }));
     crate::edge::check_token_strength(config.bind, tokens)?;
+    // A token an agent holds is a token too: any of them in clear is a credential on the wire.
+    let has_token = config.token.is_some() || config.agents.values().any(|a| a.token.is_some());
+    crate::edge::check_plaintext_tokens(
+        config.bind,
+        has_token,
+        config.http.tls.is_some(),
+        config.http.allow_plaintext_tokens,
+        (
+            "[http] tls_cert and tls_key, or --tls-cert and --tls-key",
+            "[http] allow_plaintext_tokens = true (or --allow-plaintext-tokens)",
+        ),
+    )?;
     Ok(())
 }
 

@@ -225,26 +225,37 @@ enum AttemptError {
     Transport(String),
 }
 
-/// One POST of `body` to the webhook, within the connect deadline and the attempt's deadline.
-async fn attempt(hook: &Webhook, body: &str) -> Result<(), AttemptError> {
+/// One POST of `body` to the webhook, within the connect deadline (TCP connect and, for
+/// `https://`, the TLS handshake) and the attempt's deadline. `tls` verifies `https://`
+/// receivers (the system's roots plus `[wakes] ca_file`; SNI and the name checked are the URL's
+/// host).
+async fn attempt(
+    hook: &Webhook,
+    tls: Option<&crate::config::WebhookTls>,
+    body: &str,
+) -> Result<(), AttemptError> {
     use axum::http::{header, Request};
     let t = |m: String| AttemptError::Transport(m);
     let uri: axum::http::Uri = hook
         .url
         .parse()
         .map_err(|e| t(format!("bad webhook URL: {e}")))?;
-    if uri.scheme_str() != Some("http") {
-        return Err(t(
-            "only http:// webhook URLs can be delivered (no TLS client is built in)".into(),
-        ));
-    }
+    let https = match uri.scheme_str() {
+        Some("http") => false,
+        Some("https") => true,
+        _ => {
+            return Err(t(
+                "only http:// and https:// webhook URLs can be delivered".into()
+            ))
+        }
+    };
     let host = uri
         .host()
         .ok_or_else(|| t("webhook URL has no host".into()))?
         .trim_start_matches('[')
         .trim_end_matches(']')
         .to_string();
-    let port = uri.port_u16().unwrap_or(80);
+    let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
     let authority = uri
         .authority()
         .map(|a| a.as_str().to_string())
@@ -252,46 +263,39 @@ async fn attempt(hook: &Webhook, body: &str) -> Result<(), AttemptError> {
     let path = uri
         .path_and_query()
         .map_or("/".to_string(), |p| p.as_str().to_string());
-    let connect = tokio::time::timeout(
-        Duration::from_millis(hook.connect_timeout_ms),
-        tokio::net::TcpStream::connect((host.as_str(), port)),
-    );
+    let mut req = Request::post(path)
+        .header(header::HOST, authority)
+        .header(header::CONTENT_TYPE, "application/json");
+    if let Some(secret) = &hook.secret {
+        req = req.header(header::AUTHORIZATION, format!("Bearer {secret}"));
+    }
+    let req = req
+        .body(http_body_util::Full::new(axum::body::Bytes::from(
+            body.to_string(),
+        )))
+        .map_err(|e| t(format!("request: {e}")))?;
+    let connect_deadline =
+        tokio::time::Instant::now() + Duration::from_millis(hook.connect_timeout_ms);
     let exchange = async {
-        let stream = match connect.await {
+        let stream = match tokio::time::timeout_at(
+            connect_deadline,
+            tokio::net::TcpStream::connect((host.as_str(), port)),
+        )
+        .await
+        {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => return Err(t(format!("connect: {e}"))),
             Err(_) => return Err(t("connect timed out".into())),
         };
-        let (mut sender, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                .await
-                .map_err(|e| t(format!("handshake: {e}")))?;
-        let mut req = Request::post(path)
-            .header(header::HOST, authority)
-            .header(header::CONTENT_TYPE, "application/json");
-        if let Some(secret) = &hook.secret {
-            req = req.header(header::AUTHORIZATION, format!("Bearer {secret}"));
+        if !https {
+            return post(stream, req).await;
         }
-        let req = req
-            .body(http_body_util::Full::new(axum::body::Bytes::from(
-                body.to_string(),
-            )))
-            .map_err(|e| t(format!("request: {e}")))?;
-        // The connection future drives the socket. A receiver that answers and closes
-        // (`Connection: close`) may end it before the response is taken: the response (or the
-        // error) is then already waiting in `send`. Dropping both closes the socket.
-        let mut conn = std::pin::pin!(conn);
-        let mut send = std::pin::pin!(sender.send_request(req));
-        let response = tokio::select! {
-            biased;
-            r = &mut send => r,
-            _ = &mut conn => send.await,
-        };
-        let status = response.map_err(|e| t(format!("request: {e}")))?.status();
-        if status.is_success() {
-            Ok(())
-        } else {
-            Err(AttemptError::Status(status.as_u16()))
+        let tls = tls.ok_or_else(|| t("no TLS client configured for https:// webhooks".into()))?;
+        let name = aware_tls::server_name(&host).map_err(t)?;
+        match tokio::time::timeout_at(connect_deadline, tls.connector.connect(name, stream)).await {
+            Ok(Ok(s)) => post(s, req).await,
+            Ok(Err(e)) => Err(t(format!("TLS handshake with {host}: {e}"))),
+            Err(_) => Err(t("TLS handshake timed out".into())),
         }
     };
     match tokio::time::timeout(Duration::from_millis(hook.timeout_ms), exchange).await {
@@ -300,11 +304,42 @@ async fn attempt(hook: &Webhook, body: &str) -> Result<(), AttemptError> {
     }
 }
 
+/// Sends `req` on a connected socket (plain or TLS) and judges the answer's status.
+async fn post<S>(
+    stream: S,
+    req: axum::http::Request<http_body_util::Full<axum::body::Bytes>>,
+) -> Result<(), AttemptError>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let t = |m: String| AttemptError::Transport(m);
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| t(format!("handshake: {e}")))?;
+    // The connection future drives the socket. A receiver that answers and closes
+    // (`Connection: close`) may end it before the response is taken: the response (or the
+    // error) is then already waiting in `send`. Dropping both closes the socket.
+    let mut conn = std::pin::pin!(conn);
+    let mut send = std::pin::pin!(sender.send_request(req));
+    let response = tokio::select! {
+        biased;
+        r = &mut send => r,
+        _ = &mut conn => send.await,
+    };
+    let status = response.map_err(|e| t(format!("request: {e}")))?.status();
+    if status.is_success() {
+        Ok(())
+    } else {
+        Err(AttemptError::Status(status.as_u16()))
+    }
+}
+
 async fn deliver(state: &Shared, hook: &Webhook, wake: &Wake) {
     let body = wire::wake(wake).to_string();
     let backoff = [1u64, 2, 4, 8];
     for attempt_no in 0..hook.max_attempts {
-        match attempt(hook, &body).await {
+        match attempt(hook, state.config.webhook_tls.as_ref(), &body).await {
             Ok(()) => {
                 state.webhook_delivered.fetch_add(1, Ordering::Relaxed);
                 return;

@@ -18,6 +18,7 @@ pub struct Client {
 /// The shared client for resolved settings (token, caller, request timeout).
 pub fn connect(r: Resolved) -> CliResult<aware_client::Client> {
     Ok(aware_client::Client::new(&r.url)?
+        .with_ca_file(r.ca_file.as_deref())?
         .with_token(r.token)
         .with_caller(r.session, r.agent)
         .with_timeout(r.timeout))

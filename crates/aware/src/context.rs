@@ -27,6 +27,10 @@ pub struct Conn {
     /// Agent of a bare --session key.
     #[arg(long, value_name = "AGENT")]
     pub agent: Option<String>,
+    /// Also trust the CA certificates of this PEM file for an https:// gateway [env:
+    /// AWARE_CA_FILE].
+    #[arg(long, value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
 }
 
 impl Conn {
@@ -37,6 +41,7 @@ impl Conn {
             token: self.token.or_else(|| outer.token.clone()),
             session: self.session.or_else(|| outer.session.clone()),
             agent: self.agent.or_else(|| outer.agent.clone()),
+            ca_file: self.ca_file.or_else(|| outer.ca_file.clone()),
         }
     }
 }
@@ -50,6 +55,7 @@ pub struct ClientFile {
     pub session: Option<String>,
     pub agent: Option<String>,
     pub timeout_secs: Option<f64>,
+    pub ca_file: Option<PathBuf>,
 }
 
 /// `$XDG_CONFIG_HOME/aware` (else `~/.config/aware`).
@@ -93,6 +99,8 @@ pub struct Resolved {
     pub session: Option<String>,
     pub agent: Option<String>,
     pub timeout: Duration,
+    /// A CA file to trust for an https:// gateway (`--ca-file`, `AWARE_CA_FILE`, `ca_file`).
+    pub ca_file: Option<PathBuf>,
     /// The session came from client.toml, not from --session or AWARE_SESSION: reads act as
     /// the operator then (`commands::read_client`).
     pub session_from_file: bool,
@@ -141,6 +149,10 @@ pub fn resolve(flags: Conn, timeout_flag: Option<f64>) -> Result<Resolved, Failu
         session: given.or(file.session).filter(|s| !s.trim().is_empty()),
         agent: flags.agent.or(file.agent),
         timeout: timeout_duration(timeout_secs)?,
+        ca_file: flags
+            .ca_file
+            .or_else(|| env("AWARE_CA_FILE").map(PathBuf::from))
+            .or(file.ca_file),
     })
 }
 

@@ -40,7 +40,9 @@ impl Failure {
 impl From<ClientError> for Failure {
     fn from(e: ClientError) -> Failure {
         match &e {
-            ClientError::BadUrl { .. } => Failure::Usage(e.to_string()),
+            ClientError::BadUrl { .. } | ClientError::CaFile { .. } => {
+                Failure::Usage(e.to_string())
+            }
             ClientError::Status { .. } => Failure::Server(format!("{e}{}", hint(e.code()))),
             ClientError::Decode { .. } => Failure::Server(e.to_string()),
             ClientError::Timeout { .. } => Failure::Unreachable(format!(

@@ -39,6 +39,17 @@ pub struct NodeServeArgs {
     /// Connections served at once; further ones wait in the kernel's backlog.
     #[arg(long, value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=65536))]
     max_connections: u64,
+    /// Serve HTTPS with this PEM certificate chain (with --tls-key). Off loopback a token needs
+    /// TLS or --allow-plaintext-tokens.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Allow the token on a non-loopback bind without TLS: only on a trusted network or behind
+    /// a TLS-terminating proxy.
+    #[arg(long)]
+    allow_plaintext_tokens: bool,
     /// Claude Code projects directory (default ~/.claude/projects).
     #[arg(long)]
     claude_root: Option<PathBuf>,
@@ -107,6 +118,14 @@ pub fn run(args: NodeServeArgs) -> Result<()> {
         header_timeout_secs: args.header_timeout_secs,
         idle_timeout_secs: args.idle_timeout_secs,
         max_connections: usize::try_from(args.max_connections).unwrap_or(1024),
+        tls: match (&args.tls_cert, &args.tls_key) {
+            (Some(c), Some(k)) => Some(
+                aware_gateway::config::ServerTls::load("--tls-cert", c, "--tls-key", k)
+                    .unwrap_or_else(|e| config_error(e)),
+            ),
+            _ => None,
+        },
+        allow_plaintext_tokens: args.allow_plaintext_tokens,
         ..Default::default()
     };
     let cfg = NodeServerConfig {

@@ -51,6 +51,17 @@ pub struct ServeArgs {
     /// URL's own password is never logged).
     #[arg(long, value_name = "URL")]
     store: Option<String>,
+    /// Serve HTTPS with this PEM certificate chain (with --tls-key) [config: [http] tls_cert].
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert [config: [http] tls_key].
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Allow a token on a non-loopback bind without TLS: only on a trusted network or behind a
+    /// TLS-terminating proxy (the token crosses the network in clear otherwise) [config: [http]
+    /// allow_plaintext_tokens].
+    #[arg(long)]
+    allow_plaintext_tokens: bool,
     /// Durability of commits [default: full].
     #[arg(long, value_enum)]
     durability: Option<DurabilityArg>,
@@ -201,6 +212,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
         test_clock: args.test_clock,
         test_clock_start: args.test_clock_start,
         store_url: args.store,
+        tls_cert: args.tls_cert,
+        tls_key: args.tls_key,
+        allow_plaintext_tokens: args.allow_plaintext_tokens,
     };
     // clap has already read AWARE_DATA_DIR, AWARE_BIND and AWARE_TOKEN into the flags, below a
     // flag given on the command line; the loader must not let them win over the flags again.
@@ -257,7 +271,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
             "data dir {}, config file {config_text}, store {store_text}, Claude root {claude_text}, durability {durability_text}",
             config.data_dir.display(),
         );
-        tracing::info!(event = "listening", addr = %addr, durability = durability_text, "listening on {addr}; web console at http://{addr}/ui/");
+        let scheme = if config.http.tls.is_some() { "https" } else { "http" };
+        tracing::info!(event = "listening", addr = %addr, durability = durability_text, tls = config.http.tls.is_some(), "listening on {addr}; web console at {scheme}://{addr}/ui/");
         if let Some(p) = &args.port_file {
             std::fs::write(p, addr.port().to_string()).with_context(|| format!("write {}", p.display()))?;
         }

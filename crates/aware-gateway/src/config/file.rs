@@ -88,6 +88,9 @@ pub(super) struct FileHttp {
     pub(super) shutdown_grace_secs: Option<u64>,
     pub(super) max_streams: Option<usize>,
     pub(super) max_streams_per_agent: Option<usize>,
+    pub(super) tls_cert: Option<PathBuf>,
+    pub(super) tls_key: Option<PathBuf>,
+    pub(super) allow_plaintext_tokens: Option<bool>,
 }
 
 #[derive(Debug, Clone, Deserialize, Default)]
@@ -105,6 +108,7 @@ pub(super) struct FileRetention {
 pub(super) struct FileWakes {
     pub(super) coalesce_secs: Option<u64>,
     pub(super) stream_buffer: Option<usize>,
+    pub(super) ca_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Deserialize, Default)]

@@ -3,6 +3,7 @@
 
 use super::error::{bad, ConfigError};
 use super::file::FileHttp;
+use std::path::{Path, PathBuf};
 
 /// `[http]`: the edge of the gateway (browser origins, Host names, connection limits).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,6 +22,71 @@ pub struct HttpSettings {
     pub max_streams: Option<usize>,
     /// Streams one agent token may hold at once (the operator is bounded by `max_streams`).
     pub max_streams_per_agent: usize,
+    /// `[http] tls_cert` and `tls_key` (`--tls-cert`, `--tls-key`): serve HTTPS.
+    pub tls: Option<ServerTls>,
+    /// `[http] allow_plaintext_tokens` (`--allow-plaintext-tokens`): a token off loopback
+    /// without TLS, for a trusted network or behind a TLS-terminating proxy.
+    pub allow_plaintext_tokens: bool,
+}
+
+/// The certificate and key the listener serves TLS with, read and checked at start-up.
+#[derive(Clone)]
+pub struct ServerTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub(crate) acceptor: tokio_rustls::TlsAcceptor,
+}
+
+impl ServerTls {
+    /// Reads the PEM certificate chain and key; `cert_what` and `key_what` name the settings
+    /// in the error (`http.tls_cert`, `--tls-key`, ...).
+    pub fn load(
+        cert_what: &str,
+        cert: &Path,
+        key_what: &str,
+        key: &Path,
+    ) -> Result<ServerTls, ConfigError> {
+        let config = aware_tls::server_config(cert_what, cert, key_what, key).map_err(bad)?;
+        Ok(ServerTls {
+            cert: cert.to_path_buf(),
+            key: key.to_path_buf(),
+            acceptor: tokio_rustls::TlsAcceptor::from(config),
+        })
+    }
+}
+
+impl std::fmt::Debug for ServerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerTls")
+            .field("cert", &self.cert)
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for ServerTls {
+    fn eq(&self, other: &Self) -> bool {
+        self.cert == other.cert && self.key == other.key
+    }
+}
+
+impl Eq for ServerTls {}
+
+/// `[http] tls_cert`/`tls_key`, each from its flag or the file: both or neither.
+pub(super) fn resolve_tls(
+    cert: Option<(&str, PathBuf)>,
+    key: Option<(&str, PathBuf)>,
+) -> Result<Option<ServerTls>, ConfigError> {
+    match (cert, key) {
+        (None, None) => Ok(None),
+        (Some((cw, c)), Some((kw, k))) => ServerTls::load(cw, &c, kw, &k).map(Some),
+        (Some((w, _)), None) => Err(bad(format!(
+            "{w} is set but no key: set http.tls_key (or --tls-key) too"
+        ))),
+        (None, Some((w, _))) => Err(bad(format!(
+            "{w} is set but no certificate: set http.tls_cert (or --tls-cert) too"
+        ))),
+    }
 }
 
 impl HttpSettings {
@@ -45,6 +111,8 @@ impl Default for HttpSettings {
             shutdown_grace_secs: 5,
             max_streams: None,
             max_streams_per_agent: 64,
+            tls: None,
+            allow_plaintext_tokens: false,
         }
     }
 }

@@ -52,6 +52,7 @@ impl Setup {
             token: common.token.clone(),
             session: None,
             agent: None,
+            ca_file: None,
         }
         .or(outer);
         let resolved = context::resolve(conn, None).map_err(|f| match f {
