@@ -34,6 +34,7 @@ mod scenarios_notices_wakes_retention;
 mod security;
 mod security_round3;
 mod stalls;
+mod tls;
 mod tools_contract;
 mod upstream_codex;
 mod upstream_local;

@@ -952,8 +952,15 @@ fn s102_no_token_no_public_address() {
     for args in [
         vec!["--bind", "127.0.0.1:0"],
         // S102 starts with `--token x`; decision D3 refuses tokens under 16 bytes off loopback
-        // (a one-byte token is guessed at once), so the public bind uses a 16-byte token.
-        vec!["--bind", "0.0.0.0:0", "--token", "xxxxxxxxxxxxxxxx"],
+        // (a one-byte token is guessed at once), so the public bind uses a 16-byte token; and
+        // a token off loopback needs TLS or the explicit opt-out (docs/deployment.md, "TLS").
+        vec![
+            "--bind",
+            "0.0.0.0:0",
+            "--token",
+            "xxxxxxxxxxxxxxxx",
+            "--allow-plaintext-tokens",
+        ],
     ] {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("config.toml"), DEFAULT_CONFIG).unwrap();

@@ -737,6 +737,8 @@ fn s146_a_public_bind_needs_a_token() {
             "0.0.0.0:0",
             "--token",
             "node-token-0123456789",
+            // Plain HTTP with a token off loopback is an explicit choice (tls.rs has TLS).
+            "--allow-plaintext-tokens",
         ])
         .arg("--port-file")
         .arg(&port_file)
