@@ -187,7 +187,11 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let turns: u64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(6_400);
     let clients: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(64);
-    let pg = PgCluster::start_new(ClusterOptions { fsync: true }).expect("PostgreSQL");
+    let pg = PgCluster::start_new(ClusterOptions {
+        fsync: true,
+        ..Default::default()
+    })
+    .expect("PostgreSQL");
     let mut rows = Vec::new();
     {
         let dir = tempfile::tempdir().expect("dir");

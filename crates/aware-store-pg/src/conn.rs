@@ -85,14 +85,16 @@ pub(crate) struct Conn {
 const EVENT_SEQUENCE: &str = "pg_get_serial_sequence('session_state_events', 'sequence')";
 
 impl Conn {
-    pub(crate) fn connect(config: &tokio_postgres::Config, role: Role) -> Result<Self> {
+    pub(crate) fn connect(
+        config: &tokio_postgres::Config,
+        tls: &crate::tls::PgTls,
+        role: Role,
+    ) -> Result<Self> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| StoreError::Unreachable(format!("cannot start a runtime: {e}")))?;
-        let (client, connection) = rt
-            .block_on(config.connect(tokio_postgres::NoTls))
-            .map_err(pg_err)?;
+        let (client, connection) = rt.block_on(config.connect(tls.clone())).map_err(pg_err)?;
         // The connection task runs whenever this thread waits in `block_on`.
         rt.spawn(async move {
             if let Err(e) = connection.await {

@@ -13,6 +13,7 @@ const CONNECT_BACKOFF: Duration = Duration::from_millis(500);
 /// Makes connections; remembers a recent failure so callers fail fast during an outage.
 pub(crate) struct Connector {
     pub(crate) config: tokio_postgres::Config,
+    pub(crate) tls: crate::tls::PgTls,
     pub(crate) down: Mutex<Option<(Instant, String)>>,
 }
 
@@ -25,7 +26,7 @@ impl Connector {
                 }
             }
         }
-        match Conn::connect(&self.config, role) {
+        match Conn::connect(&self.config, &self.tls, role) {
             Ok(conn) => {
                 if let Ok(mut down) = self.down.lock() {
                     *down = None;

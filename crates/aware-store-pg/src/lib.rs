@@ -21,6 +21,7 @@ mod schema;
 mod stats;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod tls;
 mod tx;
 mod writer;
 
@@ -84,6 +85,7 @@ impl PgStore {
         let location = options.location();
         let connector = Arc::new(Connector {
             config,
+            tls: options.tls()?,
             down: Mutex::new(None),
         });
         let mut first = connector.connect(Role::Writer)?;
@@ -119,7 +121,7 @@ impl PgStore {
     /// tool. The caller owns it.
     pub fn connect(&self) -> Result<postgres::Client> {
         postgres::Config::from(self.inner.connector.config.clone())
-            .connect(postgres::NoTls)
+            .connect(self.inner.connector.tls.clone())
             .map_err(pg_err)
     }
 

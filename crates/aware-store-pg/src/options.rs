@@ -93,8 +93,8 @@ impl PgOptions {
     /// The driver configuration: the URL, the defaults, the password, and the session settings
     /// the store relies on (`synchronous_commit = on`, the statement timeout).
     pub(crate) fn driver_config(&self) -> Result<tokio_postgres::Config> {
-        let mut c: tokio_postgres::Config = self
-            .url
+        // The libpq TLS parameters tokio-postgres does not know are taken off (tls.rs).
+        let mut c: tokio_postgres::Config = crate::tls::driver_url(&self.url)?
             .parse()
             .map_err(|_| StoreError::Unreachable(self.validate().err().unwrap_or_default()))?;
         if c.get_hosts().is_empty() {
@@ -120,6 +120,8 @@ impl PgOptions {
         }
         if c.get_password().is_none() {
             if let Some(p) = &self.password {
+                c.password(p.as_bytes());
+            } else if let Some(p) = crate::tls::pgpass_for(&c) {
                 c.password(p.as_bytes());
             }
         }

@@ -33,6 +33,18 @@ pub struct ClusterOptions {
     /// `fsync = on`: needed for honest throughput figures; tests run faster without (a killed
     /// server process loses nothing either way, only an OS crash would).
     pub fsync: bool,
+    /// Serve TLS with this certificate and key (`ssl = on`) and accept TCP connections over
+    /// TLS only (`pg_hba.conf`: `hostssl`, no `host` line); the harness itself connects over
+    /// the unix socket.
+    pub tls: Option<ServerTlsFiles>,
+}
+
+/// The server certificate and key of a TLS cluster (PEM files; copied into the data
+/// directory, owned by the server's user, the key mode 0600).
+#[derive(Debug, Clone)]
+pub struct ServerTlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 /// One running (or stopped) throw-away cluster.
@@ -155,6 +167,9 @@ impl PgCluster {
                 "--no-sync",
             ],
         )?;
+        if let Some(tls) = &cluster.options.tls {
+            cluster.install_tls(tls)?;
+        }
         cluster.start()?;
         cluster.spawn_watchdog()?;
         Ok(cluster)
@@ -216,6 +231,44 @@ impl PgCluster {
         Ok(())
     }
 
+    /// Copies the certificate and key into the data directory and allows TCP over TLS only.
+    fn install_tls(&self, tls: &ServerTlsFiles) -> HResult<()> {
+        let data = self.data_dir();
+        let hba = "local all all trust\n\
+                   hostssl all all 127.0.0.1/32 trust\n\
+                   hostssl all all ::1/128 trust\n\
+                   hostssl replication all 127.0.0.1/32 trust\n";
+        for (from, to) in [(&tls.cert, "server.crt"), (&tls.key, "server.key")] {
+            std::fs::copy(from, data.join(to))
+                .map_err(|e| err(format!("cannot copy {}: {e}", from.display())))?;
+        }
+        std::fs::write(data.join("pg_hba.conf"), hba)
+            .map_err(|e| err(format!("cannot write pg_hba.conf: {e}")))?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(
+            data.join("server.key"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .map_err(|e| err(format!("cannot chmod server.key: {e}")))?;
+        if self.as_user.is_some() {
+            let (uid, gid) = user_ids("postgres")?;
+            for f in ["server.crt", "server.key", "pg_hba.conf"] {
+                std::os::unix::fs::chown(data.join(f), Some(uid), Some(gid))
+                    .map_err(|e| err(format!("cannot chown {f}: {e}")))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Where the harness's own connections go: the unix socket of a TLS-only cluster, else TCP.
+    fn admin_url(&self) -> String {
+        let tcp = self.url("postgres");
+        match self.options.tls {
+            Some(_) => self.socket_url(&tcp),
+            None => tcp,
+        }
+    }
+
     /// Starts the server (again) on the same port and data; waits until it accepts connections.
     /// After [`PgCluster::kill`] the old backends take a moment to exit (they hold the shared
     /// memory the new server checks), so a failed start is retried for a few seconds.
@@ -233,9 +286,13 @@ impl PgCluster {
 
     fn start_once(&self) -> HResult<()> {
         let fsync = if self.options.fsync { "on" } else { "off" };
+        let ssl = match self.options.tls {
+            Some(_) => " -c ssl=on -c ssl_cert_file=server.crt -c ssl_key_file=server.key",
+            None => "",
+        };
         let server_opts = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync={fsync} \
-             -c full_page_writes={fsync}",
+             -c full_page_writes={fsync}{ssl}",
             self.port,
             self.socket_dir().display()
         );
@@ -425,7 +482,7 @@ impl PgCluster {
     pub fn database(&self) -> HResult<String> {
         let n = self.databases.fetch_add(1, Ordering::SeqCst);
         let name = format!("aware_test_{}_{n}", std::process::id());
-        let mut client = postgres::Client::connect(&self.url("postgres"), postgres::NoTls)
+        let mut client = postgres::Client::connect(&self.admin_url(), postgres::NoTls)
             .map_err(|e| err(format!("cannot connect to the test cluster: {e}")))?;
         client
             .batch_execute(&format!("CREATE DATABASE {name}"))

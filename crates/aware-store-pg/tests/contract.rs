@@ -645,7 +645,11 @@ fn appends_per_second_postgres_vs_sqlite() {
     let dir = tempfile::tempdir().expect("tempdir");
     let sqlite = SqliteStore::open(StoreOptions::new(dir.path().join("state.db"))).expect("sqlite");
     let sqlite_rate = measure(Arc::new(sqlite));
-    let cluster = PgCluster::start_new(ClusterOptions { fsync: true }).expect("cluster");
+    let cluster = PgCluster::start_new(ClusterOptions {
+        fsync: true,
+        ..Default::default()
+    })
+    .expect("cluster");
     let pg = PgStore::open(PgOptions::new(cluster.database().expect("db"))).expect("pg");
     let pg_rate = measure(Arc::new(pg));
     println!(

@@ -143,6 +143,33 @@ pub fn client_config_with(verifier: Arc<dyn ServerCertVerifier>) -> Result<Clien
         .with_no_client_auth())
 }
 
+/// The standard check: the chain leads to one of `roots` and the certificate names the host.
+pub fn full_verifier(roots: RootCertStore) -> Result<Arc<dyn ServerCertVerifier>, String> {
+    let v: Arc<dyn ServerCertVerifier> =
+        WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
+            .build()
+            .map_err(|e| format!("TLS: {e}"))?;
+    Ok(v)
+}
+
+/// A client with `verifier` and, when given, a client certificate chain and its key.
+pub fn client_config_auth(
+    verifier: Arc<dyn ServerCertVerifier>,
+    client_auth: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
+) -> Result<ClientConfig, String> {
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier);
+    match client_auth {
+        None => Ok(builder.with_no_client_auth()),
+        Some((certs, key)) => builder
+            .with_client_auth_cert(certs, key)
+            .map_err(|e| format!("the client certificate and key cannot be used together: {e}")),
+    }
+}
+
 /// A host name or address as TLS names it (SNI and the certificate check).
 pub fn server_name(host: &str) -> Result<ServerName<'static>, String> {
     let bare = host.trim_start_matches('[').trim_end_matches(']');
