@@ -79,7 +79,9 @@ impl PgOptions {
 
     /// Checks the URL parses; the message never repeats the password.
     pub fn validate(&self) -> Result<(), String> {
-        self.url
+        crate::tls::split_url(&self.url, &|_: &str| None)
+            .map_err(|e| format!("invalid PostgreSQL URL {}: {e}", redact_url(&self.url)))?
+            .0
             .parse::<postgres::Config>()
             .map(|_| ())
             .map_err(|e| {

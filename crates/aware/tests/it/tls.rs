@@ -575,3 +575,55 @@ fn webhooks_reach_an_https_receiver_with_the_ca_and_not_an_untrusted_one() {
     );
     assert_eq!(s.notice_texts(W), vec![nt(C, 1)]);
 }
+
+#[test]
+fn a_gateway_on_a_postgresql_that_requires_tls() {
+    use aware_store_pg::testing::{ClusterOptions, PgCluster, ServerTlsFiles};
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("pg CA");
+    let ca_file = ca.write_ca(dir.path());
+    let (cert, key) = ca.write_leaf(dir.path(), "pg", &["localhost", "127.0.0.1"]);
+    let pg = PgCluster::start_new(ClusterOptions {
+        tls: Some(ServerTlsFiles { cert, key }),
+        ..Default::default()
+    })
+    .unwrap();
+    let url = pg.database().unwrap();
+
+    // verify-full against the test CA: the gateway opens the store and serves.
+    let verified = format!(
+        "{url}?sslmode=verify-full&sslrootcert={}",
+        ca_file.display()
+    );
+    let s = Server::with_args(DEFAULT_CONFIG, &["--store", &verified]);
+    s.create(W);
+    s.create_child(C, W);
+    s.hdm(C);
+    assert_eq!(s.notice_texts(W), vec![nt(C, 1)]);
+    drop(s);
+
+    // sslmode=disable: the server refuses it (hostssl only); serve exits 2 and says why.
+    let d = tempfile::tempdir().unwrap();
+    let plain = format!("{url}?sslmode=disable");
+    // (It listens first, then fails to open the store.)
+    let (mut child, logs) = spawn_serve(
+        d.path(),
+        DEFAULT_CONFIG,
+        &["--bind", "127.0.0.1:0", "--store", &plain],
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "serve did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let err = logs.lock().unwrap().clone();
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("no encryption") && err.contains("pg_hba.conf"),
+        "{err}"
+    );
+}
