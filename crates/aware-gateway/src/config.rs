@@ -64,7 +64,32 @@ pub struct NodeSettings {
     pub id: String,
     pub url: String,
     pub token: Option<String>,
+    /// `[[nodes]] ca_file`: trusted for an `https://` node besides Mozilla's roots.
+    pub tls: Option<NodeTls>,
 }
+
+/// The TLS client of an `https://` node with `ca_file` (read at start).
+#[derive(Clone)]
+pub struct NodeTls {
+    pub ca_file: PathBuf,
+    pub config: std::sync::Arc<aware_tls::rustls::ClientConfig>,
+}
+
+impl std::fmt::Debug for NodeTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeTls")
+            .field("ca_file", &self.ca_file)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for NodeTls {
+    fn eq(&self, other: &Self) -> bool {
+        self.ca_file == other.ca_file
+    }
+}
+
+impl Eq for NodeTls {}
 
 /// A per-agent wake webhook (02 §10).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -436,10 +461,24 @@ impl GatewayConfig {
             if c.nodes.iter().any(|x| x.id == n.id) {
                 return Err(bad(format!("nodes.id {:?} is listed twice", n.id)));
             }
+            let tls = match &n.ca_file {
+                None => None,
+                Some(p) => {
+                    let what = format!("nodes.ca_file of node {:?}", n.id);
+                    let mut roots = aware_tls::webpki_roots();
+                    aware_tls::add_file(&mut roots, &what, p).map_err(bad)?;
+                    let config = aware_tls::client_config(roots).map_err(bad)?;
+                    Some(NodeTls {
+                        ca_file: p.clone(),
+                        config: std::sync::Arc::new(config),
+                    })
+                }
+            };
             c.nodes.push(NodeSettings {
                 id: n.id,
                 url: n.url,
                 token: n.token,
+                tls,
             });
         }
         if let Some(l) = &file.limits {

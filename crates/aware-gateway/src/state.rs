@@ -152,7 +152,8 @@ pub(crate) fn new_state(config: GatewayConfig, port: u16) -> Shared {
         for catalog in aware_upstream::node::NodeCatalog::ALL {
             let client = aware_upstream::node::NodeClient::new(&n.id, &n.url, n.token.as_deref())
                 .for_catalog(catalog)
-                .with_deadline(Duration::from_secs(config.monitor.provider_timeout_secs));
+                .with_deadline(Duration::from_secs(config.monitor.provider_timeout_secs))
+                .with_tls(n.tls.as_ref().map(|t| t.config.clone()));
             list.push(Arc::new(client));
         }
     }

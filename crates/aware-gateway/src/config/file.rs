@@ -74,6 +74,7 @@ pub(super) struct FileNode {
     pub(super) id: String,
     pub(super) url: String,
     pub(super) token: Option<String>,
+    pub(super) ca_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Deserialize, Default)]

@@ -34,6 +34,8 @@ pub struct NodeClient {
     url: String,
     token: Option<String>,
     agent: ureq::Agent,
+    /// Trust for an `https://` node beyond ureq's default (Mozilla's roots): `[[nodes]] ca_file`.
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     /// Bound of one request (connect, send and read together).
     request_timeout: Duration,
     /// Bound of one `check` batch: shorter than the monitor's deadline, so the thread returns
@@ -59,6 +61,7 @@ impl NodeClient {
                 .timeout_connect(NODE_TIMEOUT)
                 .timeout(NODE_TIMEOUT)
                 .build(),
+            tls: None,
             request_timeout: NODE_TIMEOUT,
             check_budget: NODE_TIMEOUT,
         }
@@ -77,11 +80,26 @@ impl NodeClient {
         let inner = deadline.mul_f64(0.75);
         self.request_timeout = NODE_TIMEOUT.min(inner);
         self.check_budget = inner;
-        self.agent = ureq::AgentBuilder::new()
-            .timeout_connect(self.request_timeout)
-            .timeout(self.request_timeout)
-            .build();
+        self.agent = self.build_agent();
         self
+    }
+
+    /// Verifies an `https://` node with `config` (e.g. Mozilla's roots plus a private CA).
+    pub fn with_tls(mut self, config: Option<std::sync::Arc<rustls::ClientConfig>>) -> Self {
+        self.tls = config;
+        self.agent = self.build_agent();
+        self
+    }
+
+    fn build_agent(&self) -> ureq::Agent {
+        let b = ureq::AgentBuilder::new()
+            .timeout_connect(self.request_timeout)
+            .timeout(self.request_timeout);
+        match &self.tls {
+            Some(t) => b.tls_config(t.clone()),
+            None => b,
+        }
+        .build()
     }
 
     pub fn id(&self) -> &str {

@@ -627,3 +627,70 @@ fn a_gateway_on_a_postgresql_that_requires_tls() {
         "{err}"
     );
 }
+
+#[test]
+fn a_gateway_reaches_an_https_node_with_its_ca_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = pki(dir.path());
+    let root = tempfile::tempdir().unwrap();
+    let port_file = dir.path().join("node-port");
+    let mut node = Command::new(bin())
+        .args([
+            "node",
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--node-id",
+            "laptop",
+        ])
+        .args(["--token", TOKEN, "--no-codex"])
+        .arg("--tls-cert")
+        .arg(&p.cert)
+        .arg("--tls-key")
+        .arg(&p.key)
+        .arg("--port-file")
+        .arg(&port_file)
+        .arg("--claude-root")
+        .arg(root.path())
+        .env_remove("AWARE_TOKEN")
+        .env_remove("AWARE_NODE_TOKEN")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let port: u16 = loop {
+        if let Some(p) = std::fs::read_to_string(&port_file)
+            .ok()
+            .and_then(|p| p.trim().parse().ok())
+        {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "node did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let config = |ca: Option<&Path>| {
+        let ca = ca.map_or(String::new(), |c| {
+            format!("ca_file = {:?}\n", c.display().to_string())
+        });
+        format!(
+            "{DEFAULT_CONFIG}[[nodes]]\nid = \"laptop\"\nurl = \"https://127.0.0.1:{port}\"\n\
+             token = {TOKEN:?}\n{ca}"
+        )
+    };
+    let s = Server::with_config(&config(Some(&p.ca_file)));
+    let r = s.get("/v1/catalog?hostId=node:laptop");
+    assert_eq!(r.status, 200, "{}", r.body);
+    drop(s);
+    // Without the CA the node's certificate is not trusted: the node is unavailable.
+    let s = Server::with_config(&config(None));
+    let r = s.get("/v1/catalog?hostId=node:laptop");
+    assert_eq!(
+        (r.status, r.code()),
+        (502, "node_unavailable"),
+        "{}",
+        r.body
+    );
+    let _ = node.kill();
+    let _ = node.wait();
+}
