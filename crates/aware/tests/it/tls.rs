@@ -694,3 +694,58 @@ fn a_gateway_reaches_an_https_node_with_its_ca_file() {
     let _ = node.kill();
     let _ = node.wait();
 }
+
+#[test]
+fn a_stalled_tls_handshake_is_cut_at_the_head_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = pki(dir.path());
+    let config = format!("{DEFAULT_CONFIG}[http]\nheader_timeout_secs = 1\n");
+    let (cert, key) = (p.cert.to_str().unwrap(), p.key.to_str().unwrap());
+    let (mut child, _logs) = spawn_serve(
+        dir.path(),
+        &config,
+        &[
+            "--bind",
+            "127.0.0.1:0",
+            "--tls-cert",
+            cert,
+            "--tls-key",
+            key,
+        ],
+    );
+    let port = port_or_exit(dir.path(), &mut child).unwrap();
+    let agent = trusting(&p.ca_file);
+    wait_https_health(&agent, port);
+    // Silent after connecting, and silent after the first bytes of a ClientHello: both are
+    // closed by the gateway within the 1 s deadline (give it 5).
+    for first in [&b""[..], &[0x16, 0x03, 0x01, 0x02, 0x00][..]] {
+        let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        tcp.write_all(first).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let start = Instant::now();
+        let mut buf = [0u8; 64];
+        let r = tcp.read(&mut buf);
+        assert!(
+            matches!(r, Ok(0))
+                || r.as_ref()
+                    .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+            "{first:?}: {r:?} after {:?}",
+            start.elapsed()
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(4),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+    assert_eq!(
+        agent
+            .get(&format!("https://127.0.0.1:{port}/health"))
+            .call()
+            .unwrap()
+            .status(),
+        200
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
