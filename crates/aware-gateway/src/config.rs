@@ -719,6 +719,25 @@ mod codex_tests {
     }
 
     #[test]
+    fn https_webhooks_are_accepted_and_a_bad_ca_file_is_named() {
+        let c = load_with(
+            "[agents.ops.wake_webhook]\nurl = \"https://hooks.example/x\"\n",
+            None,
+        );
+        assert!(c.webhook_tls.is_some());
+        assert!(load_with("", None).webhook_tls.is_none());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, "[wakes]\nca_file = \"/nonexistent/ca.pem\"\n").unwrap();
+        let o = Overrides {
+            config: Some(path),
+            ..Overrides::default()
+        };
+        let e = GatewayConfig::load(&o, &|_| None).unwrap_err();
+        assert!(e.to_string().contains("wakes.ca_file"), "{e}");
+    }
+
+    #[test]
     fn unknown_codex_keys_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("config.toml");

@@ -341,6 +341,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_token_off_loopback_needs_tls_or_the_opt_out() {
+        let how = ("TLS", "OPT-OUT");
+        let public: SocketAddr = "0.0.0.0:7420".parse().unwrap();
+        let lo: SocketAddr = "127.0.0.1:7420".parse().unwrap();
+        let e = check_plaintext_tokens(public, true, false, false, how).unwrap_err();
+        assert!(
+            e.contains("plain HTTP") && e.contains("TLS") && e.contains("OPT-OUT"),
+            "{e}"
+        );
+        assert!(check_plaintext_tokens(public, true, true, false, how).is_ok());
+        assert!(check_plaintext_tokens(public, true, false, true, how).is_ok());
+        assert!(check_plaintext_tokens(public, false, false, false, how).is_ok());
+        assert!(check_plaintext_tokens(lo, true, false, false, how).is_ok());
+    }
+
+    #[test]
     fn secrets_compare_by_content_only() {
         assert!(secrets_equal(b"abc", b"abc"));
         assert!(!secrets_equal(b"abc", b"abd"));
