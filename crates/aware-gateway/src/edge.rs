@@ -54,7 +54,10 @@ pub fn check_plaintext_tokens(
     }
     let (tls_how, opt_out_how) = how;
     Err(format!(
-        "refusing to listen on {bind} with a bearer token over plain HTTP: off loopback every          request would carry the token in clear across the network, where anyone on the path can          read and reuse it. Serve TLS ({tls_how}), or, on a trusted network or behind a          TLS-terminating proxy, say so explicitly with {opt_out_how}"
+        "refusing to listen on {bind} with a bearer token over plain HTTP: off loopback every \
+         request would carry the token in clear across the network, where anyone on the path can \
+         read and reuse it. Serve TLS ({tls_how}), or, on a trusted network or behind a \
+         TLS-terminating proxy, say so explicitly with {opt_out_how}"
     ))
 }
 
