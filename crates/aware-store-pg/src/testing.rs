@@ -45,6 +45,10 @@ pub struct ClusterOptions {
 pub struct ServerTlsFiles {
     pub cert: PathBuf,
     pub key: PathBuf,
+    /// A CA for client certificates (`ssl_ca_file`): then `postgres` must log in over TCP with a
+    /// client certificate of this CA naming it (`cert`), and every other role with its password
+    /// (`scram-sha-256`).
+    pub client_ca: Option<PathBuf>,
 }
 
 /// One running (or stopped) throw-away cluster.
@@ -234,11 +238,24 @@ impl PgCluster {
     /// Copies the certificate and key into the data directory and allows TCP over TLS only.
     fn install_tls(&self, tls: &ServerTlsFiles) -> HResult<()> {
         let data = self.data_dir();
-        let hba = "local all all trust\n\
-                   hostssl all all 127.0.0.1/32 trust\n\
-                   hostssl all all ::1/128 trust\n\
-                   hostssl replication all 127.0.0.1/32 trust\n";
-        for (from, to) in [(&tls.cert, "server.crt"), (&tls.key, "server.key")] {
+        let hba = match tls.client_ca {
+            None => {
+                "local all all trust\n\
+                 hostssl all all 127.0.0.1/32 trust\n\
+                 hostssl all all ::1/128 trust\n\
+                 hostssl replication all 127.0.0.1/32 trust\n"
+            }
+            Some(_) => {
+                "local all all trust\n\
+                 hostssl all postgres 127.0.0.1/32 cert\n\
+                 hostssl all all 127.0.0.1/32 scram-sha-256\n"
+            }
+        };
+        let mut files = vec![(&tls.cert, "server.crt"), (&tls.key, "server.key")];
+        if let Some(ca) = &tls.client_ca {
+            files.push((ca, "client-ca.crt"));
+        }
+        for (from, to) in files {
             std::fs::copy(from, data.join(to))
                 .map_err(|e| err(format!("cannot copy {}: {e}", from.display())))?;
         }
@@ -252,7 +269,10 @@ impl PgCluster {
         .map_err(|e| err(format!("cannot chmod server.key: {e}")))?;
         if self.as_user.is_some() {
             let (uid, gid) = user_ids("postgres")?;
-            for f in ["server.crt", "server.key", "pg_hba.conf"] {
+            for f in ["server.crt", "server.key", "pg_hba.conf", "client-ca.crt"] {
+                if !data.join(f).exists() {
+                    continue;
+                }
                 std::os::unix::fs::chown(data.join(f), Some(uid), Some(gid))
                     .map_err(|e| err(format!("cannot chown {f}: {e}")))?;
             }
@@ -286,7 +306,11 @@ impl PgCluster {
 
     fn start_once(&self) -> HResult<()> {
         let fsync = if self.options.fsync { "on" } else { "off" };
-        let ssl = match self.options.tls {
+        let ssl = match &self.options.tls {
+            Some(t) if t.client_ca.is_some() => {
+                " -c ssl=on -c ssl_cert_file=server.crt -c ssl_key_file=server.key \
+                 -c ssl_ca_file=client-ca.crt"
+            }
             Some(_) => " -c ssl=on -c ssl_cert_file=server.crt -c ssl_key_file=server.key",
             None => "",
         };

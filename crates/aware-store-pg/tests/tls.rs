@@ -26,7 +26,11 @@ fn setup(names: &[&str]) -> Setup {
     std::fs::create_dir(&stranger_dir).unwrap();
     let stranger_ca = stranger.write_ca(&stranger_dir);
     let cluster = PgCluster::start_new(ClusterOptions {
-        tls: Some(ServerTlsFiles { cert, key }),
+        tls: Some(ServerTlsFiles {
+            cert,
+            key,
+            client_ca: None,
+        }),
         ..Default::default()
     })
     .expect("a TLS cluster");
@@ -128,5 +132,81 @@ fn verify_full_checks_the_host_name_and_verify_ca_does_not() {
     assert!(!e.contains("s3cret"), "{e}");
     // verify-ca checks the chain only: it connects.
     let store = open(&format!("{url}?sslmode=verify-ca&sslrootcert={ca}")).unwrap();
+    assert!(encrypted(&store));
+}
+
+/// Sets one environment variable for this test binary's process (only this test reads it).
+fn set_env(k: &str, v: &std::path::Path) {
+    // Edition 2021: not `unsafe`; no other test of this binary reads PGPASSFILE.
+    std::env::set_var(k, v);
+}
+
+#[test]
+fn a_client_certificate_and_the_password_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("pg CA");
+    let ca_file = ca.write_ca(dir.path());
+    let (cert, key) = ca.write_leaf(dir.path(), "server", &["localhost", "127.0.0.1"]);
+    // The client CA: `postgres` logs in with a certificate that names it.
+    let clients = TestCa::new("pg client CA");
+    let client_dir = dir.path().join("clients");
+    std::fs::create_dir(&client_dir).unwrap();
+    let client_ca = clients.write_ca(&client_dir);
+    let (ccert, ckey) = clients.write_leaf(&client_dir, "postgres", &["postgres"]);
+    let cluster = PgCluster::start_new(ClusterOptions {
+        tls: Some(ServerTlsFiles {
+            cert,
+            key,
+            client_ca: Some(client_ca),
+        }),
+        ..Default::default()
+    })
+    .expect("a TLS cluster with client certificates");
+    let url = cluster.database().unwrap();
+    let verified = format!(
+        "{url}?sslmode=verify-full&sslrootcert={}",
+        ca_file.display()
+    );
+
+    // With the client certificate: in. Without: the server asks for one.
+    let store = open(&format!(
+        "{verified}&sslcert={}&sslkey={}",
+        ccert.display(),
+        ckey.display()
+    ))
+    .unwrap();
+    assert!(encrypted(&store));
+    drop(store);
+    let e = open(&verified).unwrap_err();
+    assert!(e.contains("certificate"), "{e}");
+
+    // A role with a password (scram-sha-256), the password from PGPASSFILE only, on a database
+    // of its own.
+    let url = cluster.database().unwrap();
+    let verified = format!("{url}?sslmode=verify-full&sslrootcert={}", ca_file.display());
+    let db = url.rsplit('/').next().unwrap();
+    let mut admin = postgres::Client::connect(&cluster.socket_url(&url), postgres::NoTls).unwrap();
+    admin
+        .batch_execute(&format!(
+            "CREATE ROLE aware LOGIN PASSWORD 'pg-pass-s3cret'; ALTER DATABASE {db} OWNER TO aware"
+        ))
+        .unwrap();
+    let as_aware = verified.replacen("postgres@", "aware@", 1);
+    let pgpass = dir.path().join("pgpass");
+    std::fs::write(
+        &pgpass,
+        format!("127.0.0.1:{}:{db}:aware:pg-pass-s3cret\n", cluster.port()),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&pgpass, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let wrong = dir.path().join("pgpass-wrong");
+    std::fs::write(&wrong, "*:*:*:aware:not-it\n").unwrap();
+    std::fs::set_permissions(&wrong, std::fs::Permissions::from_mode(0o600)).unwrap();
+    set_env("PGPASSFILE", &wrong);
+    let e = open(&as_aware).unwrap_err();
+    assert!(e.contains("28P01") && !e.contains("not-it"), "{e}");
+    set_env("PGPASSFILE", &pgpass);
+    let store = open(&as_aware).unwrap();
     assert!(encrypted(&store));
 }

@@ -584,7 +584,11 @@ fn a_gateway_on_a_postgresql_that_requires_tls() {
     let ca_file = ca.write_ca(dir.path());
     let (cert, key) = ca.write_leaf(dir.path(), "pg", &["localhost", "127.0.0.1"]);
     let pg = PgCluster::start_new(ClusterOptions {
-        tls: Some(ServerTlsFiles { cert, key }),
+        tls: Some(ServerTlsFiles {
+            cert,
+            key,
+            client_ca: None,
+        }),
         ..Default::default()
     })
     .unwrap();
