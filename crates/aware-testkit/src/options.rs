@@ -88,11 +88,6 @@ pub const CLUSTER_OPT_OUT: &[(&str, &str)] = &[
     // Beyond the scenarios (the whole `it` suite on three gateways, diagnosed one by one from
     // each failure; the scenarios above are what CI runs on the cluster).
     (
-        "upstream_local::",
-        "reads link rows and stored payloads from state.db with rusqlite, and drives the \
-         upstream monitor, which only the leader runs, through per-gateway test clocks",
-    ),
-    (
         "upstream_node::",
         "reads link rows from state.db with rusqlite, and drives the upstream monitor, which \
          only the leader runs",
