@@ -88,11 +88,6 @@ pub const CLUSTER_OPT_OUT: &[(&str, &str)] = &[
     // Beyond the scenarios (the whole `it` suite on three gateways, diagnosed one by one from
     // each failure; the scenarios above are what CI runs on the cluster).
     (
-        "upstream_node::",
-        "reads link rows from state.db with rusqlite, and drives the upstream monitor, which \
-         only the leader runs",
-    ),
-    (
         "console::session_page_shows_the_monitors_misses_and_the_overview_its_ticks",
         "the monitor's misses come from the leader and the overview's counters are one \
          process's own",
