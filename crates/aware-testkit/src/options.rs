@@ -73,10 +73,6 @@ pub const CLUSTER_OPT_OUT: &[(&str, &str)] = &[
         "posts /v1/admin/clock itself: each gateway has its own test clock",
     ),
     (
-        "s078_pruning_in_bounded_batches",
-        "reads prune counters from /metrics of a random gateway",
-    ),
-    (
         "s059_coalescing_window",
         "asserts aware_wakes_coalesced_total = 1 on a random gateway (:839), but coalescing state \
          and its counter are per gateway (ARCHITECTURE.md, cluster): only the gateway that \
