@@ -10,9 +10,10 @@
 //!   and by [`aware_engine::Engine::repair_wakes`], which the listener runs every few seconds and
 //!   right after it reconnects.
 //! - **Leadership.** A session-level `pg_try_advisory_lock` held on a dedicated connection, tried
-//!   every `retry` while not held and checked with a round trip (deadline) while held. A failed
-//!   check drops leadership at once: PostgreSQL releases the lock when that session ends, so after
-//!   `kill -9` of the leader (its socket closes) another gateway takes it on its next try.
+//!   every `retry` while not held and proved every `retry` while held by a round trip with a
+//!   deadline. A failed check drops leadership at once: PostgreSQL releases the lock when that
+//!   session ends, so after `kill -9` of the leader (its socket closes) another gateway takes it
+//!   on its next try. See "Bounded leadership loss" below for a leader cut off from the server.
 //!
 //! - **Signed payloads.** Any role that may connect to the database can `NOTIFY` on the channel,
 //!   so every payload is signed (HMAC-SHA-256) with the key in `aware_cluster_key`, which only
@@ -24,16 +25,63 @@
 //!   not granted and its holder runs as another role, the holder is logged and reported
 //!   ([`ClusterStatus::stranger`]), so a gateway that never leads says why.
 //!
-//! Architecture invariant: nothing here writes the store; correctness never depends on a
-//! notification arriving.
+//! ## Bounded leadership loss
+//!
+//! A leader whose packets are dropped (a partition, not a refusal) cannot close its session, and
+//! by default PostgreSQL notices a dead client only when its TCP keep-alive gives up (hours), or
+//! never when a proxy (pgbouncer, a cloud SQL proxy) keeps the TCP connection alive for it. The
+//! lock would stay with a gateway that can no longer act, and no gateway would run the
+//! singletons. Two timers bound this, one on each side, the server's strictly longer:
+//!
+//! - **The server ends the session.** The leadership connection sets `idle_session_timeout`
+//!   ([`ClusterOptions::server_idle_timeout`], default 10 s; PostgreSQL ≥ 14) and the server's
+//!   TCP keep-alives and `tcp_user_timeout` to the same bound (never shorter: they too end the
+//!   session). A healthy gateway sends a check every second, so
+//!   its session is never idle that long; a partitioned one's is, and the server ends it and
+//!   releases the lock [`ClusterOptions::server_idle_timeout`] after the last statement it got.
+//!   The idle timeout is the one that works through a proxy (the proxy answers the keep-alive
+//!   probes); the keep-alives cover a server blocked writing to a dead peer. On PostgreSQL 13
+//!   the `SET` fails, a warning says so, and the bound is the keep-alives' (direct TCP only).
+//! - **The leader gives up first (a lease).** Leadership is valid only until the moment the last
+//!   successful check was *sent* plus [`ClusterOptions::lease`] (default 5 s), and
+//!   [`ClusterStatus::is_leader`] reads the clock, so it turns false when the lease runs out even
+//!   while the check thread is stuck in a blocked socket call. The server processed that check
+//!   no earlier than it was sent, so it keeps the lock at least `server_idle_timeout` after the
+//!   send: with `lease < server_idle_timeout` the old leader stops believing it leads before
+//!   the lock can be granted to anyone else, and two gateways never lead at once. The margin
+//!   (5 s by default) absorbs a singleton step begun just before the lease ran out.
+//!
+//! So a partitioned leader stops leading within `lease` (in practice `retry + check_timeout`,
+//! 3 s, when its check fails), and another gateway leads within
+//! `server_idle_timeout + retry` plus a round trip (about 11 s; documented bound 12 s,
+//! [`TAKEOVER_BOUND`]).
+//!
+//! **Epoch (fencing token).** Each time a gateway takes the lock it draws the next value of the
+//! sequence `aware_leader_epoch` (created on first use), reported as [`ClusterStatus::epoch`],
+//! on `/health` and in the `cluster_leadership_taken` / `cluster_leadership_lost` log lines, so
+//! two leaderships are never confused in logs or tests. The singletons' writes do not check it
+//! yet: the lease is what keeps an old leader from acting. The residual case the lease cannot
+//! cover is the server ending the leader's session *early* (an operator's
+//! `pg_terminate_backend`, a proxy closing only its server side) while the leader cannot hear
+//! it: then another gateway may lead while the old one's lease runs out (at most `lease`). The
+//! singletons' writes are store operations, serialised by the write lock, and the monitor's
+//! records are admission-checked against the link row they read, so such an overlap is
+//! expected to repeat work rather than double state; that case is not tested.
+//!
+//! Every cluster connection is opened with a deadline covering the whole set-up
+//! ([`ClusterOptions::connect_wait`]): the driver's own connect timeout covers only the TCP
+//! connect, and a server or proxy that accepts and then never answers would hold the thread.
+//!
+//! Architecture invariant: nothing here writes the store (the epoch sequence is the cluster's
+//! own object, not store data); correctness never depends on a notification arriving.
 
 use aware_engine::{Engine, Leadership, RemoteWake, Wake, WakeBus, WakeReason};
 use hmac::{KeyInit, Mac};
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::Client;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -42,6 +90,14 @@ pub const LEADER_LOCK_KEY: i64 = 0x6177_6172_6500_6c64;
 /// The shortest time between two change hints of one gateway: the console coalesces its
 /// stream to one hint per 250 ms anyway, so more would only load every listener.
 pub const CHANGE_HINT_EVERY: Duration = Duration::from_millis(100);
+
+/// The documented bound of a leadership change after the leader is cut off from PostgreSQL, with
+/// the default [`ClusterOptions`]: `server_idle_timeout` (10 s) + `retry` (1 s) + a round trip
+/// and a connect (1 s). docs/deployment.md, "Network faults", gives the figures measured.
+pub const TAKEOVER_BOUND: Duration = Duration::from_secs(12);
+
+/// The sequence whose next value is the epoch of a new leadership.
+const EPOCH_SEQUENCE: &str = "aware_leader_epoch";
 
 /// The notification channel of wakes.
 pub const WAKE_CHANNEL: &str = "aware_wakes";
@@ -120,6 +176,17 @@ pub struct ClusterOptions {
     /// How long [`Cluster::start`] waits for the first leadership attempt, so the gateway that
     /// starts a cluster sweeps at start.
     pub first_attempt_wait: Duration,
+    /// How long a leadership lasts after the send of the last check that succeeded (see the
+    /// module doc). Must be shorter than `server_idle_timeout` and longer than
+    /// `retry + check_timeout`.
+    pub lease: Duration,
+    /// `idle_session_timeout` of the leadership connection: the server ends a session that sent
+    /// nothing for this long, releasing the lock of a leader cut off from it.
+    pub server_idle_timeout: Duration,
+    /// Longest wait for a cluster connection to be set up (connect, authentication, the
+    /// session settings); an attempt still under way is waited for again on the next try, never
+    /// started twice.
+    pub connect_wait: Duration,
 }
 
 impl ClusterOptions {
@@ -131,6 +198,9 @@ impl ClusterOptions {
             repair_every: Duration::from_secs(5),
             check_timeout: Duration::from_secs(2),
             first_attempt_wait: Duration::from_secs(3),
+            lease: Duration::from_secs(5),
+            server_idle_timeout: Duration::from_secs(10),
+            connect_wait: Duration::from_secs(3),
         }
     }
 
@@ -140,6 +210,22 @@ impl ClusterOptions {
             config.connect(postgres::NoTls).map_err(|e| e.to_string())
         }))
     }
+
+    /// The options with the timing rules of the module doc enforced: a lease not shorter than
+    /// the server's idle timeout would let two gateways lead at once, so it is cut to half of
+    /// it (and a check deadline to under the lease) with a warning.
+    fn checked(mut self) -> Self {
+        if self.lease >= self.server_idle_timeout {
+            let lease = self.server_idle_timeout / 2;
+            tracing::warn!(event = "cluster_lease_shortened", lease_ms = lease.as_millis() as u64,
+                "the leadership lease must be shorter than the server's idle session timeout; shortened");
+            self.lease = lease;
+        }
+        if self.check_timeout >= self.lease {
+            self.check_timeout = self.lease / 2;
+        }
+        self
+    }
 }
 
 /// What this gateway knows of the cluster, for `/health` and `/metrics`.
@@ -147,11 +233,19 @@ impl ClusterOptions {
 pub struct ClusterStatus {
     /// This process's id in the cluster (random per start).
     pub node_id: String,
+    /// The leadership thread holds the lock (it believes so); [`ClusterStatus::is_leader`]
+    /// also requires the lease.
     leader: AtomicBool,
+    /// End of the lease, in nanoseconds on [`clock`]; 0 when none.
+    lease_until: AtomicU64,
+    /// The epoch of this gateway's current or last leadership (0: never led, or the epoch
+    /// sequence could not be read).
+    epoch: AtomicI64,
     listening: AtomicBool,
     /// Times this process became leader.
     pub leader_acquired: AtomicU64,
-    /// Times this process lost leadership (its lock connection failed).
+    /// Times this process lost leadership (a failed check, a closed connection, a lease that
+    /// ran out, shutdown).
     pub leader_lost: AtomicU64,
     /// Times this process asked for the leader lock and another session held it.
     pub lock_refused: AtomicU64,
@@ -176,9 +270,37 @@ pub struct ClusterStatus {
     change_pending: AtomicBool,
 }
 
+/// Nanoseconds since the first use in this process, on the monotonic clock.
+fn clock(at: Instant) -> u64 {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    let base = *BASE.get_or_init(Instant::now);
+    // +1: 0 means "no lease".
+    at.saturating_duration_since(base).as_nanos() as u64 + 1
+}
+
 impl ClusterStatus {
+    /// Whether this gateway leads now: it holds the lock and its lease has not run out. Read
+    /// from the clock, so it turns false at the end of the lease even while the leadership
+    /// thread is blocked.
     pub fn is_leader(&self) -> bool {
         self.leader.load(Ordering::SeqCst)
+            && clock(Instant::now()) < self.lease_until.load(Ordering::SeqCst)
+    }
+    /// The epoch of this gateway's current or last leadership (the fencing token; 0 when it
+    /// never led).
+    pub fn epoch(&self) -> i64 {
+        self.epoch.load(Ordering::SeqCst)
+    }
+    /// How long the current lease still runs (zero when not leading).
+    pub fn lease_left(&self) -> Duration {
+        if !self.leader.load(Ordering::SeqCst) {
+            return Duration::ZERO;
+        }
+        let (now, until) = (
+            clock(Instant::now()),
+            self.lease_until.load(Ordering::SeqCst),
+        );
+        Duration::from_nanos(until.saturating_sub(now))
     }
     /// Whether the listener connection is up (remote wakes arrive).
     pub fn is_listening(&self) -> bool {
@@ -207,16 +329,35 @@ impl ClusterStatus {
             *s = holder;
         }
     }
-    fn set_leader(&self, on: bool) {
-        let was = self.leader.swap(on, Ordering::SeqCst);
-        if on && !was {
+    /// The thread holds the lock (it may be past its lease: see [`ClusterStatus::is_leader`]).
+    fn holding(&self) -> bool {
+        self.leader.load(Ordering::SeqCst)
+    }
+    /// Whether the lease still runs.
+    fn lease_valid(&self) -> bool {
+        clock(Instant::now()) < self.lease_until.load(Ordering::SeqCst)
+    }
+    /// Leadership taken with epoch `epoch`, valid until `until`.
+    fn take(&self, epoch: i64, until: Instant) {
+        self.epoch.store(epoch, Ordering::SeqCst);
+        self.lease_until.store(clock(until), Ordering::SeqCst);
+        if !self.leader.swap(true, Ordering::SeqCst) {
             self.leader_acquired.fetch_add(1, Ordering::Relaxed);
-            tracing::info!(event = "cluster_leader_acquired", node = %self.node_id,
+            tracing::info!(event = "cluster_leadership_taken", node = %self.node_id, epoch,
                 "this gateway now runs the singletons (retention, run timeouts, monitor)");
-        } else if !on && was {
+        }
+    }
+    /// A check sent at `sent` succeeded: the lease runs to `until`.
+    fn renew(&self, until: Instant) {
+        self.lease_until.store(clock(until), Ordering::SeqCst);
+    }
+    /// Leadership ends here, for `reason`.
+    fn lose(&self, reason: &str) {
+        self.lease_until.store(0, Ordering::SeqCst);
+        if self.leader.swap(false, Ordering::SeqCst) {
             self.leader_lost.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(event = "cluster_leader_lost", node = %self.node_id,
-                "leadership lost (lock connection failed); singletons stop here");
+            tracing::warn!(event = "cluster_leadership_lost", node = %self.node_id,
+                epoch = self.epoch(), reason, "leadership lost; singletons stop here");
         }
     }
 }
@@ -284,6 +425,9 @@ impl Cluster {
     /// up to `first_attempt_wait` for the first leadership attempt. Never fails for an
     /// unreachable database: the threads keep retrying.
     pub fn start(engine: &Engine, opts: ClusterOptions) -> Result<Cluster, ClusterError> {
+        let opts = opts.checked();
+        // Fixes the lease clock's origin before any lease is taken.
+        clock(Instant::now());
         let status = Arc::new(ClusterStatus {
             node_id: uuid::Uuid::new_v4().simple().to_string()[..12].to_string(),
             ..Default::default()
@@ -328,20 +472,31 @@ impl Cluster {
         &self.status
     }
 
-    /// Stops the threads and waits for them (at most about one retry interval).
+    /// Stops the threads and waits for them: about one retry interval, at most
+    /// [`SHUTDOWN_WAIT`]. A thread blocked on a server that does not answer is left behind
+    /// (the process's exit ends it); leadership ends here at once either way.
     pub fn shutdown(&self) {
         self.stop.store(true, Ordering::SeqCst);
+        self.status.lose("shutdown");
         let threads = self
             .threads
             .lock()
             .map(|mut t| std::mem::take(&mut *t))
             .unwrap_or_default();
+        let end = Instant::now() + SHUTDOWN_WAIT;
         for t in threads {
-            let _ = t.join();
+            while !t.is_finished() && Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            }
         }
-        self.status.set_leader(false);
     }
 }
+
+/// Longest [`Cluster::shutdown`] waits for the cluster threads.
+pub const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
 
 impl Drop for Cluster {
     fn drop(&mut self) {
@@ -371,14 +526,114 @@ fn pause(stop: &AtomicBool, d: Duration) {
     }
 }
 
-fn connect(config: &Connect, what: &str) -> Option<Client> {
-    match config() {
-        Ok(c) => Some(c),
-        Err(e) => {
-            tracing::debug!(event = "cluster_connect_failed", connection = what, error = %e,
-                "cluster connection failed; retrying");
-            None
+/// A connection attempt that runs on a thread of its own, so its wait is bounded
+/// ([`ClusterOptions::connect_wait`]) even when the server accepts and never answers. At most one
+/// attempt per cluster thread is under way: one not finished in time is waited for again on the
+/// next try instead of starting another.
+struct Dialer<T> {
+    what: &'static str,
+    pending: Option<Receiver<Result<(Client, T), String>>>,
+}
+
+impl<T: Send + 'static> Dialer<T> {
+    fn new(what: &'static str) -> Self {
+        Dialer {
+            what,
+            pending: None,
         }
+    }
+
+    /// A connection set up by `setup`, or `None` (failed, or still under way after `wait`).
+    fn dial(
+        &mut self,
+        connect: &Connect,
+        wait: Duration,
+        setup: impl FnOnce(&mut Client) -> Result<T, String> + Send + 'static,
+    ) -> Option<(Client, T)> {
+        let rx = match self.pending.take() {
+            Some(rx) => rx,
+            None => {
+                let (tx, rx) = sync_channel(1);
+                let connect = connect.clone();
+                let attempt = move || {
+                    let result = connect().and_then(|mut c| setup(&mut c).map(|t| (c, t)));
+                    // The caller may have stopped waiting: the connection then just closes.
+                    let _ = tx.send(result);
+                };
+                if let Err(e) = std::thread::Builder::new()
+                    .name(format!("aware-cluster-dial-{}", self.what))
+                    .spawn(attempt)
+                {
+                    tracing::warn!(event = "cluster_connect_failed", connection = self.what,
+                        error = %e, "cannot start a connection attempt; retrying");
+                    return None;
+                }
+                rx
+            }
+        };
+        match rx.recv_timeout(wait) {
+            Ok(Ok(c)) => Some(c),
+            Ok(Err(e)) => {
+                tracing::debug!(event = "cluster_connect_failed", connection = self.what,
+                    error = %e, "cluster connection failed; retrying");
+                None
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                tracing::debug!(
+                    event = "cluster_connect_slow",
+                    connection = self.what,
+                    wait_ms = wait.as_millis() as u64,
+                    "no answer from PostgreSQL yet; the attempt goes on"
+                );
+                self.pending = Some(rx);
+                None
+            }
+            Err(RecvTimeoutError::Disconnected) => None,
+        }
+    }
+}
+
+/// The session settings of the leadership connection (see the module doc): the server ends
+/// the session, and so releases the lock, when the gateway goes quiet or its peer is gone.
+/// Settings the server does not know (`idle_session_timeout` before PostgreSQL 14) are
+/// reported, not fatal.
+fn leader_session(c: &mut Client, idle: Duration) -> Result<(), String> {
+    // The server's TCP detection of a dead client ends the session too, so it must not come
+    // sooner than the idle timeout either: keep-alives after half of it, then one probe a
+    // second for the other half; `tcp_user_timeout` (unacknowledged data) the whole of it.
+    // Anything shorter than the lease could free the lock while the old leader still leads.
+    let half = (idle.as_secs() / 2).max(1);
+    let keepalives = format!(
+        "SET tcp_keepalives_idle = {half}; SET tcp_keepalives_interval = 1; \
+         SET tcp_keepalives_count = {half}; SET tcp_user_timeout = {}",
+        idle.as_millis()
+    );
+    c.batch_execute(&keepalives).map_err(|e| e.to_string())?;
+    if let Err(e) = c.batch_execute(&format!("SET idle_session_timeout = {}", idle.as_millis())) {
+        if c.is_closed() {
+            return Err(e.to_string());
+        }
+        static WARNED: AtomicBool = AtomicBool::new(false);
+        if !WARNED.swap(true, Ordering::Relaxed) {
+            tracing::warn!(event = "cluster_idle_session_timeout_unsupported", error = %e,
+                "the server refused idle_session_timeout (PostgreSQL 14 or newer has it): a \
+                 leader cut off behind a proxy keeps the lock until the proxy drops it; over \
+                 direct TCP the keep-alives bound it");
+        }
+    }
+    Ok(())
+}
+
+/// The next leadership epoch (creating the sequence on first use).
+fn next_epoch(c: &mut Client) -> Result<i64, postgres::Error> {
+    let next = format!("SELECT nextval('{EPOCH_SEQUENCE}')");
+    match c.query_one(&next, &[]) {
+        Ok(row) => row.try_get(0),
+        Err(e) if e.code() == Some(&postgres::error::SqlState::UNDEFINED_TABLE) => {
+            c.batch_execute(&format!("CREATE SEQUENCE IF NOT EXISTS {EPOCH_SEQUENCE}"))?;
+            c.query_one(&next, &[])?.try_get(0)
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -390,35 +645,25 @@ fn leader_loop(
     first: SyncSender<()>,
 ) {
     let mut client: Option<Client> = None;
+    let mut dialer = Dialer::new("leader");
     let mut first = Some(first);
     while !stop.load(Ordering::SeqCst) {
         if client.as_ref().is_none_or(|c| c.is_closed()) {
-            status.set_leader(false);
-            client = connect(&config, "leader");
+            status.lose("the leadership connection closed");
+            let idle = opts.server_idle_timeout;
+            client = dialer
+                .dial(&config, opts.connect_wait, move |c| leader_session(c, idle))
+                .map(|(c, ())| c);
         }
         if let Some(c) = client.as_mut() {
-            let ok = if status.is_leader() {
-                // Holding: a round trip with a deadline proves the session (and its lock) lives.
-                c.is_valid(opts.check_timeout).is_ok()
+            let ok = if status.holding() {
+                lead_check(&status, c, &opts)
             } else {
-                match c.query_one("SELECT pg_try_advisory_lock($1)", &[&opts.lock_key]) {
-                    Ok(row) => {
-                        let got: bool = row.try_get(0).unwrap_or(false);
-                        if got {
-                            status.set_leader(true);
-                            status.set_stranger(None);
-                        } else {
-                            status.lock_refused.fetch_add(1, Ordering::Relaxed);
-                            let holder = aware_store_pg::stranger_holding(c, opts.lock_key);
-                            status.set_stranger(holder.map(|h| h.to_string()));
-                        }
-                        true
-                    }
-                    Err(_) => false,
-                }
+                try_lead(&status, c, &opts)
             };
             if !ok {
-                status.set_leader(false);
+                // Closing the connection ends the session, which releases the lock if it is
+                // still held; a partitioned server ends it by its idle timeout instead.
                 client = None;
             }
         }
@@ -427,7 +672,77 @@ fn leader_loop(
         }
         pause(&stop, opts.retry);
     }
-    status.set_leader(false);
+    status.lose("shutdown");
+}
+
+/// While leading: proves the session (and its lock) alive with a round trip and renews the
+/// lease from the moment the check was sent. False when leadership ended.
+fn lead_check(status: &ClusterStatus, c: &mut Client, opts: &ClusterOptions) -> bool {
+    if !status.lease_valid() {
+        // The thread was held up past the lease: is_leader() already says no. The session may
+        // still hold the lock, but a leadership that lapsed is not resumed: a new one (new
+        // epoch) is taken on a new session.
+        status.lose(&format!(
+            "lease of {:?} ran out before a check could prove the session",
+            opts.lease
+        ));
+        return false;
+    }
+    let sent = Instant::now();
+    match c.is_valid(opts.check_timeout) {
+        Ok(()) if status.lease_valid() => {
+            status.renew(sent + opts.lease);
+            true
+        }
+        Ok(()) => {
+            status.lose(&format!(
+                "lease of {:?} ran out while the check was under way",
+                opts.lease
+            ));
+            false
+        }
+        Err(e) => {
+            status.lose(&format!(
+                "liveness check failed (deadline {:?}): {e}",
+                opts.check_timeout
+            ));
+            false
+        }
+    }
+}
+
+/// While not leading: asks for the lock; on success draws the epoch and starts the lease from
+/// the moment the request was sent. False when the connection failed.
+fn try_lead(status: &ClusterStatus, c: &mut Client, opts: &ClusterOptions) -> bool {
+    let sent = Instant::now();
+    let got = match c.query_one("SELECT pg_try_advisory_lock($1)", &[&opts.lock_key]) {
+        Ok(row) => row.try_get::<_, bool>(0).unwrap_or(false),
+        Err(_) => return false,
+    };
+    if !got {
+        status.lock_refused.fetch_add(1, Ordering::Relaxed);
+        let holder = aware_store_pg::stranger_holding(c, opts.lock_key);
+        status.set_stranger(holder.map(|h| h.to_string()));
+        return true;
+    }
+    let epoch = match next_epoch(c) {
+        Ok(e) => e,
+        Err(e) if c.is_closed() || e.is_closed() => return false,
+        Err(e) => {
+            // A role that may not create the sequence still leads; only the token is missing.
+            tracing::warn!(event = "cluster_epoch_unavailable", error = %e,
+                "cannot draw the leadership epoch (sequence {EPOCH_SEQUENCE}); leading with epoch 0");
+            0
+        }
+    };
+    if sent.elapsed() >= opts.lease {
+        // Taking the lock and the epoch took longer than a lease: too slow to lead safely.
+        // Dropping the connection gives the lock back.
+        return false;
+    }
+    status.take(epoch, sent + opts.lease);
+    status.set_stranger(None);
+    true
 }
 
 fn listener_loop(
@@ -438,6 +753,7 @@ fn listener_loop(
     engine: Engine,
 ) {
     let mut client: Option<Client> = None;
+    let mut dialer = Dialer::new("listener");
     let mut key: Vec<u8> = Vec::new();
     let mut last_repair = Instant::now();
     let mut connected_once = false;
@@ -445,11 +761,17 @@ fn listener_loop(
         if client.as_ref().is_none_or(|c| c.is_closed()) {
             status.listening.store(false, Ordering::SeqCst);
             // Without the key nothing can be checked: the connection counts as failed.
-            client = connect(&config, "listener").and_then(|mut c| {
-                key = read_key(&mut c)?;
-                c.batch_execute(&format!("LISTEN {WAKE_CHANNEL}")).ok()?;
-                Some(c)
-            });
+            client = dialer
+                .dial(&config, opts.connect_wait, |c| {
+                    let key = read_key(c).ok_or("cannot read the cluster key")?;
+                    c.batch_execute(&format!("LISTEN {WAKE_CHANNEL}"))
+                        .map_err(|e| e.to_string())?;
+                    Ok(key)
+                })
+                .map(|(c, k)| {
+                    key = k;
+                    c
+                });
             match client {
                 Some(_) => {
                     status.listening.store(true, Ordering::SeqCst);
@@ -550,6 +872,7 @@ fn publisher_loop(
     rx: Receiver<String>,
 ) {
     let mut client: Option<Client> = None;
+    let mut dialer = Dialer::new("publisher");
     let mut key: Option<Vec<u8>> = None;
     let mut last_change: Option<Instant> = None;
     while !stop.load(Ordering::SeqCst) {
@@ -579,10 +902,17 @@ fn publisher_loop(
             continue;
         }
         if client.as_ref().is_none_or(|c| c.is_closed()) {
-            client = connect(&config, "publisher");
-        }
-        if key.is_none() {
-            key = client.as_mut().and_then(read_key);
+            // A short wait: the batch is dropped (hints only) rather than held behind a server
+            // that does not answer; the attempt goes on for the next batch.
+            let wait = opts.connect_wait.min(Duration::from_millis(500));
+            client = dialer
+                .dial(&config, wait, |c| {
+                    read_key(c).ok_or("cannot read the cluster key".into())
+                })
+                .map(|(c, k)| {
+                    key = Some(k);
+                    c
+                });
         }
         let sent = match (client.as_mut(), &key) {
             (Some(c), Some(k)) => {

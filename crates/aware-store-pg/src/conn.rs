@@ -17,7 +17,14 @@ use postgres::{Row, Statement};
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::Poll;
+use std::time::{Duration, Instant};
+
+/// After a missed deadline, new connections fail at once for this long: the path just proved
+/// dead, and the requests queued behind the one that waited get their 503 without waiting again.
+const DOWN_AFTER_DEADLINE: Duration = Duration::from_secs(1);
 
 /// Prepared statements kept per connection; the filter-built statements of the session lists
 /// vary with their filters, so the cache is emptied when it grows past this.
@@ -58,6 +65,21 @@ enum Answer {
 
 type BoxFut<'a, T> = Pin<Box<dyn Future<Output = std::result::Result<T, postgres::Error>> + 'a>>;
 
+/// How long a client waits for PostgreSQL, beyond what the server's own timeouts bound.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Deadlines {
+    /// The whole connection set-up: TCP connect, startup and authentication. The driver's
+    /// `connect_timeout` covers only the TCP connect, so a server (or a proxy in front of it:
+    /// pgbouncer, a cloud SQL proxy) that accepts the connection and then never answers would
+    /// hold the caller for as long as the kernel keeps the socket.
+    pub(crate) connect: Duration,
+    /// One exchange (the queued writes and the statement whose answer is awaited). Longer than
+    /// `statement_timeout`, so a slow statement ends with the server's own error; past it the
+    /// server or the path to it is gone. Kernel keep-alives and `tcp_user_timeout` catch a dead
+    /// peer only when nothing in between acknowledges for it, which a proxy does.
+    pub(crate) exchange: Duration,
+}
+
 pub(crate) struct Conn {
     /// Drives the connection: a current-thread runtime, so an exchange runs entirely on the
     /// calling thread (write, wait, read) with no hop to another thread.
@@ -79,19 +101,61 @@ pub(crate) struct Conn {
     /// Event sequences numbered locally in this transaction: (next, last given, the one
     /// `nextval` returned).
     sequences: Option<(i64, i64, i64)>,
+    deadlines: Deadlines,
+    /// An exchange overran its deadline: the stream may hold a late answer or a half-sent
+    /// request, so the connection is never used again (see [`Conn::is_closed`]).
+    broken: bool,
+    /// The store's connection generation when this one was made, and the current one: a missed
+    /// deadline on any connection moves it on, which retires every connection made before
+    /// (idle ones in the pool would each wait out their own deadline on the same dead path).
+    generation: u64,
+    shared: Arc<Shared>,
+}
+
+/// What the connections of one store share about the path to the server.
+#[derive(Default)]
+pub(crate) struct Shared {
+    /// The connection generation (see [`Conn::is_closed`]).
+    pub(crate) generation: AtomicU64,
+    /// Until when new connections fail at once, and why: set by a failed connect and by a
+    /// missed deadline, so callers queued behind a dead path get their 503 at once instead of
+    /// each waiting for its own connect timeout.
+    pub(crate) down: Mutex<Option<(Instant, String)>>,
+}
+
+impl Shared {
+    pub(crate) fn mark_down(&self, until: Instant, why: String) {
+        if let Ok(mut down) = self.down.lock() {
+            *down = Some((until, why));
+        }
+    }
 }
 
 /// The identity sequence of `session_state_events.sequence`.
 const EVENT_SEQUENCE: &str = "pg_get_serial_sequence('session_state_events', 'sequence')";
 
 impl Conn {
-    pub(crate) fn connect(config: &tokio_postgres::Config, role: Role) -> Result<Self> {
+    pub(crate) fn connect(
+        config: &tokio_postgres::Config,
+        role: Role,
+        deadlines: Deadlines,
+        shared: Arc<Shared>,
+    ) -> Result<Self> {
+        let generation = shared.generation.load(Ordering::SeqCst);
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| StoreError::Unreachable(format!("cannot start a runtime: {e}")))?;
         let (client, connection) = rt
-            .block_on(config.connect(tokio_postgres::NoTls))
+            .block_on(async {
+                tokio::time::timeout(deadlines.connect, config.connect(tokio_postgres::NoTls)).await
+            })
+            .map_err(|_| {
+                StoreError::Unreachable(format!(
+                    "no answer from PostgreSQL within {:?} while connecting",
+                    deadlines.connect
+                ))
+            })?
             .map_err(pg_err)?;
         // The connection task runs whenever this thread waits in `block_on`.
         rt.spawn(async move {
@@ -110,20 +174,62 @@ impl Conn {
             failure: None,
             rows: crate::cache::RowCache::default(),
             sequences: None,
+            deadlines,
+            broken: false,
+            generation,
+            shared,
         })
     }
 
+    /// Whether the connection may not be used any more: closed by the server or the network,
+    /// broken by a missed deadline, or made before another connection missed one.
     pub(crate) fn is_closed(&self) -> bool {
-        self.client.is_closed()
+        self.broken
+            || self.generation < self.shared.generation.load(Ordering::SeqCst)
+            || self.client.is_closed()
+    }
+
+    /// The error of an exchange that overran its deadline; marks the connection broken and
+    /// retires every connection made before it.
+    fn overran(&mut self, what: &str) -> StoreError {
+        self.broken = true;
+        self.shared
+            .generation
+            .fetch_max(self.generation + 1, Ordering::SeqCst);
+        let message = format!(
+            "no answer from PostgreSQL within {:?} ({what}); the connection is dropped",
+            self.deadlines.exchange
+        );
+        self.shared
+            .mark_down(Instant::now() + DOWN_AFTER_DEADLINE, message.clone());
+        StoreError::Unreachable(message)
+    }
+
+    /// The error of any use of a connection that may not be used (see [`Conn::is_closed`]):
+    /// answered at once, never by waiting on the dead path again (a `ROLLBACK` after a missed
+    /// deadline, say).
+    fn unusable(&self) -> Option<StoreError> {
+        self.is_closed()
+            .then(|| StoreError::Unreachable("the connection to PostgreSQL was dropped".into()))
     }
 
     /// A statement prepared once per connection: each later use is part of an exchange.
     fn stmt(&mut self, sql: &str) -> Result<Statement> {
+        if let Some(e) = self.unusable() {
+            return Err(e);
+        }
         if let Some(s) = self.cache.get(sql) {
             return Ok(s.clone());
         }
         stats::exchange(self.role, 1);
-        let s = self.rt.block_on(self.client.prepare(sql)).map_err(pg_err)?;
+        let deadline = self.deadlines.exchange;
+        let prepared = self
+            .rt
+            .block_on(async { tokio::time::timeout(deadline, self.client.prepare(sql)).await });
+        let s = match prepared {
+            Ok(r) => r.map_err(pg_err)?,
+            Err(_) => return Err(self.overran("prepare")),
+        };
         if self.cache.len() >= MAX_CACHED {
             self.cache.clear();
         }
@@ -139,38 +245,55 @@ impl Conn {
     /// Sends the queued writes and `last`, in order, and waits for all their answers. The
     /// answer is the first queued write's failure if one failed, else `last`'s.
     fn exchange(&mut self, last: Last<'_>, own_answer_only: bool) -> Result<Answer> {
+        if let Some(e) = self.unusable() {
+            return Err(e);
+        }
         let deferred = std::mem::take(&mut self.deferred);
         let deferred = self.fuse(deferred);
         let last_position = self.next_position();
         stats::exchange(self.role, deferred.len() as u64 + 1);
         let client = &self.client;
-        let (queued, answer) = self.rt.block_on(async {
-            let queued: Vec<BoxFut<'_, ()>> = deferred
-                .iter()
-                .map(|d| -> BoxFut<'_, ()> {
-                    match d {
-                        Deferred::Simple(_, sql) => Box::pin(client.batch_execute(sql)),
-                        Deferred::Prepared(_, st, params, _) => Box::pin(async move {
-                            let refs: Vec<Param<'_>> =
-                                params.iter().map(|p| &**p as Param<'_>).collect();
-                            client.execute(st, &refs).await.map(|_| ())
-                        }),
+        let deadline = self.deadlines.exchange;
+        // The timer is made inside `block_on`: it needs the runtime's context.
+        let outcome = self.rt.block_on(async {
+            tokio::time::timeout(deadline, async {
+                let queued: Vec<BoxFut<'_, ()>> = deferred
+                    .iter()
+                    .map(|d| -> BoxFut<'_, ()> {
+                        match d {
+                            Deferred::Simple(_, sql) => Box::pin(client.batch_execute(sql)),
+                            Deferred::Prepared(_, st, params, _) => Box::pin(async move {
+                                let refs: Vec<Param<'_>> =
+                                    params.iter().map(|p| &**p as Param<'_>).collect();
+                                client.execute(st, &refs).await.map(|_| ())
+                            }),
+                        }
+                    })
+                    .collect();
+                let last: BoxFut<'_, Answer> = match last {
+                    Last::Rows(st, params) => {
+                        Box::pin(async move { client.query(st, params).await.map(Answer::Rows) })
                     }
-                })
-                .collect();
-            let last: BoxFut<'_, Answer> = match last {
-                Last::Rows(st, params) => {
-                    Box::pin(async move { client.query(st, params).await.map(Answer::Rows) })
-                }
-                Last::Count(st, params) => {
-                    Box::pin(async move { client.execute(st, params).await.map(Answer::Count) })
-                }
-                Last::Simple(sql) => {
-                    Box::pin(async move { client.batch_execute(sql).await.map(|_| Answer::Done) })
-                }
-            };
-            in_order(queued, last).await
+                    Last::Count(st, params) => {
+                        Box::pin(async move { client.execute(st, params).await.map(Answer::Count) })
+                    }
+                    Last::Simple(sql) => {
+                        Box::pin(
+                            async move { client.batch_execute(sql).await.map(|_| Answer::Done) },
+                        )
+                    }
+                };
+                in_order(queued, last).await
+            })
+            .await
         });
+        let Ok((queued, answer)) = outcome else {
+            // Whether the server ran any of it is unknown; the caller's transaction fails
+            // (`Unreachable`, or `CommitFailed` for a `COMMIT`) and nothing is reused.
+            let e = self.overran("exchange");
+            self.fail_at(last_position, &e);
+            return Err(e);
+        };
         let mut first_failure = None;
         for (d, r) in deferred.iter().zip(queued) {
             if let Err(e) = r {

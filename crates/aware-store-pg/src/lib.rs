@@ -84,7 +84,8 @@ impl PgStore {
         let location = options.location();
         let connector = Arc::new(Connector {
             config,
-            down: Mutex::new(None),
+            deadlines: options.deadlines(),
+            shared: Arc::default(),
         });
         let mut first = connector.connect(Role::Writer)?;
         schema::migrate(&mut first)?;
