@@ -10,9 +10,10 @@
 //!   and by [`aware_engine::Engine::repair_wakes`], which the listener runs every few seconds and
 //!   right after it reconnects.
 //! - **Leadership.** A session-level `pg_try_advisory_lock` held on a dedicated connection, tried
-//!   every `retry` while not held and checked with a round trip (deadline) while held. A failed
-//!   check drops leadership at once: PostgreSQL releases the lock when that session ends, so after
-//!   `kill -9` of the leader (its socket closes) another gateway takes it on its next try.
+//!   every `retry` while not held and proved every `retry` while held by a round trip with a
+//!   deadline. A failed check drops leadership at once: PostgreSQL releases the lock when that
+//!   session ends, so after `kill -9` of the leader (its socket closes) another gateway takes it
+//!   on its next try. See "Bounded leadership loss" below for a leader cut off from the server.
 //!
 //! - **Signed payloads.** Any role that may connect to the database can `NOTIFY` on the channel,
 //!   so every payload is signed (HMAC-SHA-256) with the key in `aware_cluster_key`, which only
@@ -24,16 +25,75 @@
 //!   not granted and its holder runs as another role, the holder is logged and reported
 //!   ([`ClusterStatus::stranger`]), so a gateway that never leads says why.
 //!
-//! Architecture invariant: nothing here writes the store; correctness never depends on a
-//! notification arriving.
+//! ## Bounded leadership loss
+//!
+//! A leader whose packets are dropped (a partition, not a refusal) cannot close its session, and
+//! by default PostgreSQL notices a dead client only when its TCP keep-alive gives up (hours), or
+//! never when a proxy (pgbouncer, a cloud SQL proxy) keeps the TCP connection alive for it. The
+//! lock would stay with a gateway that can no longer act, and no gateway would run the
+//! singletons. Two timers bound this, one on each side, the server's strictly longer:
+//!
+//! - **The server ends the session.** The leadership connection sets `idle_session_timeout`
+//!   ([`ClusterOptions::server_idle_timeout`], default 10 s; PostgreSQL ≥ 14) and the server's
+//!   TCP keep-alives and `tcp_user_timeout` to the same bound (never shorter: they too end the
+//!   session). A healthy gateway sends a check every second, so
+//!   its session is never idle that long; a partitioned one's is, and the server ends it and
+//!   releases the lock [`ClusterOptions::server_idle_timeout`] after the last statement it got.
+//!   The idle timeout is the one that works through a proxy (the proxy answers the keep-alive
+//!   probes); the keep-alives cover a server blocked writing to a dead peer. On PostgreSQL 13
+//!   the `SET` fails, a warning says so, and the bound is the keep-alives' (direct TCP only).
+//! - **The leader gives up first (a lease).** Leadership is valid only until the moment the last
+//!   successful check was *sent* plus [`ClusterOptions::lease`] (default 5 s), and
+//!   [`ClusterStatus::is_leader`] reads the clock, so it turns false when the lease runs out even
+//!   while the check thread is stuck in a blocked socket call. The server processed that check
+//!   no earlier than it was sent, so it keeps the lock at least `server_idle_timeout` after the
+//!   send: with `lease < server_idle_timeout` the old leader stops believing it leads before
+//!   the lock can be granted to anyone else, and two gateways never lead at once. The margin
+//!   (5 s by default) absorbs a singleton step begun just before the lease ran out.
+//!
+//! So a partitioned leader stops leading within `lease` (in practice `retry + check_timeout`,
+//! 3 s, when its check fails), and another gateway leads within
+//! `server_idle_timeout + retry` plus a round trip (about 11 s; documented bound 12 s,
+//! [`TAKEOVER_BOUND`]).
+//!
+//! **Epoch (fencing token).** Each time a gateway takes the lock it draws the next value of the
+//! sequence `aware_leader_epoch` (created on first use), reported as [`ClusterStatus::epoch`],
+//! on `/health` and in the `cluster_leadership_taken` / `cluster_leadership_lost` log lines, so
+//! two leaderships are never confused in logs or tests. The singletons' writes do not check it
+//! yet: the lease is what keeps an old leader from acting. The residual case the lease cannot
+//! cover is the server ending the leader's session *early* (an operator's
+//! `pg_terminate_backend`, a proxy closing only its server side) while the leader cannot hear
+//! it: then another gateway may lead while the old one's lease runs out (at most `lease`). The
+//! singletons' writes are store operations, serialised by the write lock, and the monitor's
+//! records are admission-checked against the link row they read, so such an overlap is
+//! expected to repeat work rather than double state; that case is not tested.
+//!
+//! Every cluster connection is opened with a deadline covering the whole set-up
+//! ([`ClusterOptions::connect_wait`]): the driver's own connect timeout covers only the TCP
+//! connect, and a server or proxy that accepts and then never answers would hold the thread.
+//!
+//! Architecture invariant: nothing here writes the store (the epoch sequence is the cluster's
+//! own object, not store data); correctness never depends on a notification arriving.
 
-use aware_engine::{Engine, Leadership, RemoteWake, Wake, WakeBus, WakeReason};
-use hmac::{KeyInit, Mac};
-use postgres::fallible_iterator::FallibleIterator;
+mod dial;
+mod leader;
+mod listener;
+mod payload;
+mod publisher;
+
+use aware_engine::{Engine, Leadership, Wake, WakeBus};
+use dial::*;
+use leader::*;
+use listener::*;
+use payload::*;
+pub use payload::{
+    decode, decode_change, decode_reply, encode, encode_change, encode_reply, sign, verify,
+};
 use postgres::Client;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex};
+use publisher::*;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -43,57 +103,16 @@ pub const LEADER_LOCK_KEY: i64 = 0x6177_6172_6500_6c64;
 /// stream to one hint per 250 ms anyway, so more would only load every listener.
 pub const CHANGE_HINT_EVERY: Duration = Duration::from_millis(100);
 
+/// The documented bound of a leadership change after the leader is cut off from PostgreSQL, with
+/// the default [`ClusterOptions`]: `server_idle_timeout` (10 s) + `retry` (1 s) + a round trip
+/// and a connect (1 s). docs/deployment.md, "Network faults", gives the figures measured.
+pub const TAKEOVER_BOUND: Duration = Duration::from_secs(12);
+
+/// The sequence whose next value is the epoch of a new leadership.
+const EPOCH_SEQUENCE: &str = "aware_leader_epoch";
+
 /// The notification channel of wakes.
 pub const WAKE_CHANNEL: &str = "aware_wakes";
-/// PostgreSQL refuses `NOTIFY` payloads of 8000 bytes or more; the signature's envelope
-/// ([`sign`]) takes 72 more.
-const MAX_PAYLOAD: usize = 7800;
-/// The envelope of a signed payload: this prefix, 64 hex digits of HMAC-SHA-256, `:`, the body.
-const SIGNED_PREFIX: &str = "aware1:";
-
-type HmacSha256 = hmac::Hmac<sha2::Sha256>;
-
-fn mac_of(key: &[u8], body: &str) -> Option<HmacSha256> {
-    let mut mac = HmacSha256::new_from_slice(key).ok()?;
-    mac.update(body.as_bytes());
-    Some(mac)
-}
-
-/// Signs a payload body with the cluster key: `aware1:<hex HMAC-SHA-256>:<body>`.
-pub fn sign(key: &[u8], body: &str) -> String {
-    let hex: String = mac_of(key, body)
-        .map(|m| m.finalize().into_bytes().to_vec())
-        .unwrap_or_default()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    format!("{SIGNED_PREFIX}{hex}:{body}")
-}
-
-/// The body of a payload [`sign`]ed with `key`; `None` when it is not signed or the signature
-/// does not match (compared in constant time).
-pub fn verify<'a>(key: &[u8], payload: &'a str) -> Option<&'a str> {
-    let rest = payload.strip_prefix(SIGNED_PREFIX)?;
-    let (hex, body) = rest.split_once(':')?;
-    if hex.len() != 64 || !hex.is_ascii() {
-        return None;
-    }
-    let tag: Vec<u8> = (0..32)
-        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok())
-        .collect::<Option<_>>()?;
-    mac_of(key, body)?.verify_slice(&tag).ok()?;
-    Some(body)
-}
-
-/// Reads the cluster key (`aware_cluster_key`, created by the store's schema migration 4).
-fn read_key(client: &mut Client) -> Option<Vec<u8>> {
-    let row = client
-        .query_opt("SELECT key FROM aware_cluster_key WHERE id = 1", &[])
-        .ok()??;
-    let key: String = row.try_get(0).ok()?;
-    Some(key.into_bytes())
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
     #[error("cannot start the cluster thread {0}: {1}")]
@@ -120,6 +139,17 @@ pub struct ClusterOptions {
     /// How long [`Cluster::start`] waits for the first leadership attempt, so the gateway that
     /// starts a cluster sweeps at start.
     pub first_attempt_wait: Duration,
+    /// How long a leadership lasts after the send of the last check that succeeded (see the
+    /// module doc). Must be shorter than `server_idle_timeout` and longer than
+    /// `retry + check_timeout`.
+    pub lease: Duration,
+    /// `idle_session_timeout` of the leadership connection: the server ends a session that sent
+    /// nothing for this long, releasing the lock of a leader cut off from it.
+    pub server_idle_timeout: Duration,
+    /// Longest wait for a cluster connection to be set up (connect, authentication, the
+    /// session settings); an attempt still under way is waited for again on the next try, never
+    /// started twice.
+    pub connect_wait: Duration,
 }
 
 impl ClusterOptions {
@@ -131,6 +161,9 @@ impl ClusterOptions {
             repair_every: Duration::from_secs(5),
             check_timeout: Duration::from_secs(2),
             first_attempt_wait: Duration::from_secs(3),
+            lease: Duration::from_secs(5),
+            server_idle_timeout: Duration::from_secs(10),
+            connect_wait: Duration::from_secs(3),
         }
     }
 
@@ -140,6 +173,22 @@ impl ClusterOptions {
             config.connect(postgres::NoTls).map_err(|e| e.to_string())
         }))
     }
+
+    /// The options with the timing rules of the module doc enforced: a lease not shorter than
+    /// the server's idle timeout would let two gateways lead at once, so it is cut to half of
+    /// it (and a check deadline to under the lease) with a warning.
+    fn checked(mut self) -> Self {
+        if self.lease >= self.server_idle_timeout {
+            let lease = self.server_idle_timeout / 2;
+            tracing::warn!(event = "cluster_lease_shortened", lease_ms = lease.as_millis() as u64,
+                "the leadership lease must be shorter than the server's idle session timeout; shortened");
+            self.lease = lease;
+        }
+        if self.check_timeout >= self.lease {
+            self.check_timeout = self.lease / 2;
+        }
+        self
+    }
 }
 
 /// What this gateway knows of the cluster, for `/health` and `/metrics`.
@@ -147,11 +196,19 @@ impl ClusterOptions {
 pub struct ClusterStatus {
     /// This process's id in the cluster (random per start).
     pub node_id: String,
+    /// The leadership thread holds the lock (it believes so); [`ClusterStatus::is_leader`]
+    /// also requires the lease.
     leader: AtomicBool,
+    /// End of the lease, in nanoseconds on [`clock`]; 0 when none.
+    lease_until: AtomicU64,
+    /// The epoch of this gateway's current or last leadership (0: never led, or the epoch
+    /// sequence could not be read).
+    epoch: AtomicI64,
     listening: AtomicBool,
     /// Times this process became leader.
     pub leader_acquired: AtomicU64,
-    /// Times this process lost leadership (its lock connection failed).
+    /// Times this process lost leadership (a failed check, a closed connection, a lease that
+    /// ran out, shutdown).
     pub leader_lost: AtomicU64,
     /// Times this process asked for the leader lock and another session held it.
     pub lock_refused: AtomicU64,
@@ -176,9 +233,37 @@ pub struct ClusterStatus {
     change_pending: AtomicBool,
 }
 
+/// Nanoseconds since the first use in this process, on the monotonic clock.
+fn clock(at: Instant) -> u64 {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    let base = *BASE.get_or_init(Instant::now);
+    // +1: 0 means "no lease".
+    at.saturating_duration_since(base).as_nanos() as u64 + 1
+}
+
 impl ClusterStatus {
+    /// Whether this gateway leads now: it holds the lock and its lease has not run out. Read
+    /// from the clock, so it turns false at the end of the lease even while the leadership
+    /// thread is blocked.
     pub fn is_leader(&self) -> bool {
         self.leader.load(Ordering::SeqCst)
+            && clock(Instant::now()) < self.lease_until.load(Ordering::SeqCst)
+    }
+    /// The epoch of this gateway's current or last leadership (the fencing token; 0 when it
+    /// never led).
+    pub fn epoch(&self) -> i64 {
+        self.epoch.load(Ordering::SeqCst)
+    }
+    /// How long the current lease still runs (zero when not leading).
+    pub fn lease_left(&self) -> Duration {
+        if !self.leader.load(Ordering::SeqCst) {
+            return Duration::ZERO;
+        }
+        let (now, until) = (
+            clock(Instant::now()),
+            self.lease_until.load(Ordering::SeqCst),
+        );
+        Duration::from_nanos(until.saturating_sub(now))
     }
     /// Whether the listener connection is up (remote wakes arrive).
     pub fn is_listening(&self) -> bool {
@@ -207,16 +292,35 @@ impl ClusterStatus {
             *s = holder;
         }
     }
-    fn set_leader(&self, on: bool) {
-        let was = self.leader.swap(on, Ordering::SeqCst);
-        if on && !was {
+    /// The thread holds the lock (it may be past its lease: see [`ClusterStatus::is_leader`]).
+    fn holding(&self) -> bool {
+        self.leader.load(Ordering::SeqCst)
+    }
+    /// Whether the lease still runs.
+    fn lease_valid(&self) -> bool {
+        clock(Instant::now()) < self.lease_until.load(Ordering::SeqCst)
+    }
+    /// Leadership taken with epoch `epoch`, valid until `until`.
+    fn take(&self, epoch: i64, until: Instant) {
+        self.epoch.store(epoch, Ordering::SeqCst);
+        self.lease_until.store(clock(until), Ordering::SeqCst);
+        if !self.leader.swap(true, Ordering::SeqCst) {
             self.leader_acquired.fetch_add(1, Ordering::Relaxed);
-            tracing::info!(event = "cluster_leader_acquired", node = %self.node_id,
+            tracing::info!(event = "cluster_leadership_taken", node = %self.node_id, epoch,
                 "this gateway now runs the singletons (retention, run timeouts, monitor)");
-        } else if !on && was {
+        }
+    }
+    /// A check sent at `sent` succeeded: the lease runs to `until`.
+    fn renew(&self, until: Instant) {
+        self.lease_until.store(clock(until), Ordering::SeqCst);
+    }
+    /// Leadership ends here, for `reason`.
+    fn lose(&self, reason: &str) {
+        self.lease_until.store(0, Ordering::SeqCst);
+        if self.leader.swap(false, Ordering::SeqCst) {
             self.leader_lost.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(event = "cluster_leader_lost", node = %self.node_id,
-                "leadership lost (lock connection failed); singletons stop here");
+            tracing::warn!(event = "cluster_leadership_lost", node = %self.node_id,
+                epoch = self.epoch(), reason, "leadership lost; singletons stop here");
         }
     }
 }
@@ -284,6 +388,9 @@ impl Cluster {
     /// up to `first_attempt_wait` for the first leadership attempt. Never fails for an
     /// unreachable database: the threads keep retrying.
     pub fn start(engine: &Engine, opts: ClusterOptions) -> Result<Cluster, ClusterError> {
+        let opts = opts.checked();
+        // Fixes the lease clock's origin before any lease is taken.
+        clock(Instant::now());
         let status = Arc::new(ClusterStatus {
             node_id: uuid::Uuid::new_v4().simple().to_string()[..12].to_string(),
             ..Default::default()
@@ -328,20 +435,31 @@ impl Cluster {
         &self.status
     }
 
-    /// Stops the threads and waits for them (at most about one retry interval).
+    /// Stops the threads and waits for them: about one retry interval, at most
+    /// [`SHUTDOWN_WAIT`]. A thread blocked on a server that does not answer is left behind
+    /// (the process's exit ends it); leadership ends here at once either way.
     pub fn shutdown(&self) {
         self.stop.store(true, Ordering::SeqCst);
+        self.status.lose("shutdown");
         let threads = self
             .threads
             .lock()
             .map(|mut t| std::mem::take(&mut *t))
             .unwrap_or_default();
+        let end = Instant::now() + SHUTDOWN_WAIT;
         for t in threads {
-            let _ = t.join();
+            while !t.is_finished() && Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            }
         }
-        self.status.set_leader(false);
     }
 }
+
+/// Longest [`Cluster::shutdown`] waits for the cluster threads.
+pub const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
 
 impl Drop for Cluster {
     fn drop(&mut self) {
@@ -349,344 +467,10 @@ impl Drop for Cluster {
     }
 }
 
-fn spawn(
-    name: &'static str,
-    f: impl FnOnce() + Send + 'static,
-) -> Result<JoinHandle<()>, ClusterError> {
-    std::thread::Builder::new()
-        .name(format!("aware-cluster-{name}"))
-        .spawn(f)
-        .map_err(|e| ClusterError::Thread(name, e))
-}
-
-/// Sleeps `d` in small steps so a stop request is seen quickly.
-fn pause(stop: &AtomicBool, d: Duration) {
-    let end = Instant::now() + d;
-    while !stop.load(Ordering::SeqCst) {
-        let now = Instant::now();
-        if now >= end {
-            break;
-        }
-        std::thread::sleep((end - now).min(Duration::from_millis(100)));
-    }
-}
-
-fn connect(config: &Connect, what: &str) -> Option<Client> {
-    match config() {
-        Ok(c) => Some(c),
-        Err(e) => {
-            tracing::debug!(event = "cluster_connect_failed", connection = what, error = %e,
-                "cluster connection failed; retrying");
-            None
-        }
-    }
-}
-
-fn leader_loop(
-    status: Arc<ClusterStatus>,
-    stop: Arc<AtomicBool>,
-    config: Connect,
-    opts: ClusterOptions,
-    first: SyncSender<()>,
-) {
-    let mut client: Option<Client> = None;
-    let mut first = Some(first);
-    while !stop.load(Ordering::SeqCst) {
-        if client.as_ref().is_none_or(|c| c.is_closed()) {
-            status.set_leader(false);
-            client = connect(&config, "leader");
-        }
-        if let Some(c) = client.as_mut() {
-            let ok = if status.is_leader() {
-                // Holding: a round trip with a deadline proves the session (and its lock) lives.
-                c.is_valid(opts.check_timeout).is_ok()
-            } else {
-                match c.query_one("SELECT pg_try_advisory_lock($1)", &[&opts.lock_key]) {
-                    Ok(row) => {
-                        let got: bool = row.try_get(0).unwrap_or(false);
-                        if got {
-                            status.set_leader(true);
-                            status.set_stranger(None);
-                        } else {
-                            status.lock_refused.fetch_add(1, Ordering::Relaxed);
-                            let holder = aware_store_pg::stranger_holding(c, opts.lock_key);
-                            status.set_stranger(holder.map(|h| h.to_string()));
-                        }
-                        true
-                    }
-                    Err(_) => false,
-                }
-            };
-            if !ok {
-                status.set_leader(false);
-                client = None;
-            }
-        }
-        if let Some(f) = first.take() {
-            let _ = f.try_send(());
-        }
-        pause(&stop, opts.retry);
-    }
-    status.set_leader(false);
-}
-
-fn listener_loop(
-    status: Arc<ClusterStatus>,
-    stop: Arc<AtomicBool>,
-    config: Connect,
-    opts: ClusterOptions,
-    engine: Engine,
-) {
-    let mut client: Option<Client> = None;
-    let mut key: Vec<u8> = Vec::new();
-    let mut last_repair = Instant::now();
-    let mut connected_once = false;
-    while !stop.load(Ordering::SeqCst) {
-        if client.as_ref().is_none_or(|c| c.is_closed()) {
-            status.listening.store(false, Ordering::SeqCst);
-            // Without the key nothing can be checked: the connection counts as failed.
-            client = connect(&config, "listener").and_then(|mut c| {
-                key = read_key(&mut c)?;
-                c.batch_execute(&format!("LISTEN {WAKE_CHANNEL}")).ok()?;
-                Some(c)
-            });
-            match client {
-                Some(_) => {
-                    status.listening.store(true, Ordering::SeqCst);
-                    if connected_once {
-                        status.listener_reconnects.fetch_add(1, Ordering::Relaxed);
-                    }
-                    connected_once = true;
-                    // Notifications sent while we were away are gone: look at the cursors now.
-                    repair(&engine);
-                    last_repair = Instant::now();
-                }
-                None => {
-                    pause(&stop, opts.retry);
-                    continue;
-                }
-            }
-        }
-        let Some(c) = client.as_mut() else { continue };
-        let mut failed = false;
-        {
-            let mut n = c.notifications();
-            let mut it = n.timeout_iter(Duration::from_millis(250));
-            loop {
-                match it.next() {
-                    Ok(Some(note)) => {
-                        let Some(payload) = verify(&key, note.payload()) else {
-                            status.rejected.fetch_add(1, Ordering::Relaxed);
-                            tracing::debug!(
-                                event = "cluster_notification_rejected",
-                                "a notification without a valid signature was dropped"
-                            );
-                            continue;
-                        };
-                        if let Some((origin, wake)) = decode(payload) {
-                            if origin != status.node_id {
-                                status.received.fetch_add(1, Ordering::Relaxed);
-                                engine.deliver_remote_wake(wake);
-                            }
-                        } else if let Some((origin, run_id)) = decode_reply(payload) {
-                            if origin != status.node_id {
-                                status.replies_received.fetch_add(1, Ordering::Relaxed);
-                                engine.signal_remote_reply(&run_id);
-                            }
-                        } else if let Some(origin) = decode_change(payload) {
-                            if origin != status.node_id {
-                                status.changes_received.fetch_add(1, Ordering::Relaxed);
-                                engine.signal_remote_change();
-                            }
-                        } else {
-                            // Signed but not a message a gateway makes (a wake whose agentId
-                            // is not its key's agent): dropped and counted like a forgery.
-                            status.rejected.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(_) => {
-                        failed = true;
-                        break;
-                    }
-                }
-            }
-        }
-        if failed || c.is_closed() {
-            client = None;
-            continue;
-        }
-        if last_repair.elapsed() >= opts.repair_every {
-            // The round trip also proves the connection: a dead one is found within one period.
-            if c.is_valid(opts.check_timeout).is_err() {
-                client = None;
-                continue;
-            }
-            repair(&engine);
-            last_repair = Instant::now();
-        }
-    }
-    status.listening.store(false, Ordering::SeqCst);
-}
-
-fn repair(engine: &Engine) {
-    match engine.repair_wakes() {
-        Ok(0) => {}
-        Ok(n) => tracing::info!(
-            event = "cluster_wakes_repaired",
-            watchers = n,
-            "woke watchers whose notices opened without a wake reaching this gateway"
-        ),
-        Err(e) => tracing::debug!(event = "cluster_repair_failed", error = %e,
-            "repair check failed; next period retries"),
-    }
-}
-
-fn publisher_loop(
-    status: Arc<ClusterStatus>,
-    stop: Arc<AtomicBool>,
-    config: Connect,
-    opts: ClusterOptions,
-    rx: Receiver<String>,
-) {
-    let mut client: Option<Client> = None;
-    let mut key: Option<Vec<u8>> = None;
-    let mut last_change: Option<Instant> = None;
-    while !stop.load(Ordering::SeqCst) {
-        // Wakes up at least every 200 ms, so a pending change hint leaves within that even
-        // when no wake is queued.
-        let mut batch = match rx.recv_timeout(Duration::from_millis(200)) {
-            Ok(p) => vec![p],
-            Err(RecvTimeoutError::Timeout) => Vec::new(),
-            Err(RecvTimeoutError::Disconnected) => break,
-        };
-        // Everything already queued goes in one round trip.
-        while !batch.is_empty() && batch.len() < 256 {
-            match rx.try_recv() {
-                Ok(p) => batch.push(p),
-                Err(_) => break,
-            }
-        }
-        let mut with_change = false;
-        if last_change.is_none_or(|t| t.elapsed() >= CHANGE_HINT_EVERY)
-            && status.change_pending.swap(false, Ordering::AcqRel)
-        {
-            batch.push(encode_change(&status.node_id));
-            last_change = Some(Instant::now());
-            with_change = true;
-        }
-        if batch.is_empty() {
-            continue;
-        }
-        if client.as_ref().is_none_or(|c| c.is_closed()) {
-            client = connect(&config, "publisher");
-        }
-        if key.is_none() {
-            key = client.as_mut().and_then(read_key);
-        }
-        let sent = match (client.as_mut(), &key) {
-            (Some(c), Some(k)) => {
-                let signed: Vec<String> = batch.iter().map(|b| sign(k, b)).collect();
-                c.execute(
-                    "SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p",
-                    &[&WAKE_CHANNEL, &signed],
-                )
-                .is_ok()
-            }
-            _ => false,
-        };
-        if sent {
-            status
-                .published
-                .fetch_add(batch.len() as u64, Ordering::Relaxed);
-        } else {
-            // Hints only: the repair check on the other gateways finds these notices; a change
-            // hint is tried again with the next round trip.
-            if with_change {
-                status.change_pending.store(true, Ordering::Release);
-            }
-            status
-                .publish_dropped
-                .fetch_add(batch.len() as u64, Ordering::Relaxed);
-            client = None;
-            pause(&stop, opts.retry.min(Duration::from_millis(500)));
-        }
-    }
-}
-
-/// The notification payload: the publishing node and the wake (no targets: the receiver reads
-/// them from the store).
-pub fn encode(node: &str, wake: &Wake) -> String {
-    serde_json::json!({
-        "node": node,
-        "sessionKey": wake.session_key,
-        "agentId": wake.agent_id,
-        "reason": wake.reason.as_str(),
-        "runId": wake.run_id,
-        "from": wake.from,
-        "at": wake.at,
-    })
-    .to_string()
-}
-
-/// Reads a payload written by [`encode`]; `None` for anything else (ignored: another program
-/// may share the channel name).
-pub fn decode(payload: &str) -> Option<(String, RemoteWake)> {
-    let v: serde_json::Value = serde_json::from_str(payload).ok()?;
-    let s = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
-    let (session_key, agent_id) = (s("sessionKey")?, s("agentId")?);
-    // An agent-qualified key names its agent: a wake that says otherwise was not made by a
-    // gateway (the receiver's visibility filter goes by `agentId`).
-    if let Some(rest) = session_key.strip_prefix("agent:") {
-        if rest.split(':').next() != Some(agent_id.as_str()) {
-            return None;
-        }
-    }
-    Some((
-        s("node")?,
-        RemoteWake {
-            session_key,
-            agent_id,
-            reason: WakeReason::parse(v.get("reason")?.as_str()?)?,
-            run_id: s("runId"),
-            from: s("from"),
-            at: v.get("at")?.as_i64()?,
-        },
-    ))
-}
-
-/// The notification payload of a reply signal: the publishing node and the run id that got its
-/// reply (an assistant turn carrying it, or its end). No `sessionKey`, so [`decode`] refuses it.
-pub fn encode_reply(node: &str, run_id: &str) -> String {
-    serde_json::json!({"node": node, "reply": run_id}).to_string()
-}
-
-/// Reads a payload written by [`encode_reply`]; `None` for anything else.
-pub fn decode_reply(payload: &str) -> Option<(String, String)> {
-    let v: serde_json::Value = serde_json::from_str(payload).ok()?;
-    let s = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
-    Some((s("node")?, s("reply")?))
-}
-
-/// The notification payload of a change hint: only the publishing node (the receiver's console
-/// re-reads the store).
-pub fn encode_change(node: &str) -> String {
-    serde_json::json!({"node": node, "change": true}).to_string()
-}
-
-/// Reads a payload written by [`encode_change`]; `None` for anything else.
-pub fn decode_change(payload: &str) -> Option<String> {
-    let v: serde_json::Value = serde_json::from_str(payload).ok()?;
-    if v.get("change")?.as_bool()? {
-        Some(v.get("node")?.as_str()?.to_string())
-    } else {
-        None
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use aware_engine::WakeReason;
 
     #[test]
     fn payload_round_trip() {

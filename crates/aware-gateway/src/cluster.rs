@@ -53,9 +53,13 @@ pub(crate) fn is_leader(state: &AppState) -> bool {
 pub(crate) fn health(state: &AppState) -> serde_json::Value {
     match state.cluster.get() {
         Some(c) => {
+            // `epoch` is the fencing token of this gateway's current or last leadership;
+            // `leaseMs` how long its leadership lasts without a new proof (0 when following).
             let mut v = serde_json::json!({
                 "node": c.status().node_id,
                 "leader": c.status().is_leader(),
+                "epoch": c.status().epoch(),
+                "leaseMs": c.status().lease_left().as_millis() as u64,
                 "listening": c.status().is_listening(),
             });
             // A session of another role holds the leadership lock: say so where operators look.
@@ -80,11 +84,21 @@ pub(crate) fn metrics(state: &AppState, out: &mut String) {
         return;
     };
     let s = c.status();
-    let counters: [(&str, &str, u64); 10] = [
+    let _ = writeln!(
+        out,
+        "# HELP aware_cluster_leader_epoch The epoch (fencing token) of this gateway's current or last leadership; 0 when it never led.\n# TYPE aware_cluster_leader_epoch gauge\naware_cluster_leader_epoch {}",
+        s.epoch()
+    );
+    let counters: [(&str, &str, u64); 11] = [
         (
             "aware_cluster_leader_changes_total",
             "Times this gateway became leader.",
             s.leader_acquired.load(Ordering::Relaxed),
+        ),
+        (
+            "aware_cluster_leader_lost_total",
+            "Times this gateway stopped leading: a failed liveness check, a closed connection, a lease that ran out, shutdown.",
+            s.leader_lost.load(Ordering::Relaxed),
         ),
         (
             "aware_cluster_wakes_published_total",

@@ -36,7 +36,12 @@ pub(crate) async fn health(req: &Req) -> ApiResult<Response> {
                 return Ok((StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response());
             }
             tracing::warn!(event = "health_stalled", stalled = ?stalled, "a health probe did not answer in time");
-            answers::health_stalled(&stalled)
+            let mut body = answers::health_stalled(&stalled);
+            // Leadership does not depend on the store's probes: say who leads here as well.
+            if req.state.cluster.get().is_some() {
+                body["cluster"] = crate::cluster::health(&req.state);
+            }
+            body
         }
         Some(Phase::Starting) => answers::health_status("starting"),
         _ => answers::health_status("unavailable"),

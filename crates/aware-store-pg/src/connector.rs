@@ -3,7 +3,7 @@
 use crate::conn::Conn;
 use crate::stats::Role;
 use aware_store::{Result, StoreError};
-use std::sync::Mutex;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// After a failed connect, connections fail at once for this long instead of each waiting for
@@ -14,29 +14,38 @@ const CONNECT_BACKOFF: Duration = Duration::from_millis(500);
 pub(crate) struct Connector {
     pub(crate) config: tokio_postgres::Config,
     pub(crate) tls: crate::tls::PgTls,
-    pub(crate) down: Mutex<Option<(Instant, String)>>,
+    /// The client's own deadlines on connecting and on each exchange.
+    pub(crate) deadlines: crate::conn::Deadlines,
+    /// The connection generation and the fail-fast window, shared with the connections (a
+    /// missed deadline on one of them sets both).
+    pub(crate) shared: Arc<crate::conn::Shared>,
 }
 
 impl Connector {
     pub(crate) fn connect(&self, role: Role) -> Result<Conn> {
-        if let Ok(down) = self.down.lock() {
+        if let Ok(down) = self.shared.down.lock() {
             if let Some((until, msg)) = down.as_ref() {
                 if Instant::now() < *until {
                     return Err(StoreError::Unreachable(msg.clone()));
                 }
             }
         }
-        match Conn::connect(&self.config, &self.tls, role) {
+        match Conn::connect(
+            &self.config,
+            &self.tls,
+            role,
+            self.deadlines,
+            self.shared.clone(),
+        ) {
             Ok(conn) => {
-                if let Ok(mut down) = self.down.lock() {
+                if let Ok(mut down) = self.shared.down.lock() {
                     *down = None;
                 }
                 Ok(conn)
             }
             Err(err) => {
-                if let Ok(mut down) = self.down.lock() {
-                    *down = Some((Instant::now() + CONNECT_BACKOFF, err.to_string()));
-                }
+                self.shared
+                    .mark_down(Instant::now() + CONNECT_BACKOFF, err.to_string());
                 Err(match err {
                     // No retry fixes a wrong URL or password: the operator must, so say how.
                     StoreError::Postgres { sqlstate, message } if sqlstate == "3D000" => {

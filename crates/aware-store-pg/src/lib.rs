@@ -86,7 +86,8 @@ impl PgStore {
         let connector = Arc::new(Connector {
             config,
             tls: options.tls()?,
-            down: Mutex::new(None),
+            deadlines: options.deadlines(),
+            shared: Arc::default(),
         });
         let mut first = connector.connect(Role::Writer)?;
         schema::migrate(&mut first)?;

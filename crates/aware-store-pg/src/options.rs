@@ -127,11 +127,20 @@ impl PgOptions {
                 c.password(p.as_bytes());
             }
         }
+        // Server side: a transaction left open by a gateway that vanished (partitioned
+        // mid-transaction, its packets dropped) holds the cluster-wide write lock, so every
+        // other gateway's writes wait on it: the server ends such a session after the statement
+        // timeout (a gateway never pauses that long between the statements of a transaction),
+        // and its TCP keep-alives and `tcp_user_timeout` end a session whose client is gone.
         let ours = format!(
             "-c synchronous_commit=on -c statement_timeout={} \
-             -c idle_in_transaction_session_timeout={}",
+             -c idle_in_transaction_session_timeout={} \
+             -c tcp_keepalives_idle={} -c tcp_keepalives_interval=1 -c tcp_keepalives_count=3 \
+             -c tcp_user_timeout={}",
             self.statement_timeout.as_millis(),
-            (self.statement_timeout * 6).as_millis()
+            self.statement_timeout.as_millis(),
+            self.keepalive_idle.as_secs().max(1),
+            (self.keepalive_idle + Duration::from_secs(3)).as_millis()
         );
         let options = match c.get_options() {
             Some(theirs) if !theirs.is_empty() => format!("{theirs} {ours}"),
@@ -146,6 +155,21 @@ impl PgOptions {
             .keepalives_retries(3)
             .tcp_user_timeout(self.keepalive_idle + Duration::from_secs(3));
         Ok(c)
+    }
+
+    /// The client's own deadlines ([`crate::conn::Deadlines`]): the connect timeout for the
+    /// whole set-up, and the statement timeout plus two seconds of network for one exchange.
+    pub(crate) fn deadlines(&self) -> crate::conn::Deadlines {
+        crate::conn::Deadlines {
+            connect: self.connect_timeout,
+            exchange: self.exchange_timeout(),
+        }
+    }
+
+    /// Longest a gateway waits for one answer of PostgreSQL before it drops the connection and
+    /// answers 503 `store_unavailable` (the statement timeout plus two seconds).
+    pub fn exchange_timeout(&self) -> Duration {
+        self.statement_timeout + Duration::from_secs(2)
     }
 
     /// `postgres://user@host:port/dbname`: where the store is, never with a password.

@@ -130,6 +130,28 @@ fn free_port() -> HResult<u16> {
         .map_err(|e| err(format!("cannot find a free port: {e}")))
 }
 
+/// The pids whose parent is `pid` (from `/proc/<pid>/stat`: the field after the state, which
+/// follows the parenthesised command name).
+fn children_of(pid: &str) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().to_string();
+            name.parse::<u32>().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let ppid = stat
+                .rsplit(')')
+                .next()?
+                .split_whitespace()
+                .nth(1)?
+                .to_string();
+            (ppid == pid).then_some(name)
+        })
+        .collect()
+}
+
 impl PgCluster {
     /// `initdb` and start a new cluster.
     pub fn start_new(options: ClusterOptions) -> HResult<PgCluster> {
@@ -352,7 +374,7 @@ impl PgCluster {
         )
     }
 
-    /// `kill -9` of the postmaster, as a crash (the next [`PgCluster::start`] recovers).
+    /// `kill -9` of the postmaster and its backends, as a crash (the next [`PgCluster::start`] recovers).
     pub fn kill(&self) -> HResult<()> {
         let pid_file = self.data_dir().join("postmaster.pid");
         let text = std::fs::read_to_string(&pid_file)
@@ -364,12 +386,18 @@ impl PgCluster {
             .filter(|p| p.parse::<u32>().is_ok())
             .ok_or_else(|| err(format!("no pid in {}", pid_file.display())))?
             .to_string();
+        // The server's backends too, in the same signal: a backend outlives its postmaster for
+        // a moment (it notices the death only at its next check) and could still answer a
+        // query on an open connection, which a crash of the machine would not.
+        let mut victims = vec![pid.clone()];
+        victims.extend(children_of(&pid));
         let status = Command::new("kill")
-            .args(["-9", &pid])
+            .arg("-9")
+            .args(&victims)
             .status()
             .map_err(|e| err(format!("cannot run kill: {e}")))?;
         if !status.success() {
-            return Err(err(format!("kill -9 {pid} failed")));
+            return Err(err(format!("kill -9 {victims:?} failed")));
         }
         // Wait until the postmaster is gone. In a container without an init that reaps, it
         // stays a zombie, which `kill -0` (and so the server's own check of its lock file)

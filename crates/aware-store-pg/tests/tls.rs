@@ -183,7 +183,10 @@ fn a_client_certificate_and_the_password_file() {
     // A role with a password (scram-sha-256), the password from PGPASSFILE only, on a database
     // of its own.
     let url = cluster.database().unwrap();
-    let verified = format!("{url}?sslmode=verify-full&sslrootcert={}", ca_file.display());
+    let verified = format!(
+        "{url}?sslmode=verify-full&sslrootcert={}",
+        ca_file.display()
+    );
     let db = url.rsplit('/').next().unwrap();
     let mut admin = postgres::Client::connect(&cluster.socket_url(&url), postgres::NoTls).unwrap();
     admin

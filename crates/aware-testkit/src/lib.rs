@@ -10,11 +10,14 @@
 //! - [`model_server`]: a scripted local model server (Anthropic Messages and OpenAI Responses,
 //!   streamed) for the real agent CLIs; [`agent_cli`]: runners for those CLIs (pinned in
 //!   `clients/agent-clis`) in a fresh `$HOME`, with a deadline, headless or under tmux.
+//! - [`fault_proxy`]: a loopback TCP proxy that blackholes, delays, resets or half-opens the
+//!   path to PostgreSQL at run time (the network fault tests of the cluster).
 // Test support only (a dev-dependency): a panic is a test's failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod agent_cli;
 pub mod engine;
+pub mod fault_proxy;
 pub mod model;
 pub mod model_server;
 pub mod options;

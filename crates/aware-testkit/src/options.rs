@@ -66,31 +66,11 @@ pub const CLUSTER_OPT_OUT: &[(&str, &str)] = &[
         "s016_durability_modes",
         "SQLite durability modes (health says `full`/`normal`)",
     ),
-    // Process-local test seams: `/v1/admin/faults`, `/v1/admin/clock` and `/metrics` act on or
-    // count in the one gateway the request reaches.
-    (
-        "s013_a_failed_append_never_fails_the_turn",
-        "fault seam set on one gateway only",
-    ),
-    (
-        "s014_failed_reads_degrade",
-        "fault seam set on one gateway only",
-    ),
-    (
-        "s019_one_failing_append_does_not_spoil_the_batch",
-        "fault seam set on one gateway only",
-    ),
+    // Process-local test seams: `/v1/admin/clock` and `/metrics` act on or count in the one
+    // gateway the request reaches (the fault scenarios set every gateway's plan instead).
     (
         "s106_test_clock",
         "posts /v1/admin/clock itself: each gateway has its own test clock",
-    ),
-    (
-        "s107_metrics",
-        "asserts /metrics lines of one process (fails at :1179; not diagnosed further)",
-    ),
-    (
-        "s078_pruning_in_bounded_batches",
-        "reads prune counters from /metrics of a random gateway",
     ),
     (
         "s059_coalescing_window",
@@ -101,22 +81,8 @@ pub const CLUSTER_OPT_OUT: &[(&str, &str)] = &[
          the gateways one by one) coalesces it again, so neither one gateway's count nor the sum \
          is fixed; the wakes the subscriber sees are checked and hold",
     ),
-    (
-        "s108_health",
-        "asserts /health fields of the SQLite gateway (fails at :1196)",
-    ),
     // Beyond the scenarios (the whole `it` suite on three gateways, diagnosed one by one from
     // each failure; the scenarios above are what CI runs on the cluster).
-    (
-        "upstream_local::",
-        "reads link rows and stored payloads from state.db with rusqlite, and drives the \
-         upstream monitor, which only the leader runs, through per-gateway test clocks",
-    ),
-    (
-        "upstream_node::",
-        "reads link rows from state.db with rusqlite, and drives the upstream monitor, which \
-         only the leader runs",
-    ),
     (
         "console::session_page_shows_the_monitors_misses_and_the_overview_its_ticks",
         "the monitor's misses come from the leader and the overview's counters are one \

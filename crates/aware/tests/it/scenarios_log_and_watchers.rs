@@ -80,9 +80,20 @@ fn compaction(s: &Server, key: &str, op: &str) -> Resp {
     )
 }
 
+/// Sets the fault plan of every gateway of the set: the seam is per process, and a request may
+/// reach any gateway, so on a cluster the failure model is shown as every gateway failing alike.
 fn faults(s: &Server, body: Value) {
-    let r = s.post("/v1/admin/faults", body);
-    assert_eq!(r.status, 200, "faults: {}", r.body);
+    let body = body.to_string();
+    for i in 0..s.gateway_count() {
+        let r = s.request_to(
+            s.gateway_base(i),
+            "POST",
+            "/v1/admin/faults",
+            &[],
+            Some(&body),
+        );
+        assert_eq!(r.status, 200, "faults of gateway {i}: {}", r.body);
+    }
 }
 
 fn seq_of(r: &Resp) -> i64 {
@@ -559,21 +570,31 @@ fn s013_a_failed_append_never_fails_the_turn() {
     let ts = turns(&s, C);
     assert_eq!(ts.len(), 1, "{ts:?}");
     assert_eq!(ts[0]["text"], "hello");
-    assert_eq!(s.metric("aware_event_append_failures_total"), Some(1.0));
-    // Exactly one line: a second failed append, on D's stream, is the marker. Log lines keep
-    // their order, so once the marker's line is in, any second line for C would be before it.
-    let marker = s.hdm(D);
-    assert!(marker.body.get("event").is_none(), "{}", marker.body);
+    assert_eq!(s.metric_sum("aware_event_append_failures_total"), Some(1.0));
+    // Exactly one line: a failed append on D's stream, sent through every gateway, is the
+    // marker in each gateway's log. Log lines keep their order within a process, so once every
+    // gateway's marker is in, any second line for C would be before one of them.
     let w_line = format!("stream={D}");
-    assert_eq!(log_lines(&s, &w_line, 1), 1, "{}", s.logs());
-    let logs = s.logs();
-    let upto = logs.find(&w_line).unwrap();
+    let body = json!({"role": "user", "text": "hello", "channel": "telegram"}).to_string();
+    for i in 0..s.gateway_count() {
+        let marker = s.request_to(
+            s.gateway_base(i),
+            "POST",
+            &format!("{}/turns", sp(D)),
+            &[],
+            Some(&body),
+        );
+        assert!(marker.body.get("event").is_none(), "{}", marker.body);
+    }
+    let n = s.gateway_count();
+    assert_eq!(log_lines(&s, &w_line, n), n, "{}", s.all_logs());
     let c_line = format!("stream={C}");
-    let lines_for_c = logs[..upto]
+    let lines_for_c = s
+        .all_logs()
         .lines()
         .filter(|l| l.contains("record_failed") && l.contains(&c_line))
         .count();
-    assert_eq!(lines_for_c, 1, "{logs}");
+    assert_eq!(lines_for_c, 1, "{}", s.all_logs());
     assert_eq!(s.status(W, C, 0)["stateVersion"], 1);
     assert!(no_notices(&s, W));
 

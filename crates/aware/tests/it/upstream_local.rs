@@ -162,32 +162,44 @@ impl Up {
         self.of_kind(A, "upstream_missing")
     }
 
-    fn db(&self) -> rusqlite::Connection {
-        rusqlite::Connection::open_with_flags(
-            self.s.db_path(),
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-        )
-        .unwrap()
-    }
-
-    /// `(dedupe_key, payload_json)` of the stored event with this sequence.
+    /// `(dedupe_key, payload_json)` of the stored event with this sequence, from the set's
+    /// store (SQLite file or PostgreSQL database).
     fn stored(&self, seq: i64) -> (Option<String>, Option<String>) {
-        self.db()
-            .query_row(
-                "SELECT dedupe_key, payload_json FROM session_state_events WHERE sequence = ?1",
-                [seq],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .unwrap()
+        const SQL: &str =
+            "SELECT dedupe_key, payload_json FROM session_state_events WHERE sequence = ";
+        match &self.s.store_url {
+            Some(url) => {
+                let mut c = pg(url);
+                let r = c.query_one(&format!("{SQL}$1"), &[&seq]).unwrap();
+                (r.get(0), r.get(1))
+            }
+            None => sqlite(&self.s)
+                .query_row(&format!("{SQL}?1"), [seq], |r| Ok((r.get(0)?, r.get(1)?)))
+                .unwrap(),
+        }
     }
 
+    /// A `SELECT COUNT(*) …` (the same SQL on both stores).
     fn count(&self, sql: &str) -> i64 {
-        self.db().query_row(sql, [], |r| r.get(0)).unwrap()
+        match &self.s.store_url {
+            Some(url) => pg(url).query_one(sql, &[]).unwrap().get(0),
+            None => sqlite(&self.s).query_row(sql, [], |r| r.get(0)).unwrap(),
+        }
     }
 
+    /// Every gateway's fault plan (a request may reach any of them).
     fn faults(&self, body: Value) {
-        let r = self.s.post("/v1/admin/faults", body);
-        assert_eq!(r.status, 200, "faults: {}", r.body);
+        let body = body.to_string();
+        for i in 0..self.s.gateway_count() {
+            let r = self.s.request_to(
+                self.s.gateway_base(i),
+                "POST",
+                "/v1/admin/faults",
+                &[],
+                Some(&body),
+            );
+            assert_eq!(r.status, 200, "faults of gateway {i}: {}", r.body);
+        }
     }
 
     fn start_run(&self, run: &str) {
@@ -232,6 +244,15 @@ impl Up {
             "{key}"
         );
     }
+}
+
+fn sqlite(s: &Server) -> rusqlite::Connection {
+    rusqlite::Connection::open_with_flags(s.db_path(), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .unwrap()
+}
+
+fn pg(url: &str) -> aware_store_pg::postgres::Client {
+    aware_store_pg::postgres::Client::connect(url, aware_store_pg::postgres::NoTls).unwrap()
 }
 
 /// Runs `aware hook --url URL` (no `--session`) with a `UserPromptSubmit` for `session_id` T.
@@ -485,7 +506,8 @@ fn s119_hook_session_becomes_adopted() {
 #[test]
 fn s123_cadence() {
     let mut u = Up::adopted_and_watched();
-    let ticks = |u: &Up| u.s.metric("aware_monitor_ticks_total ").unwrap() as i64;
+    // Summed over the gateways: on a cluster only the leader ticks (the others count none).
+    let ticks = |u: &Up| u.s.metric_sum("aware_monitor_ticks_total ").unwrap() as i64;
     assert_eq!(ticks(&u), 0);
     for sec in 1..=140 {
         u.s.set_clock(T0 + sec * 1000);

@@ -246,31 +246,63 @@ impl Up {
             .collect()
     }
 
-    fn db(&self) -> rusqlite::Connection {
-        rusqlite::Connection::open_with_flags(
-            self.s.db_path(),
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-        )
-        .unwrap()
-    }
-
     fn stored(&self, seq: i64) -> (Option<String>, Option<String>) {
-        self.db()
-            .query_row(
-                "SELECT dedupe_key, payload_json FROM session_state_events WHERE sequence = ?1",
-                [seq],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .unwrap()
+        let row = first_row(
+            &self.s,
+            &format!(
+                "SELECT dedupe_key, payload_json FROM session_state_events WHERE sequence = {seq}"
+            ),
+        );
+        (
+            row["dedupe_key"].as_str().map(str::to_string),
+            row["payload_json"].as_str().map(str::to_string),
+        )
     }
 
     fn links(&self) -> i64 {
-        self.db()
-            .query_row("SELECT COUNT(*) FROM session_upstream_links", [], |r| {
-                r.get(0)
-            })
+        first_row(&self.s, "SELECT COUNT(*) AS n FROM session_upstream_links")["n"]
+            .as_i64()
             .unwrap()
     }
+}
+
+/// The first row of a query on the set's store (the SQLite file, or its PostgreSQL database),
+/// as a JSON object by column name.
+fn first_row(s: &Server, sql: &str) -> Value {
+    if let Some(url) = &s.store_url {
+        let mut c = aware_store_pg::postgres::Client::connect(url, aware_store_pg::postgres::NoTls)
+            .unwrap();
+        let text: String = c
+            .query_one(
+                &format!("SELECT to_jsonb(q)::text FROM ({sql}) q LIMIT 1"),
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        return serde_json::from_str(&text).unwrap();
+    }
+    let db = rusqlite::Connection::open_with_flags(
+        s.db_path(),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    let mut stmt = db.prepare(sql).unwrap();
+    let names: Vec<String> = stmt.column_names().iter().map(|n| n.to_string()).collect();
+    stmt.query_row([], |r| {
+        let mut o = serde_json::Map::new();
+        for (i, n) in names.iter().enumerate() {
+            let v = match r.get::<_, rusqlite::types::Value>(i)? {
+                rusqlite::types::Value::Null => Value::Null,
+                rusqlite::types::Value::Integer(x) => json!(x),
+                rusqlite::types::Value::Real(x) => json!(x),
+                rusqlite::types::Value::Text(t) => json!(t),
+                rusqlite::types::Value::Blob(b) => json!(b),
+            };
+            o.insert(n.clone(), v);
+        }
+        Ok(Value::Object(o))
+    })
+    .unwrap()
 }
 
 fn turns(s: &Server, key: &str) -> Vec<Value> {
@@ -333,15 +365,9 @@ fn s144_paired_node_adoption() {
     assert_eq!(dedupe.as_deref(), Some(format!("adopted:{NA}").as_str()));
     let payload: Value = serde_json::from_str(&payload.unwrap()).unwrap();
     assert_eq!(payload, json!({"catalogId":"claude","hostId":HOST}));
-    let link_ref: String = u
-        .db()
-        .query_row(
-            "SELECT upstream_ref_json FROM session_upstream_links",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
-    let link_ref: Value = serde_json::from_str(&link_ref).unwrap();
+    let link_ref = first_row(&u.s, "SELECT upstream_ref_json FROM session_upstream_links");
+    let link_ref: Value =
+        serde_json::from_str(link_ref["upstream_ref_json"].as_str().unwrap()).unwrap();
     assert_eq!(link_ref, json!({"nodeId":"laptop","threadId":T}));
 
     // Re-continuing keeps the marker, even after the thread grew.
@@ -395,11 +421,8 @@ fn s144_a_node_item_without_uuid_declines_the_link() {
         r.body,
         json!({"sessionKey":NA,"agentId":"main","created":true,"linked":false})
     );
-    let db = rusqlite::Connection::open(s.db_path()).unwrap();
-    let links: i64 = db
-        .query_row("SELECT COUNT(*) FROM session_upstream_links", [], |r| {
-            r.get(0)
-        })
+    let links = first_row(&s, "SELECT COUNT(*) AS n FROM session_upstream_links")["n"]
+        .as_i64()
         .unwrap();
     assert_eq!(links, 0, "no link exists");
     let sess = s.get(&format!("/v1/sessions/{}", seg(NA))).body;
@@ -646,7 +669,8 @@ fn a_hanging_node_does_not_grow_the_gateways_threads() {
         "threads grew from {before} to {after} over 14 ticks against a hanging node"
     );
     assert_eq!(s.get("/health").status, 200);
-    let running = s.metric("aware_provider_calls_running").unwrap();
+    // Summed over the gateways: on a cluster only the leader's monitor calls the node.
+    let running = s.metric_sum("aware_provider_calls_running").unwrap();
     assert!(
         running <= 2.0,
         "at most the cap of calls in flight: {running}"
@@ -960,18 +984,14 @@ fn a_codex_thread_on_a_node_is_adopted_monitored_and_goes_missing() {
             ("assistant", "I\u{2019}m treating this as a code review of the repository: first I\u{2019}ll map the project structure, entry points, and test surface, then I\u{2019}ll read the core modules for correctness, risks, and improvement opportunities."),
         ]
     );
-    let db = rusqlite::Connection::open_with_flags(
-        s.db_path(),
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    )
-    .unwrap();
-    let (kind, link_ref): (String, String) = db
-        .query_row(
-            "SELECT upstream_kind, upstream_ref_json FROM session_upstream_links",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .unwrap();
+    let row = first_row(
+        &s,
+        "SELECT upstream_kind, upstream_ref_json FROM session_upstream_links",
+    );
+    let (kind, link_ref) = (
+        row["upstream_kind"].as_str().unwrap().to_string(),
+        row["upstream_ref_json"].as_str().unwrap().to_string(),
+    );
     assert_eq!(kind, "codex-cli");
     assert_eq!(
         serde_json::from_str::<Value>(&link_ref).unwrap(),

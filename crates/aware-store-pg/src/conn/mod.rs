@@ -10,6 +10,11 @@
 //! remembers it until a `ROLLBACK TO` a savepoint set before it undoes it; the writer fails an
 //! op that ends with such a failure standing (see [`Conn::healthy`]).
 
+mod errors;
+mod fusion;
+
+pub(crate) use errors::{col, ident, pg_err};
+
 use crate::stats::{self, Role};
 use aware_store::{Result, StoreError};
 use postgres::types::ToSql;
@@ -17,7 +22,14 @@ use postgres::{Row, Statement};
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::Poll;
+use std::time::{Duration, Instant};
+
+/// After a missed deadline, new connections fail at once for this long: the path just proved
+/// dead, and the requests queued behind the one that waited get their 503 without waiting again.
+const DOWN_AFTER_DEADLINE: Duration = Duration::from_secs(1);
 
 /// Prepared statements kept per connection; the filter-built statements of the session lists
 /// vary with their filters, so the cache is emptied when it grows past this.
@@ -58,6 +70,21 @@ enum Answer {
 
 type BoxFut<'a, T> = Pin<Box<dyn Future<Output = std::result::Result<T, postgres::Error>> + 'a>>;
 
+/// How long a client waits for PostgreSQL, beyond what the server's own timeouts bound.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Deadlines {
+    /// The whole connection set-up: TCP connect, startup and authentication. The driver's
+    /// `connect_timeout` covers only the TCP connect, so a server (or a proxy in front of it:
+    /// pgbouncer, a cloud SQL proxy) that accepts the connection and then never answers would
+    /// hold the caller for as long as the kernel keeps the socket.
+    pub(crate) connect: Duration,
+    /// One exchange (the queued writes and the statement whose answer is awaited). Longer than
+    /// `statement_timeout`, so a slow statement ends with the server's own error; past it the
+    /// server or the path to it is gone. Kernel keep-alives and `tcp_user_timeout` catch a dead
+    /// peer only when nothing in between acknowledges for it, which a proxy does.
+    pub(crate) exchange: Duration,
+}
+
 pub(crate) struct Conn {
     /// Drives the connection: a current-thread runtime, so an exchange runs entirely on the
     /// calling thread (write, wait, read) with no hop to another thread.
@@ -79,6 +106,34 @@ pub(crate) struct Conn {
     /// Event sequences numbered locally in this transaction: (next, last given, the one
     /// `nextval` returned).
     sequences: Option<(i64, i64, i64)>,
+    deadlines: Deadlines,
+    /// An exchange overran its deadline: the stream may hold a late answer or a half-sent
+    /// request, so the connection is never used again (see [`Conn::is_closed`]).
+    broken: bool,
+    /// The store's connection generation when this one was made, and the current one: a missed
+    /// deadline on any connection moves it on, which retires every connection made before
+    /// (idle ones in the pool would each wait out their own deadline on the same dead path).
+    generation: u64,
+    shared: Arc<Shared>,
+}
+
+/// What the connections of one store share about the path to the server.
+#[derive(Default)]
+pub(crate) struct Shared {
+    /// The connection generation (see [`Conn::is_closed`]).
+    pub(crate) generation: AtomicU64,
+    /// Until when new connections fail at once, and why: set by a failed connect and by a
+    /// missed deadline, so callers queued behind a dead path get their 503 at once instead of
+    /// each waiting for its own connect timeout.
+    pub(crate) down: Mutex<Option<(Instant, String)>>,
+}
+
+impl Shared {
+    pub(crate) fn mark_down(&self, until: Instant, why: String) {
+        if let Ok(mut down) = self.down.lock() {
+            *down = Some((until, why));
+        }
+    }
 }
 
 /// The identity sequence of `session_state_events.sequence`.
@@ -89,12 +144,25 @@ impl Conn {
         config: &tokio_postgres::Config,
         tls: &crate::tls::PgTls,
         role: Role,
+        deadlines: Deadlines,
+        shared: Arc<Shared>,
     ) -> Result<Self> {
+        let generation = shared.generation.load(Ordering::SeqCst);
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| StoreError::Unreachable(format!("cannot start a runtime: {e}")))?;
-        let (client, connection) = rt.block_on(config.connect(tls.clone())).map_err(pg_err)?;
+        let (client, connection) = rt
+            .block_on(async {
+                tokio::time::timeout(deadlines.connect, config.connect(tls.clone())).await
+            })
+            .map_err(|_| {
+                StoreError::Unreachable(format!(
+                    "no answer from PostgreSQL within {:?} while connecting",
+                    deadlines.connect
+                ))
+            })?
+            .map_err(pg_err)?;
         // The connection task runs whenever this thread waits in `block_on`.
         rt.spawn(async move {
             if let Err(e) = connection.await {
@@ -112,20 +180,62 @@ impl Conn {
             failure: None,
             rows: crate::cache::RowCache::default(),
             sequences: None,
+            deadlines,
+            broken: false,
+            generation,
+            shared,
         })
     }
 
+    /// Whether the connection may not be used any more: closed by the server or the network,
+    /// broken by a missed deadline, or made before another connection missed one.
     pub(crate) fn is_closed(&self) -> bool {
-        self.client.is_closed()
+        self.broken
+            || self.generation < self.shared.generation.load(Ordering::SeqCst)
+            || self.client.is_closed()
+    }
+
+    /// The error of an exchange that overran its deadline; marks the connection broken and
+    /// retires every connection made before it.
+    fn overran(&mut self, what: &str) -> StoreError {
+        self.broken = true;
+        self.shared
+            .generation
+            .fetch_max(self.generation + 1, Ordering::SeqCst);
+        let message = format!(
+            "no answer from PostgreSQL within {:?} ({what}); the connection is dropped",
+            self.deadlines.exchange
+        );
+        self.shared
+            .mark_down(Instant::now() + DOWN_AFTER_DEADLINE, message.clone());
+        StoreError::Unreachable(message)
+    }
+
+    /// The error of any use of a connection that may not be used (see [`Conn::is_closed`]):
+    /// answered at once, never by waiting on the dead path again (a `ROLLBACK` after a missed
+    /// deadline, say).
+    fn unusable(&self) -> Option<StoreError> {
+        self.is_closed()
+            .then(|| StoreError::Unreachable("the connection to PostgreSQL was dropped".into()))
     }
 
     /// A statement prepared once per connection: each later use is part of an exchange.
     fn stmt(&mut self, sql: &str) -> Result<Statement> {
+        if let Some(e) = self.unusable() {
+            return Err(e);
+        }
         if let Some(s) = self.cache.get(sql) {
             return Ok(s.clone());
         }
         stats::exchange(self.role, 1);
-        let s = self.rt.block_on(self.client.prepare(sql)).map_err(pg_err)?;
+        let deadline = self.deadlines.exchange;
+        let prepared = self
+            .rt
+            .block_on(async { tokio::time::timeout(deadline, self.client.prepare(sql)).await });
+        let s = match prepared {
+            Ok(r) => r.map_err(pg_err)?,
+            Err(_) => return Err(self.overran("prepare")),
+        };
         if self.cache.len() >= MAX_CACHED {
             self.cache.clear();
         }
@@ -141,38 +251,55 @@ impl Conn {
     /// Sends the queued writes and `last`, in order, and waits for all their answers. The
     /// answer is the first queued write's failure if one failed, else `last`'s.
     fn exchange(&mut self, last: Last<'_>, own_answer_only: bool) -> Result<Answer> {
+        if let Some(e) = self.unusable() {
+            return Err(e);
+        }
         let deferred = std::mem::take(&mut self.deferred);
         let deferred = self.fuse(deferred);
         let last_position = self.next_position();
         stats::exchange(self.role, deferred.len() as u64 + 1);
         let client = &self.client;
-        let (queued, answer) = self.rt.block_on(async {
-            let queued: Vec<BoxFut<'_, ()>> = deferred
-                .iter()
-                .map(|d| -> BoxFut<'_, ()> {
-                    match d {
-                        Deferred::Simple(_, sql) => Box::pin(client.batch_execute(sql)),
-                        Deferred::Prepared(_, st, params, _) => Box::pin(async move {
-                            let refs: Vec<Param<'_>> =
-                                params.iter().map(|p| &**p as Param<'_>).collect();
-                            client.execute(st, &refs).await.map(|_| ())
-                        }),
+        let deadline = self.deadlines.exchange;
+        // The timer is made inside `block_on`: it needs the runtime's context.
+        let outcome = self.rt.block_on(async {
+            tokio::time::timeout(deadline, async {
+                let queued: Vec<BoxFut<'_, ()>> = deferred
+                    .iter()
+                    .map(|d| -> BoxFut<'_, ()> {
+                        match d {
+                            Deferred::Simple(_, sql) => Box::pin(client.batch_execute(sql)),
+                            Deferred::Prepared(_, st, params, _) => Box::pin(async move {
+                                let refs: Vec<Param<'_>> =
+                                    params.iter().map(|p| &**p as Param<'_>).collect();
+                                client.execute(st, &refs).await.map(|_| ())
+                            }),
+                        }
+                    })
+                    .collect();
+                let last: BoxFut<'_, Answer> = match last {
+                    Last::Rows(st, params) => {
+                        Box::pin(async move { client.query(st, params).await.map(Answer::Rows) })
                     }
-                })
-                .collect();
-            let last: BoxFut<'_, Answer> = match last {
-                Last::Rows(st, params) => {
-                    Box::pin(async move { client.query(st, params).await.map(Answer::Rows) })
-                }
-                Last::Count(st, params) => {
-                    Box::pin(async move { client.execute(st, params).await.map(Answer::Count) })
-                }
-                Last::Simple(sql) => {
-                    Box::pin(async move { client.batch_execute(sql).await.map(|_| Answer::Done) })
-                }
-            };
-            in_order(queued, last).await
+                    Last::Count(st, params) => {
+                        Box::pin(async move { client.execute(st, params).await.map(Answer::Count) })
+                    }
+                    Last::Simple(sql) => {
+                        Box::pin(
+                            async move { client.batch_execute(sql).await.map(|_| Answer::Done) },
+                        )
+                    }
+                };
+                in_order(queued, last).await
+            })
+            .await
         });
+        let Ok((queued, answer)) = outcome else {
+            // Whether the server ran any of it is unknown; the caller's transaction fails
+            // (`Unreachable`, or `CommitFailed` for a `COMMIT`) and nothing is reused.
+            let e = self.overran("exchange");
+            self.fail_at(last_position, &e);
+            return Err(e);
+        };
         let mut first_failure = None;
         for (d, r) in deferred.iter().zip(queued) {
             if let Err(e) = r {
@@ -192,81 +319,6 @@ impl Conn {
             Some(e) if !own_answer_only => Err(e),
             _ => answer,
         }
-    }
-
-    /// Fuses each run of queued writes on distinct tables into one statement of
-    /// data-modifying CTEs (`WITH w0 AS (…), w1 AS (…) SELECT 1`), so a turn's five writes cost
-    /// the server one statement instead of five (each statement is its own Bind/Execute/Sync
-    /// and its own flush of the answer). Exact because the writes of a run touch distinct
-    /// tables, so no row is written twice and none reads what another writes (statements with
-    /// a `SELECT` are never fused; there are no triggers nor foreign keys), and the CTEs of
-    /// one statement all run to completion. A run never spans a savepoint statement; its
-    /// failure is reported at its first write's position, inside the same savepoints. If the
-    /// fused statement cannot be prepared (e.g. the transaction already failed), the writes
-    /// go out one by one as queued.
-    fn fuse(&mut self, deferred: Vec<Deferred>) -> Vec<Deferred> {
-        let mut out: Vec<Deferred> = Vec::with_capacity(deferred.len());
-        let mut run: Vec<Deferred> = Vec::new();
-        for d in deferred {
-            let table = match &d {
-                Deferred::Prepared(_, _, _, sql) => fusible_table(sql),
-                Deferred::Simple(..) => None,
-            };
-            let Some(table) = table else {
-                self.close_run(&mut run, &mut out);
-                out.push(d);
-                continue;
-            };
-            let clash = run.iter().any(|r| match r {
-                Deferred::Prepared(_, _, _, sql) => fusible_table(sql) == Some(table),
-                Deferred::Simple(..) => false,
-            });
-            if clash {
-                self.close_run(&mut run, &mut out);
-            }
-            run.push(d);
-        }
-        self.close_run(&mut run, &mut out);
-        out
-    }
-
-    fn close_run(&mut self, run: &mut Vec<Deferred>, out: &mut Vec<Deferred>) {
-        if run.len() < 2 {
-            out.append(run);
-            return;
-        }
-        let mut sql = String::from("WITH ");
-        let mut offset = 0usize;
-        for (i, d) in run.iter().enumerate() {
-            if let Deferred::Prepared(_, st, _, part) = d {
-                if i > 0 {
-                    sql.push_str(", ");
-                }
-                sql.push_str(&format!("w{i} AS ("));
-                sql.push_str(&renumber(part, offset));
-                sql.push(')');
-                offset += st.params().len();
-            }
-        }
-        sql.push_str(" SELECT 1");
-        let Ok(fused) = self.stmt(&sql) else {
-            out.append(run);
-            return;
-        };
-        let mut position = None;
-        let mut params: Vec<Owned> = Vec::with_capacity(offset);
-        for d in run.drain(..) {
-            if let Deferred::Prepared(p, _, ps, _) = d {
-                position.get_or_insert(p);
-                params.extend(ps);
-            }
-        }
-        out.push(Deferred::Prepared(
-            position.unwrap_or(0),
-            fused,
-            params,
-            sql,
-        ));
     }
 
     fn fail_at(&mut self, position: u64, e: &StoreError) {
@@ -484,139 +536,4 @@ async fn in_order<'a>(
     let results = results.into_iter().map(|r| r.unwrap_or(Ok(()))).collect();
     let answer = answer.unwrap_or(Ok(Answer::Done));
     (results, answer)
-}
-
-/// The table a queued write may be fused on: `INSERT INTO t`, `UPDATE t` or `DELETE FROM t`
-/// without any `SELECT` in it (a CTE that only reads would not run, and one that reads
-/// another table of the run would not see that table's write).
-fn fusible_table(sql: &str) -> Option<&str> {
-    if sql.contains("SELECT") {
-        return None;
-    }
-    let rest = sql
-        .strip_prefix("INSERT INTO ")
-        .or_else(|| sql.strip_prefix("UPDATE "))
-        .or_else(|| sql.strip_prefix("DELETE FROM "))?;
-    rest.split([' ', '(']).next().filter(|t| !t.is_empty())
-}
-
-/// `sql` with each placeholder `$n` shifted to `$(n + offset)`. Our statements carry no `$`
-/// other than placeholders (no literals, no dollar quoting).
-fn renumber(sql: &str, offset: usize) -> String {
-    let mut out = String::with_capacity(sql.len() + 8);
-    let mut chars = sql.char_indices().peekable();
-    while let Some((_, c)) = chars.next() {
-        out.push(c);
-        if c != '$' {
-            continue;
-        }
-        let mut digits = String::new();
-        while let Some(&(_, d)) = chars.peek() {
-            if !d.is_ascii_digit() {
-                break;
-            }
-            digits.push(d);
-            chars.next();
-        }
-        match digits.parse::<usize>() {
-            Ok(n) => out.push_str(&(n + offset).to_string()),
-            Err(_) => out.push_str(&digits),
-        }
-    }
-    out
-}
-
-/// Quotes a savepoint name as an identifier.
-pub(crate) fn ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-/// SQLSTATE classes that mean "the server or the connection is not usable now", not "this
-/// statement is wrong": connection exceptions (08), insufficient resources (53), operator
-/// intervention (57: admin shutdown, crash shutdown, cannot connect now, and the query
-/// cancellation a `statement_timeout` causes).
-fn unavailable_state(code: &str) -> bool {
-    code.starts_with("08") || code.starts_with("53") || code.starts_with("57")
-}
-
-/// Maps a driver error to a typed store error: connection and server-availability problems
-/// become [`StoreError::Unreachable`] (503 `store_unavailable` above), statement errors keep
-/// their SQLSTATE, and a value the row mapping could not convert is [`StoreError::Corrupt`].
-pub(crate) fn pg_err(e: postgres::Error) -> StoreError {
-    if e.is_closed() {
-        return StoreError::Unreachable(e.to_string());
-    }
-    if let Some(db) = e.as_db_error() {
-        let code = db.code().code();
-        if unavailable_state(code) {
-            return StoreError::Unreachable(format!("{} (SQLSTATE {code})", db.message()));
-        }
-        return StoreError::Postgres {
-            sqlstate: code.to_string(),
-            message: db.message().to_string(),
-        };
-    }
-    match std::error::Error::source(&e) {
-        // "error connecting to server" alone hides why: keep the cause (connection refused, no
-        // route to host, name not known).
-        Some(src) if src.downcast_ref::<std::io::Error>().is_some() => {
-            StoreError::Unreachable(format!("{e}: {src}"))
-        }
-        // Conversion errors carry their cause; everything else without a server answer (a
-        // timed-out connect, a closed stream) is a connection problem.
-        Some(_) if e.to_string().contains("error deserializing") => {
-            StoreError::Corrupt(e.to_string())
-        }
-        _ => StoreError::Unreachable(e.to_string()),
-    }
-}
-
-/// Reads column `i` of a row, turning a type mismatch into [`StoreError::Corrupt`].
-pub(crate) fn col<'a, T: postgres::types::FromSql<'a>>(row: &'a Row, i: usize) -> Result<T> {
-    row.try_get(i)
-        .map_err(|e| StoreError::Corrupt(format!("column {i}: {e}")))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{fusible_table, renumber};
-
-    #[test]
-    fn only_plain_writes_are_fused_and_by_their_table() {
-        assert_eq!(
-            fusible_table("INSERT INTO turns (a, b) VALUES ($1, $2)"),
-            Some("turns")
-        );
-        assert_eq!(
-            fusible_table("INSERT INTO session_watch_cursors(a) VALUES ($1)"),
-            Some("session_watch_cursors")
-        );
-        assert_eq!(
-            fusible_table("UPDATE sessions SET a = $3 WHERE k = $1"),
-            Some("sessions")
-        );
-        assert_eq!(
-            fusible_table("DELETE FROM runs WHERE id = $1"),
-            Some("runs")
-        );
-        assert_eq!(fusible_table("SELECT setval('s', $1)"), None);
-        assert_eq!(
-            fusible_table("DELETE FROM e WHERE s IN (SELECT s FROM e LIMIT 5)"),
-            None
-        );
-        assert_eq!(fusible_table("SAVEPOINT \"op\""), None);
-    }
-
-    #[test]
-    fn placeholders_are_shifted_and_nothing_else_changes() {
-        assert_eq!(renumber("VALUES ($1, $2, $10)", 0), "VALUES ($1, $2, $10)");
-        assert_eq!(
-            renumber(
-                "SET a = $3 WHERE k = $1 AND ($2::TEXT IS NULL OR g = $2)",
-                12
-            ),
-            "SET a = $15 WHERE k = $13 AND ($14::TEXT IS NULL OR g = $14)"
-        );
-        assert_eq!(renumber("x = $", 5), "x = $");
-    }
 }

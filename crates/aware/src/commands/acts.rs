@@ -1,0 +1,355 @@
+//! The commands that act: send, reply, create, spawn, turn, watch, unwatch, adopt, catalog.
+
+use super::common::*;
+use crate::client::{self, seg, Failure};
+use crate::context::Conn;
+use crate::{Common, Provenance, Role};
+use serde_json::json;
+use std::time::Duration;
+
+/// `aware send`.
+// The fields of its `Command` variant, one parameter each, as clap parsed them.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn cmd_send(
+    positional: Vec<String>,
+    watch: bool,
+    timeout: Option<i64>,
+    no_wait: bool,
+    label: Option<String>,
+    conn: Conn,
+    json: bool,
+    outer: &Conn,
+    outer_json: bool,
+) -> client::CliResult<()> {
+    let timeout = if no_wait { Some(0) } else { timeout };
+    let c = client(
+        Common {
+            conn,
+            json,
+            timeout: None,
+        },
+        outer,
+        outer_json,
+    )?;
+    let mut args = match (&label, positional.as_slice()) {
+        (Some(l), [message]) => json!({"label": l, "message": message}),
+        (None, [target, message]) => json!({"sessionKey": target, "message": message}),
+        (Some(_), _) => {
+            return Err(Failure::Usage(
+                "with --label give only the MESSAGE (the label names the target)".into(),
+            ))
+        }
+        (None, _) => {
+            return Err(Failure::Usage(
+                "send needs TARGET and MESSAGE (or --label LABEL and MESSAGE)".into(),
+            ))
+        }
+    };
+    if watch {
+        args["watch"] = true.into();
+    }
+    put(&mut args, "timeoutSeconds", timeout);
+    // The tool waits 30 s by default (03 §6).
+    let secs = timeout.unwrap_or(30).clamp(0, 600);
+    let wait = Duration::from_secs(secs as u64);
+    // Say what the silence is before it starts: a wait with no word looks like a hang.
+    let target = match (&label, positional.first()) {
+        (Some(l), _) => format!("the session labelled {l:?}"),
+        (None, Some(k)) => k.clone(),
+        (None, None) => String::new(),
+    };
+    if secs > 0 {
+        eprintln!(
+            "aware: sent to {target}; waiting up to {secs} s for its reply \
+                 (the receiver answers with `aware reply KEY TEXT`; --no-wait returns at once)"
+        );
+    }
+    let v = c.tool("sessions_send", args, wait)?;
+    let failed = v["status"] == "timeout" || v["status"] == "error";
+    if c.json || !failed {
+        c.print(&v, |v| match v["reply"].as_str() {
+            Some(r) => r.to_string(),
+            None => format!(
+                "{} (run {}): the receiver answers with `aware reply {} TEXT`",
+                v["status"].as_str().unwrap_or(""),
+                v["runId"].as_str().unwrap_or(""),
+                v["sessionKey"].as_str().unwrap_or("KEY"),
+            ),
+        });
+    }
+    // Waiting for a reply that did not come is a failure the caller must see.
+    if let Some(status @ ("timeout" | "error")) = v["status"].as_str() {
+        return Err(Failure::Server(format!(
+            "{status}: {} (the message was sent as run {}; the receiver answers with \
+                 `aware reply {} TEXT`, and `aware history` shows the reply when it comes)",
+            v["error"].as_str().unwrap_or("no reply"),
+            v["runId"].as_str().unwrap_or(""),
+            v["sessionKey"].as_str().unwrap_or("KEY"),
+        )));
+    }
+    Ok(())
+}
+
+/// `aware reply`.
+pub(super) fn cmd_reply(
+    key: String,
+    text: String,
+    run_id: Option<String>,
+    common: Common,
+    outer: &Conn,
+    outer_json: bool,
+) -> client::CliResult<()> {
+    let c = read_client(common, outer, outer_json)?;
+    let text = text_or_stdin(text)?;
+    let run_id = match run_id {
+        Some(r) => r,
+        None => newest_sent_run(&c, &key)?,
+    };
+    let body = json!({"role": "assistant", "text": text, "runId": run_id});
+    let v = c.call(
+        "POST",
+        &format!("/v1/sessions/{}/turns", seg(&key)),
+        Some(body),
+    )?;
+    c.print(&v, |v| {
+        format!(
+            "replied to run {run_id} (turn {} of {key})",
+            v["turn"]["index"]
+        )
+    });
+    Ok(())
+}
+
+/// `aware create`.
+// The fields of its `Command` variant, one parameter each, as clap parsed them.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn cmd_create(
+    key: String,
+    parent: Option<String>,
+    label: Option<String>,
+    kind: Option<String>,
+    agent_id: Option<String>,
+    common: Common,
+    outer: &Conn,
+    outer_json: bool,
+) -> client::CliResult<()> {
+    // Not as client.toml's session: `aware create` is how that session comes to exist.
+    let c = read_client(common, outer, outer_json)?;
+    let mut body = json!({"key": key});
+    put(&mut body, "parentSessionKey", parent);
+    put(&mut body, "label", label);
+    put(&mut body, "kind", kind);
+    put(&mut body, "agentId", agent_id);
+    let v = c.call("POST", "/v1/sessions", Some(body))?;
+    c.print(&v, |v| {
+        let s = &v["session"];
+        let mut line = format!(
+            "{} {} (agent {}, kind {})",
+            if v["created"] == true {
+                "created"
+            } else {
+                "already exists, unchanged:"
+            },
+            s["key"].as_str().unwrap_or(""),
+            s["agentId"].as_str().unwrap_or(""),
+            s["kind"].as_str().unwrap_or("")
+        );
+        if let Some(p) = s["parentSessionKey"].as_str() {
+            line.push_str(&format!("; {p} watches it"));
+        }
+        line
+    });
+    Ok(())
+}
+
+/// `aware spawn`.
+pub(super) fn cmd_spawn(
+    task: String,
+    label: Option<String>,
+    child_agent: Option<String>,
+    run_timeout: Option<i64>,
+    common: Common,
+    outer: &Conn,
+    outer_json: bool,
+) -> client::CliResult<()> {
+    let c = client(common, outer, outer_json)?;
+    let mut args = json!({"task": task});
+    put(&mut args, "label", label);
+    put(&mut args, "agentId", child_agent);
+    put(&mut args, "runTimeoutSeconds", run_timeout);
+    let v = c.tool("sessions_spawn", args, Duration::ZERO)?;
+    c.print(&v, |v| {
+        format!(
+            "spawned {} (run {})",
+            v["childSessionKey"].as_str().unwrap_or(""),
+            v["runId"].as_str().unwrap_or("")
+        )
+    });
+    Ok(())
+}
+
+/// `aware turn`.
+// The fields of its `Command` variant, one parameter each, as clap parsed them.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn cmd_turn(
+    key: String,
+    text: String,
+    role: Role,
+    provenance: Option<Provenance>,
+    source: Option<String>,
+    channel: Option<String>,
+    human_id: Option<String>,
+    run_id: Option<String>,
+    common: Common,
+    outer: &Conn,
+    outer_json: bool,
+) -> client::CliResult<()> {
+    let c = client(common, outer, outer_json)?;
+    let text = text_or_stdin(text)?;
+    let role = match role {
+        Role::User => "user",
+        Role::Assistant => "assistant",
+        Role::Tool => "tool",
+    };
+    let mut body = json!({"role": role, "text": text});
+    if provenance.is_some() || human_id.is_some() || source.is_some() {
+        let kind = provenance.unwrap_or(if source.is_some() {
+            Provenance::InterSession
+        } else {
+            Provenance::Human
+        });
+        let mut p = json!({"kind": kind.as_str()});
+        put(&mut p, "humanId", human_id);
+        put(&mut p, "sourceSessionKey", source);
+        body["provenance"] = p;
+    }
+    put(&mut body, "channel", channel);
+    put(&mut body, "runId", run_id);
+    let v = c.call(
+        "POST",
+        &format!("/v1/sessions/{}/turns", seg(&key)),
+        Some(body),
+    )?;
+    c.print(&v, |v| match v["event"]["sequence"].as_i64() {
+        Some(s) => format!("turn {} recorded; event #{s}", v["turn"]["index"]),
+        None => format!("turn {} recorded", v["turn"]["index"]),
+    });
+    Ok(())
+}
+
+/// `aware watch`.
+pub(super) fn cmd_watch(
+    target: String,
+    target_agent: Option<String>,
+    common: Common,
+    outer: &Conn,
+    outer_json: bool,
+) -> client::CliResult<()> {
+    let c = client(common, outer, outer_json)?;
+    let watcher = c.need_session("watch")?.to_string();
+    let mut body = json!({"target": target});
+    put(&mut body, "targetAgentId", target_agent);
+    let v = c.call(
+        "POST",
+        &format!("/v1/sessions/{}/watches", seg(&watcher)),
+        Some(body),
+    )?;
+    c.print(&v, |v| {
+        format!(
+            "watching {} from version {}",
+            v["cursor"]["targetSessionKey"].as_str().unwrap_or(""),
+            v["cursor"]["lastSeen"]
+        )
+    });
+    Ok(())
+}
+
+/// `aware unwatch`.
+pub(super) fn cmd_unwatch(
+    target: String,
+    target_agent: Option<String>,
+    common: Common,
+    outer: &Conn,
+    outer_json: bool,
+) -> client::CliResult<()> {
+    let c = client(common, outer, outer_json)?;
+    let mut args = json!({"sessionKey": target});
+    put(&mut args, "agentId", target_agent);
+    let v = c.tool("sessions_unwatch", args, Duration::ZERO)?;
+    c.print(&v, |v| {
+        if v["unwatched"] == true {
+            "unwatched".into()
+        } else {
+            "was not watching".into()
+        }
+    });
+    Ok(())
+}
+
+/// `aware adopt`.
+pub(super) fn cmd_adopt(
+    thread: String,
+    catalog: String,
+    host: String,
+    into_agent: Option<String>,
+    common: Common,
+    outer: &Conn,
+    outer_json: bool,
+) -> client::CliResult<()> {
+    let c = client(common, outer, outer_json)?;
+    let mut body = json!({"catalogId": &catalog, "hostId": &host, "threadId": &thread});
+    put(&mut body, "agentId", into_agent);
+    let v = c.call("POST", "/v1/catalog/continue", Some(body))?;
+    let key = v["sessionKey"].as_str().unwrap_or("").to_string();
+    let linked = v["linked"] == true;
+    c.print(&v, |v| {
+        format!(
+            "{} {key}{}",
+            if v["created"] == true {
+                "adopted as"
+            } else {
+                // The key existed: adopted before, or made by the hook or `aware create`
+                // and adopted now (04 §3 step 5).
+                "adopted the existing session"
+            },
+            if linked {
+                " (linked: new prompts typed into the thread are noticed)"
+            } else {
+                ""
+            }
+        )
+    });
+    // The point of adopting is to notice a human typing into the thread; without a link
+    // nothing is watched, which the user must not mistake for success.
+    if !linked {
+        return Err(Failure::Server(format!(
+            "{key} is not linked to {catalog} thread {thread:?} on {host}: its transcript \
+                 was not found, so nothing typed there is noticed (check the id with `aware \
+                 catalog --catalog {catalog} --host {host}`)"
+        )));
+    }
+    Ok(())
+}
+
+/// `aware catalog`.
+pub(super) fn cmd_catalog(
+    catalog: String,
+    host: String,
+    limit: Option<i64>,
+    common: Common,
+    outer: &Conn,
+    outer_json: bool,
+) -> client::CliResult<()> {
+    let c = client(common, outer, outer_json)?;
+    let mut path = format!(
+        "/v1/catalog?catalogId={}&hostId={}",
+        seg(&catalog),
+        seg(&host)
+    );
+    if let Some(l) = limit {
+        path.push_str(&format!("&limit={l}"));
+    }
+    let v = c.call("GET", &path, None)?;
+    c.print(&v, client::human_catalog);
+    Ok(())
+}
