@@ -133,6 +133,11 @@ pub const CLUSTER_OPT_OUT: &[(&str, &str)] = &[
         "reads the first gateway's log and counters; the gateway that produced the wake \
          delivers its webhook",
     ),
+    (
+        "tls::webhooks_reach_an_https_receiver_with_the_ca_and_not_an_untrusted_one",
+        "reads the first gateway's log and webhook counters, as webhook_faults; the gateway \
+         that produced the wake delivers its webhook",
+    ),
 ];
 
 /// Whether the running test (its libtest thread name ends with an entry) is in
