@@ -25,6 +25,8 @@ mod console;
 mod dispatch;
 mod edge;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod health;
 mod http_stats;
 mod lanes;

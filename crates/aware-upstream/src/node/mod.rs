@@ -14,6 +14,8 @@
 
 pub mod check;
 pub mod client;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod items;
 pub mod protocol;
 pub mod serve;
