@@ -223,7 +223,9 @@ paths = ["/health", "/", "/metrics", "/v1/sessions", "/v1/sessions?limit=5&offse
          "/ui/app.js", "//v1//sessions", "/v1/sessions/", "/v1/sessions/%", "/v1/sessions/%zz", "/v1/sessions/%C3%28",
          "/v1/sessions/caf%C3%A9", "/v1/sessions/k?limit=1&limit=2", "/v1/sessions?a=%FF", "/v1/sessions?=&&x+y=%2B",
          "/v1/sessions/k/turns?limit=0", "/v1/sessions/k/turns?limit=501&offset=-1", "http://127.0.0.1:7420/v1/sessions?x=1",
-         "*", "/v1/sessions/ké", "/v1/sessions/k#frag"]
+         "*", "/v1/sessions/ké", "/v1/sessions/k#frag",
+         # Found by the fuzzer (a harness bug: a raw `#` in another segment cut the path in http::Uri).
+         "/v1/sessions/a%1Fb/runs/#r%*20l/end"]
 write("http_path", paths)
 
 # request_bodies: the first byte picks parse_turn (even) or parse_ack (odd).
