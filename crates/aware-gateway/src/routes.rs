@@ -2,6 +2,8 @@
 //! [`Route`], which the dispatcher matches exhaustively. Path captures stay raw (still
 //! percent-encoded): they are decoded by the handler, after the token check, so a malformed key
 //! never answers before a 401.
+//!
+//! The module is private; its items are `pub` only so `crate::fuzzing` can re-export them.
 
 use axum::http::Method;
 
