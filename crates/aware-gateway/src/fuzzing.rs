@@ -11,8 +11,8 @@
 //! - [`parse_turn`] (`POST …/turns`) and [`parse_ack`] (`POST …/ack`): the two bodies parsed
 //!   whole before any engine call.
 
-pub use crate::body::{parse_strict, Obj, Query, MAX_BODY_BYTES};
-pub use crate::error::{ApiError, ApiResult};
+pub use crate::body::{parse_strict, Obj, Query};
+pub use crate::error::ApiError;
 pub use crate::notices::parse_ack;
 pub use crate::request::decode_segment;
 pub use crate::routes::{AdminOp, Parsed, Route, SessionRoute};
