@@ -1,0 +1,500 @@
+//! A team: a manager that spawns workers, a peer that watches some of them through
+//! `sessions_send` with `watch`, humans posting turns and goals on the workers, drains,
+//! reconciles, unwatches, deletes and re-creates. One thread owns a team's sessions, so its
+//! [`Model`] sees their whole history and checks every drain exactly (model.rs).
+
+use super::client::Conn;
+use super::model::Model;
+use super::Shared;
+use crate::util::Lcg;
+use anyhow::{anyhow, bail, Context, Result};
+use aware_client::seg;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+/// Workers a team keeps (a retired one is replaced).
+const WORKERS: usize = 5;
+
+/// The operations and their weights (per mille of the requests' choices).
+const MIX: &[(u32, Op)] = &[
+    (240, Op::HumanTurn),
+    (60, Op::AssistantTurn),
+    (110, Op::DrainManager),
+    (50, Op::DrainPeer),
+    (120, Op::Reconcile),
+    (90, Op::SendWatchPeer),
+    (30, Op::SendWatchManager),
+    (40, Op::GoalAsManager),
+    (40, Op::GoalAsSystem),
+    (20, Op::GoalClear),
+    (30, Op::UnwatchPeer),
+    (20, Op::UnwatchManager),
+    (30, Op::RunEnd),
+    (40, Op::RetireWorker),
+    (20, Op::Recreate),
+    (25, Op::Peek),
+    (3, Op::RetireTeam),
+];
+
+#[derive(Clone, Copy)]
+enum Op {
+    HumanTurn,
+    AssistantTurn,
+    DrainManager,
+    DrainPeer,
+    Reconcile,
+    SendWatchPeer,
+    SendWatchManager,
+    GoalAsManager,
+    GoalAsSystem,
+    GoalClear,
+    UnwatchPeer,
+    UnwatchManager,
+    RunEnd,
+    RetireWorker,
+    Recreate,
+    Peek,
+    RetireTeam,
+}
+
+struct Worker {
+    key: String,
+    /// The run `sessions_spawn` started, until it is ended.
+    run: Option<String>,
+}
+
+/// What a team did, for the report.
+#[derive(Default)]
+pub(crate) struct TeamReport {
+    pub(crate) notices: u64,
+    pub(crate) drains: u64,
+    pub(crate) sessions_created: u64,
+}
+
+pub(crate) struct Team {
+    id: usize,
+    gen: u64,
+    conn: Conn,
+    model: Model,
+    rng: Lcg,
+    manager: String,
+    peer: String,
+    workers: Vec<Worker>,
+    counter: u64,
+    report: TeamReport,
+    shared: Shared,
+    /// Pacing: when the next request may go.
+    next: Instant,
+    interval: Duration,
+}
+
+impl Team {
+    pub(crate) fn new(id: usize, shared: Shared, interval: Duration) -> Result<Team> {
+        let conn = Conn::connect(&shared.base, shared.stats.clone())?;
+        Ok(Team {
+            id,
+            gen: 0,
+            conn,
+            model: Model::default(),
+            rng: Lcg(0x50ac_0000 + id as u64),
+            manager: String::new(),
+            peer: String::new(),
+            workers: Vec::new(),
+            counter: 0,
+            report: TeamReport::default(),
+            shared,
+            next: Instant::now(),
+            interval,
+        })
+    }
+
+    /// Runs until the stop flag, then drains every watcher once more: nothing may be left.
+    pub(crate) fn run(mut self) -> Result<TeamReport> {
+        self.start_team()?;
+        let total: u32 = MIX.iter().map(|m| m.0).sum();
+        while !self.shared.stopped() {
+            let mut pick = (self.rng.next() % u64::from(total)) as u32;
+            let op = MIX
+                .iter()
+                .find(|(w, _)| {
+                    if pick < *w {
+                        true
+                    } else {
+                        pick -= w;
+                        false
+                    }
+                })
+                .map_or(Op::Peek, |m| m.1);
+            self.op(op)?;
+        }
+        self.final_drains()?;
+        self.report.notices = self.model.notices_checked;
+        self.report.drains = self.model.drains_checked;
+        Ok(self.report)
+    }
+
+    /// Waits for this team's next slot of the target rate. After a stall it does not try to
+    /// catch up more than a second's worth, so a slow gateway is not hit by a wall of requests.
+    fn pace(&mut self) {
+        let now = Instant::now();
+        if self.next > now {
+            std::thread::sleep(self.next - now);
+        } else if now - self.next > Duration::from_secs(1) {
+            self.next = now;
+        }
+        self.next += self.interval;
+    }
+
+    fn call(
+        &mut self,
+        route: &'static str,
+        method: &str,
+        path: &str,
+        caller: Option<&str>,
+        body: Option<Value>,
+        expect: u16,
+    ) -> Result<Value> {
+        self.pace();
+        let body = body.map(|b| b.to_string());
+        self.conn
+            .call(route, method, path, caller, body.as_deref(), expect)
+    }
+
+    /// The event an answer carries, if any, applied to the model.
+    fn apply_event(&mut self, target: &str, answer: &Value) -> Result<()> {
+        let e = &answer["event"];
+        if e.is_null() {
+            return Ok(());
+        }
+        let seq = e["sequence"]
+            .as_i64()
+            .ok_or_else(|| anyhow!("an event without a sequence: {e}"))?;
+        let material = matches!(
+            e["kind"].as_str(),
+            Some("human_direct_message" | "goal_changed" | "upstream_missing")
+        );
+        self.model
+            .event(target, seq, material, e["actorId"].as_str());
+        Ok(())
+    }
+
+    fn start_team(&mut self) -> Result<()> {
+        self.manager = format!("agent:main:soak-t{}-g{}-m", self.id, self.gen);
+        self.peer = format!("agent:main:soak-t{}-g{}-p", self.id, self.gen);
+        for key in [self.manager.clone(), self.peer.clone()] {
+            self.call(
+                "POST /v1/sessions",
+                "POST",
+                "/v1/sessions",
+                None,
+                Some(json!({"key": key})),
+                201,
+            )?;
+            self.model.created(&key, 0, None);
+            self.report.sessions_created += 1;
+        }
+        if let Ok(mut m) = self.shared.managers.lock() {
+            if let Some(slot) = m.get_mut(self.id) {
+                slot.clone_from(&self.manager);
+            }
+        }
+        while self.workers.len() < WORKERS {
+            self.spawn()?;
+        }
+        Ok(())
+    }
+
+    /// `sessions_spawn` as the manager, then a `session_status` of the child for its head (the
+    /// `child_spawned` sequence that seeded the manager's cursor).
+    fn spawn(&mut self) -> Result<()> {
+        self.counter += 1;
+        let m = self.manager.clone();
+        let a = self.call(
+            "tool sessions_spawn",
+            "POST",
+            "/v1/tools/sessions_spawn",
+            Some(&m),
+            Some(json!({"task": format!("soak task {}", self.counter)})),
+            200,
+        )?;
+        let child = a["childSessionKey"]
+            .as_str()
+            .ok_or_else(|| anyhow!("sessions_spawn without childSessionKey: {a}"))?
+            .to_string();
+        let run = a["runId"].as_str().map(str::to_string);
+        let s = self.call(
+            "tool session_status",
+            "POST",
+            "/v1/tools/session_status",
+            Some(&m),
+            Some(json!({"sessionKey": child})),
+            200,
+        )?;
+        let head = s["stateVersion"]
+            .as_i64()
+            .ok_or_else(|| anyhow!("session_status without stateVersion: {s}"))?;
+        self.model.created(&child, head, Some(&m));
+        self.workers.push(Worker { key: child, run });
+        self.report.sessions_created += 1;
+        Ok(())
+    }
+
+    fn pick_worker(&mut self) -> usize {
+        (self.rng.next() % self.workers.len().max(1) as u64) as usize
+    }
+
+    fn op(&mut self, op: Op) -> Result<()> {
+        if self.workers.is_empty() {
+            return self.spawn();
+        }
+        let i = self.pick_worker();
+        let w = self.workers[i].key.clone();
+        let (m, p) = (self.manager.clone(), self.peer.clone());
+        let sp = seg(&w);
+        self.counter += 1;
+        let n = self.counter;
+        match op {
+            Op::HumanTurn | Op::AssistantTurn => {
+                let (role, route) = match op {
+                    Op::HumanTurn => ("user", "POST turns (human)"),
+                    _ => ("assistant", "POST turns (assistant)"),
+                };
+                let body = json!({"role": role, "text": format!("soak turn {n}"),
+                                  "channel": "soak"});
+                let a = self.call(
+                    route,
+                    "POST",
+                    &format!("/v1/sessions/{sp}/turns"),
+                    None,
+                    Some(body),
+                    201,
+                )?;
+                self.apply_event(&w, &a)?;
+            }
+            Op::DrainManager => self.drain(&m)?,
+            Op::DrainPeer => self.drain(&p)?,
+            Op::Reconcile => {
+                let since = self.model.last_seen(&m, &w).unwrap_or(0);
+                let a = self.call(
+                    "tool session_status changesSince",
+                    "POST",
+                    "/v1/tools/session_status",
+                    Some(&m),
+                    Some(json!({"sessionKey": w, "changesSince": since, "limit": 50})),
+                    200,
+                )?;
+                let head = self.model.head(&w);
+                if a["stateVersion"].as_i64() != head {
+                    bail!(
+                        "model violation: session_status of {w} says stateVersion {}, the \
+                         model's head is {head:?}",
+                        a["stateVersion"]
+                    );
+                }
+            }
+            Op::SendWatchPeer | Op::SendWatchManager => {
+                let from = if matches!(op, Op::SendWatchPeer) { &p } else { &m };
+                let a = self.call(
+                    "tool sessions_send watch",
+                    "POST",
+                    "/v1/tools/sessions_send",
+                    Some(from),
+                    Some(json!({"sessionKey": w, "message": format!("soak message {n}"),
+                                "timeoutSeconds": 0, "watch": true})),
+                    200,
+                )?;
+                if a["watched"] != true {
+                    bail!("sessions_send with watch from {from} to {w} answered {a}");
+                }
+                self.model.register(from, &w);
+            }
+            Op::GoalAsManager | Op::GoalAsSystem => {
+                let caller = matches!(op, Op::GoalAsManager).then_some(m.as_str());
+                let a = self.call(
+                    "PUT goal",
+                    "PUT",
+                    &format!("/v1/sessions/{sp}/goal"),
+                    caller,
+                    Some(json!({"text": format!("soak goal {n}")})),
+                    200,
+                )?;
+                if a["changed"] != true {
+                    bail!("a new goal text on {w} answered {a}");
+                }
+                self.apply_event(&w, &a)?;
+            }
+            Op::GoalClear => {
+                let a = self.call(
+                    "DELETE goal",
+                    "DELETE",
+                    &format!("/v1/sessions/{sp}/goal"),
+                    None,
+                    None,
+                    200,
+                )?;
+                self.apply_event(&w, &a)?;
+            }
+            Op::UnwatchPeer | Op::UnwatchManager => {
+                let from = if matches!(op, Op::UnwatchPeer) { &p } else { &m };
+                let a = self.call(
+                    "tool sessions_unwatch",
+                    "POST",
+                    "/v1/tools/sessions_unwatch",
+                    Some(from),
+                    Some(json!({"sessionKey": w})),
+                    200,
+                )?;
+                let expected = self.model.unwatch(from, &w);
+                if a["unwatched"].as_bool() != Some(expected) {
+                    bail!(
+                        "model violation: sessions_unwatch {from} -> {w} answered {a}, the model \
+                         says unwatched {expected}"
+                    );
+                }
+            }
+            Op::RunEnd => {
+                let Some(run) = self.workers[i].run.take() else {
+                    return Ok(());
+                };
+                let a = self.call(
+                    "POST runs end",
+                    "POST",
+                    &format!("/v1/sessions/{sp}/runs/{}/end", seg(&run)),
+                    None,
+                    Some(json!({"outcome": "ok"})),
+                    200,
+                )?;
+                self.apply_event(&w, &a)?;
+            }
+            Op::RetireWorker => {
+                self.delete(&w)?;
+                self.workers.remove(i);
+                self.spawn()?;
+            }
+            Op::Recreate => {
+                self.delete(&w)?;
+                let a = self.call(
+                    "POST /v1/sessions",
+                    "POST",
+                    "/v1/sessions",
+                    None,
+                    Some(json!({"key": w, "parentSessionKey": m})),
+                    201,
+                )?;
+                let head = a["session"]["stateVersion"]
+                    .as_i64()
+                    .ok_or_else(|| anyhow!("a created session without stateVersion: {a}"))?;
+                self.model.created(&w, head, Some(&m));
+                self.workers[i].run = None;
+                self.report.sessions_created += 1;
+            }
+            Op::Peek => self.peek(&w)?,
+            Op::RetireTeam => {
+                self.final_drains()?;
+                for w in std::mem::take(&mut self.workers) {
+                    self.delete(&w.key)?;
+                }
+                self.delete(&m)?;
+                self.delete(&p)?;
+                self.gen += 1;
+                self.start_team()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn delete(&mut self, key: &str) -> Result<()> {
+        let a = self.call(
+            "DELETE /v1/sessions/{key}",
+            "DELETE",
+            &format!("/v1/sessions/{}", seg(key)),
+            None,
+            None,
+            200,
+        )?;
+        if a["deleted"] != true {
+            bail!("deleting {key} answered {a}");
+        }
+        self.model.deleted(key);
+        Ok(())
+    }
+
+    /// Reads that change nothing: the worker, the manager's pending notices (their count must
+    /// be the model's), the manager's list.
+    fn peek(&mut self, w: &str) -> Result<()> {
+        let m = self.manager.clone();
+        self.call(
+            "GET /v1/sessions/{key}",
+            "GET",
+            &format!("/v1/sessions/{}", seg(w)),
+            None,
+            None,
+            200,
+        )?;
+        let a = self.call(
+            "GET pending",
+            "GET",
+            &format!("/v1/sessions/{}/pending", seg(&m)),
+            None,
+            None,
+            200,
+        )?;
+        let got = a["notices"].as_array().map_or(0, Vec::len);
+        let want = self.model.pending_count(&m);
+        if got != want {
+            bail!("model violation: {m} has {got} pending notices, the model {want}: {a}");
+        }
+        Ok(())
+    }
+
+    /// Drains `watcher` and checks the notices against the model.
+    fn drain(&mut self, watcher: &str) -> Result<()> {
+        let a = self.call(
+            "POST drain",
+            "POST",
+            &format!("/v1/sessions/{}/drain", seg(watcher)),
+            None,
+            None,
+            200,
+        )?;
+        if a["hasMore"] == true {
+            bail!("a drain of {watcher} was cut by its limit: {a}");
+        }
+        let mut got = Vec::new();
+        for n in a["notices"].as_array().map_or(&[][..], Vec::as_slice) {
+            let target = n["targetSessionKey"]
+                .as_str()
+                .ok_or_else(|| anyhow!("a notice without targetSessionKey: {n}"))?;
+            let last_seen = n["lastSeen"]
+                .as_i64()
+                .ok_or_else(|| anyhow!("a notice without lastSeen: {n}"))?;
+            let text = n["text"].as_str().unwrap_or_default();
+            if !text.ends_with(&format!("changesSince {last_seen}.")) {
+                bail!("model violation: notice text {text:?} does not end with its lastSeen");
+            }
+            got.push((target.to_string(), last_seen));
+        }
+        self.model
+            .drained(watcher, &got)
+            .map_err(|e| anyhow!("model violation: {e}"))
+    }
+
+    /// Drains the manager and the peer: after the load stops (or before a team is retired),
+    /// nothing the model expects may be left, and nothing else may come.
+    fn final_drains(&mut self) -> Result<()> {
+        let (m, p) = (self.manager.clone(), self.peer.clone());
+        for w in [&m, &p] {
+            self.drain(w)
+                .with_context(|| format!("the final drain of {w}"))?;
+            if self.model.pending_count(w) > 0 {
+                // Follow-ups opened by the ack: one more drain takes them.
+                self.drain(w)
+                    .with_context(|| format!("the follow-up drain of {w}"))?;
+            }
+            if self.model.pending_count(w) > 0 {
+                bail!("{w} still has pending notices after two drains with no new events");
+            }
+        }
+        Ok(())
+    }
+}
