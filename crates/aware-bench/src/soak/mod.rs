@@ -206,6 +206,8 @@ pub fn run(args: SoakArgs) -> Result<()> {
     let mut host = HostCpu::new();
     host.busy_share();
     let mut last_cpu = started_proc.cpu_ticks;
+    let me = std::process::id();
+    let mut last_self_cpu = sample_proc(me)?.cpu_ticks;
     let mut last_ops = 0u64;
     let mut next = t0 + plan.window;
     while !shared.stopped() {
@@ -216,6 +218,7 @@ pub fn run(args: SoakArgs) -> Result<()> {
         }
         let elapsed = t0.elapsed();
         let p = sample_proc(gw.pid)?;
+        let own = sample_proc(me)?;
         let (store_bytes, wal_bytes) = sizer.sample()?;
         let (routes, p50, p99, _) = window_figures(shared.stats.take_window());
         let ops = shared.stats.requests.load(Ordering::Relaxed);
@@ -231,11 +234,13 @@ pub fn run(args: SoakArgs) -> Result<()> {
             fds: p.fds,
             threads: p.threads,
             gw_cpu: (p.cpu_ticks - last_cpu.min(p.cpu_ticks)) as f64 / 100.0 / secs,
+            load_cpu: (own.cpu_ticks - last_self_cpu.min(own.cpu_ticks)) as f64 / 100.0 / secs,
             host_busy: host.busy_share(),
             store_bytes,
             wal_bytes,
         };
         last_cpu = p.cpu_ticks;
+        last_self_cpu = own.cpu_ticks;
         last_ops = ops;
         out.window(&row);
         rows.push(row);

@@ -78,6 +78,8 @@ pub(crate) struct Row {
     pub(crate) threads: u64,
     /// Gateway CPU over the window, in cores (1.0 = one core busy).
     pub(crate) gw_cpu: f64,
+    /// The load clients' CPU (this process) over the window, in cores.
+    pub(crate) load_cpu: f64,
     /// Busy share of the whole machine over the window.
     pub(crate) host_busy: f64,
     pub(crate) store_bytes: u64,

@@ -39,7 +39,7 @@ impl Out {
             .max_by(|a, b| a.p99_us.total_cmp(&b.p99_us));
         self.say(&format!(
             "t={:>5.0}s {:>5.0} req/s p50 {:>6.2} ms p99 {:>6.2} ms (worst {} {:.2} ms) | rss \
-             {:.1} MiB fds {} threads {} | gateway cpu {:.2} cores, host busy {:.0}% | store {} \
+             {:.1} MiB fds {} threads {} | cpu: gateway {:.2} load {:.2} cores, host busy {:.0}% | store {} \
              KiB wal {} KiB",
             r.t,
             r.req_per_s,
@@ -51,6 +51,7 @@ impl Out {
             r.fds,
             r.threads,
             r.gw_cpu,
+            r.load_cpu,
             r.host_busy * 100.0,
             fmt_int(r.store_bytes / 1024),
             fmt_int(r.wal_bytes / 1024),
@@ -222,6 +223,6 @@ fn window_json(r: &Row) -> Value {
         .collect();
     json!({"t": r.t, "ops": r.ops, "reqPerS": r.req_per_s, "p50Ms": r.p50_us / 1e3,
            "p99Ms": r.p99_us / 1e3, "rssMiB": r.rss_mib, "fds": r.fds, "threads": r.threads,
-           "gatewayCpuCores": r.gw_cpu, "hostBusy": r.host_busy, "storeBytes": r.store_bytes,
+           "gatewayCpuCores": r.gw_cpu, "loadCpuCores": r.load_cpu, "hostBusy": r.host_busy, "storeBytes": r.store_bytes,
            "walBytes": r.wal_bytes, "routes": routes})
 }

@@ -30,8 +30,9 @@ const MIX: &[(u32, Op)] = &[
     (30, Op::UnwatchPeer),
     (20, Op::UnwatchManager),
     (30, Op::RunEnd),
-    (40, Op::RetireWorker),
-    (20, Op::Recreate),
+    (30, Op::FinishWorker),
+    (10, Op::DeleteWorker),
+    (10, Op::Recreate),
     (25, Op::Peek),
     (3, Op::RetireTeam),
 ];
@@ -51,7 +52,8 @@ enum Op {
     UnwatchPeer,
     UnwatchManager,
     RunEnd,
-    RetireWorker,
+    FinishWorker,
+    DeleteWorker,
     Recreate,
     Peek,
     RetireTeam,
@@ -366,7 +368,14 @@ impl Team {
                 )?;
                 self.apply_event(&w, &a)?;
             }
-            Op::RetireWorker => {
+            Op::FinishWorker => {
+                // A new session per task is the normal use: the finished worker stays in the
+                // store (and in the model: its parent's cursor may still be pending), and a new
+                // one is spawned. So the store grows as a long-running gateway's does.
+                self.workers.remove(i);
+                self.spawn()?;
+            }
+            Op::DeleteWorker => {
                 self.delete(&w)?;
                 self.workers.remove(i);
                 self.spawn()?;
