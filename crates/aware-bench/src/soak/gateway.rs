@@ -63,9 +63,15 @@ pub(crate) struct Gateway {
 }
 
 impl Gateway {
-    /// Starts `aware serve` on a free loopback port over `data_dir` (and `store`), with JSON logs
+    /// Starts `aware serve` on a free loopback port over `data_dir` (and `store`) at
+    /// `durability`, with JSON logs
     /// at `info` into `log`, and waits until `/health` answers 200.
-    pub(crate) fn start(data_dir: &Path, store: &Store, log: &Path) -> Result<Gateway> {
+    pub(crate) fn start(
+        data_dir: &Path,
+        store: &Store,
+        durability: &str,
+        log: &Path,
+    ) -> Result<Gateway> {
         let exe = crate::util::aware_exe()?;
         let port_file = data_dir.join("port");
         let _ = std::fs::remove_file(&port_file);
@@ -80,6 +86,7 @@ impl Gateway {
             .arg("--port-file")
             .arg(&port_file)
             .args(["--log-format", "json", "--log-level", "info"])
+            .args(["--durability", durability])
             // A config file of the user's would change what is measured.
             .env("XDG_CONFIG_HOME", "/nonexistent-aware-bench-config")
             .env_remove("AWARE_TOKEN")
@@ -227,6 +234,24 @@ impl StoreSizer {
             dir: dir.to_path_buf(),
             pg,
         })
+    }
+
+    /// SQLite: the checkpoint sequence number in the WAL header (bytes 12..16, big-endian),
+    /// which SQLite increments each time a checkpoint lets the WAL restart from its beginning;
+    /// its change over a window counts the completed checkpoints. `None` on PostgreSQL or
+    /// before the WAL exists.
+    pub(crate) fn wal_checkpoint_seq(&self) -> Option<u32> {
+        use std::io::Read;
+        self.pg.as_ref().map_or(Some(()), |_| None)?;
+        let wal = std::fs::read_dir(&self.dir).ok()?.flatten().find(|e| {
+            e.file_name().to_string_lossy().ends_with(".db-wal")
+        })?;
+        let mut head = [0u8; 16];
+        std::fs::File::open(wal.path())
+            .ok()?
+            .read_exact(&mut head)
+            .ok()?;
+        Some(u32::from_be_bytes([head[12], head[13], head[14], head[15]]))
     }
 
     /// (store bytes, WAL bytes).

@@ -10,6 +10,7 @@
 mod client;
 mod gateway;
 mod model;
+mod probe;
 mod stats;
 mod summary;
 mod team;
@@ -41,7 +42,7 @@ pub struct SoakArgs {
     /// Print the report as JSON on stdout (the text goes to stderr), with every sample window.
     #[arg(long)]
     pub json: bool,
-    /// The CI form: 150 s at 120 req/s, 8 teams, 4 wake streams, 10 s windows.
+    /// The CI form: 150 s at 120 req/s (6 teams), 4 wake streams, 10 s windows.
     #[arg(long)]
     pub quick: bool,
     /// Load threads, each owning one team of sessions [default: rate / 20, 4..=32].
@@ -56,6 +57,10 @@ pub struct SoakArgs {
     /// Directory for the data dir (a fresh temporary directory inside it, removed afterwards).
     #[arg(long, value_name = "PATH")]
     pub data_dir: Option<PathBuf>,
+    /// Durability of the gateway's commits (`aware serve --durability`): `full` (its default)
+    /// waits for the disk on every commit, `normal` only at checkpoints.
+    #[arg(long, default_value = "full", value_parser = ["full", "normal"])]
+    pub durability: String,
     /// Keep the gateway's JSON log (stderr at `info`) in this file.
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
@@ -100,6 +105,7 @@ pub(crate) struct Plan {
     pub(crate) wake_streams: usize,
     pub(crate) window: Duration,
     pub(crate) store: &'static str,
+    pub(crate) durability: String,
     pub(crate) quick: bool,
 }
 
@@ -127,6 +133,7 @@ pub fn run(args: SoakArgs) -> Result<()> {
         wake_streams: args.wake_streams.unwrap_or(if quick { 4 } else { 20 }),
         window,
         store: store.name(),
+        durability: args.durability.clone(),
         quick,
     };
     let tmp = match &args.data_dir {
@@ -147,12 +154,13 @@ pub fn run(args: SoakArgs) -> Result<()> {
         .unwrap_or_else(|| tmp.path().join("gateway.log"));
     let mut out = summary::Out::new(args.json, quick);
     out.say(&format!(
-        "aware-bench soak{}: aware serve on {} ({}), {} req/s target from {} teams (1 keep-alive \
+        "aware-bench soak{}: aware serve on {} ({}, durability {}), {} req/s target from {} teams (1 keep-alive \
          connection each) + {} reconnecting wake streams, for {} s, {} s windows; cpus={} \
          loadavg={} gateway log: {}",
         if quick { " --quick" } else { "" },
         plan.store,
         data_dir.display(),
+        plan.durability,
         plan.rate,
         plan.teams,
         plan.wake_streams,
@@ -162,7 +170,7 @@ pub fn run(args: SoakArgs) -> Result<()> {
         loadavg(),
         log.display(),
     ));
-    let gw = Gateway::start(&data_dir, &store, &log)?;
+    let gw = Gateway::start(&data_dir, &store, &plan.durability, &log)?;
     let mut sizer = StoreSizer::new(&store, &gw.data_dir)?;
     let shared = Shared {
         base: gw.base.clone(),
@@ -200,6 +208,11 @@ pub fn run(args: SoakArgs) -> Result<()> {
         })
         .collect();
 
+    let probe = {
+        let (shared, dir) = (shared.clone(), tmp.path().to_path_buf());
+        std::thread::spawn(move || probe::run(&dir, shared))
+    };
+
     // The sampler: one row per window until the duration is over (or a thread failed).
     let t0 = Instant::now();
     let mut rows: Vec<Row> = Vec::new();
@@ -209,6 +222,7 @@ pub fn run(args: SoakArgs) -> Result<()> {
     let me = std::process::id();
     let mut last_self_cpu = sample_proc(me)?.cpu_ticks;
     let mut last_ops = 0u64;
+    let mut last_wal_seq = sizer.wal_checkpoint_seq();
     let mut next = t0 + plan.window;
     while !shared.stopped() {
         let now = Instant::now();
@@ -220,7 +234,14 @@ pub fn run(args: SoakArgs) -> Result<()> {
         let p = sample_proc(gw.pid)?;
         let own = sample_proc(me)?;
         let (store_bytes, wal_bytes) = sizer.sample()?;
+        let wal_seq = sizer.wal_checkpoint_seq();
+        let wal_resets = match (last_wal_seq, wal_seq) {
+            (Some(a), Some(b)) => u64::from(b.wrapping_sub(a)),
+            _ => 0,
+        };
+        last_wal_seq = wal_seq;
         let (routes, p50, p99, _) = window_figures(shared.stats.take_window());
+        let (floor_p50_us, floor_p99_us) = shared.stats.take_floor();
         let ops = shared.stats.requests.load(Ordering::Relaxed);
         let secs = plan.window.as_secs_f64() + (now - next).as_secs_f64();
         let row = Row {
@@ -238,6 +259,9 @@ pub fn run(args: SoakArgs) -> Result<()> {
             host_busy: host.busy_share(),
             store_bytes,
             wal_bytes,
+            wal_resets,
+            floor_p50_us,
+            floor_p99_us,
         };
         last_cpu = p.cpu_ticks;
         last_self_cpu = own.cpu_ticks;
@@ -266,6 +290,11 @@ pub fn run(args: SoakArgs) -> Result<()> {
             Ok(Err(e)) => thread_errors.push(format!("{e:#}")),
             Err(_) => thread_errors.push("a wake stream thread panicked".into()),
         }
+    }
+    match probe.join() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => thread_errors.push(format!("the fsync floor: {e:#}")),
+        Err(_) => thread_errors.push("the fsync floor thread panicked".into()),
     }
     let end_proc = sample_proc(gw.pid)?;
     let end_store = sizer.sample()?;

@@ -10,6 +10,8 @@ use std::sync::Mutex;
 #[derive(Default)]
 pub(crate) struct Stats {
     window: Mutex<BTreeMap<&'static str, Vec<u64>>>,
+    /// The disk floor's syncs of the current window (probe.rs), kept apart from the requests.
+    floor: Mutex<Vec<u64>>,
     pub(crate) requests: AtomicU64,
     pub(crate) status_5xx: AtomicU64,
     pub(crate) wake_connects: AtomicU64,
@@ -30,6 +32,24 @@ impl Stats {
         if let Ok(mut w) = self.window.lock() {
             w.entry(route).or_default().push(ns);
         }
+    }
+
+    /// One sync of the disk floor that took `ns`.
+    pub(crate) fn record_floor(&self, ns: u64) {
+        if let Ok(mut f) = self.floor.lock() {
+            f.push(ns);
+        }
+    }
+
+    /// p50 and p99 (µs) of the floor's syncs of the window that just ended.
+    pub(crate) fn take_floor(&self) -> (f64, f64) {
+        let mut v = self
+            .floor
+            .lock()
+            .map(|mut f| std::mem::take(&mut *f))
+            .unwrap_or_default();
+        let (a, b) = percentiles(&mut v);
+        (a as f64 / 1e3, b as f64 / 1e3)
     }
 
     pub(crate) fn error(&self, e: String) {
@@ -84,6 +104,12 @@ pub(crate) struct Row {
     pub(crate) host_busy: f64,
     pub(crate) store_bytes: u64,
     pub(crate) wal_bytes: u64,
+    /// SQLite: checkpoints that restarted the WAL during the window (see
+    /// `StoreSizer::wal_checkpoint_seq`).
+    pub(crate) wal_resets: u64,
+    /// The disk floor's p50 and p99 (µs) over the window.
+    pub(crate) floor_p50_us: f64,
+    pub(crate) floor_p99_us: f64,
 }
 
 /// p50/p99 (µs) of each route and of all of them together.

@@ -40,7 +40,7 @@ impl Out {
         self.say(&format!(
             "t={:>5.0}s {:>5.0} req/s p50 {:>6.2} ms p99 {:>6.2} ms (worst {} {:.2} ms) | rss \
              {:.1} MiB fds {} threads {} | cpu: gateway {:.2} load {:.2} cores, host busy {:.0}% | store {} \
-             KiB wal {} KiB",
+             KiB wal {} KiB ({} restarts) | fsync floor p50 {:.2} p99 {:.2} ms",
             r.t,
             r.req_per_s,
             r.p50_us / 1e3,
@@ -55,6 +55,9 @@ impl Out {
             r.host_busy * 100.0,
             fmt_int(r.store_bytes / 1024),
             fmt_int(r.wal_bytes / 1024),
+            r.wal_resets,
+            r.floor_p50_us / 1e3,
+            r.floor_p99_us / 1e3,
         ));
     }
 }
@@ -125,13 +128,14 @@ pub(crate) fn finish(out: &mut Out, plan: &Plan, rows: &[Row], f: &Facts) -> Res
             .join(" ")
     ));
     let line = format!(
-        "soak [{}] {} requests in {:.0} s = {:.0} req/s (target {}); {} sessions created; \
+        "soak [{}, {}] {} requests in {:.0} s = {:.0} req/s (target {}); {} sessions created; \
          {} drains checked against the model, {} notices, exactly once; {} wake-stream connects, \
          {} wakes | RSS {:.1} -> {:.1} MiB, slope {:+.1} MiB/h | fds slope {:+.1}/h, growth {:+.0} \
          (bound {FD_BOUND}) | threads {}..{}, growth {:+.0} (bound {THREAD_BOUND}) | store {} KiB \
          at the end, {:+.1} KiB per 1k requests | p50 median {:.2} ms, p99 median {:.2} ms, max \
          {:.2} ms, {} of {} windows over 2x the median | 5xx {} | SIGTERM exit {}",
         plan.store,
+        plan.durability,
         fmt_int(f.requests),
         f.load_secs,
         rate,
@@ -207,6 +211,7 @@ pub(crate) fn finish(out: &mut Out, plan: &Plan, rows: &[Row], f: &Facts) -> Res
         f.load_secs,
         vec![
             ("store", json!(plan.store)),
+            ("durability", json!(plan.durability)),
             ("quickForm", json!(plan.quick)),
             ("failures", json!(failures)),
             ("windows", Value::Array(windows)),
@@ -224,5 +229,7 @@ fn window_json(r: &Row) -> Value {
     json!({"t": r.t, "ops": r.ops, "reqPerS": r.req_per_s, "p50Ms": r.p50_us / 1e3,
            "p99Ms": r.p99_us / 1e3, "rssMiB": r.rss_mib, "fds": r.fds, "threads": r.threads,
            "gatewayCpuCores": r.gw_cpu, "loadCpuCores": r.load_cpu, "hostBusy": r.host_busy, "storeBytes": r.store_bytes,
-           "walBytes": r.wal_bytes, "routes": routes})
+           "walBytes": r.wal_bytes, "walRestarts": r.wal_resets,
+           "fsyncFloorP50Ms": r.floor_p50_us / 1e3, "fsyncFloorP99Ms": r.floor_p99_us / 1e3,
+           "routes": routes})
 }
