@@ -391,14 +391,12 @@ fn main() {
         || cli.conn.agent.is_some()
         || cli.json;
     let result: Result<()> = match cli.command {
-        Command::Serve(_) | Command::Demo(_) if client_only => {
-            Failure::Usage(
-                "--url, --token, --session, --agent and --json are client flags; \
+        Command::Serve(_) | Command::Demo(_) if client_only => Failure::Usage(
+            "--url, --token, --session, --agent and --json are client flags; \
                  `serve` and `demo` do not take them (serve has its own --token)"
-                    .into(),
-            )
-            .exit()
-        }
+                .into(),
+        )
+        .exit(),
         Command::Serve(args) => serve::run(args),
         Command::Migrate(args) => migrate::run(args),
         Command::Node {

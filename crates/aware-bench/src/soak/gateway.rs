@@ -243,9 +243,10 @@ impl StoreSizer {
     pub(crate) fn wal_checkpoint_seq(&self) -> Option<u32> {
         use std::io::Read;
         self.pg.as_ref().map_or(Some(()), |_| None)?;
-        let wal = std::fs::read_dir(&self.dir).ok()?.flatten().find(|e| {
-            e.file_name().to_string_lossy().ends_with(".db-wal")
-        })?;
+        let wal = std::fs::read_dir(&self.dir)
+            .ok()?
+            .flatten()
+            .find(|e| e.file_name().to_string_lossy().ends_with(".db-wal"))?;
         let mut head = [0u8; 16];
         std::fs::File::open(wal.path())
             .ok()?

@@ -111,16 +111,17 @@ pub(crate) struct Plan {
 
 pub fn run(args: SoakArgs) -> Result<()> {
     let quick = args.quick;
-    let duration = args.duration.unwrap_or(Duration::from_secs(if quick {
-        150
-    } else {
-        720
-    }));
+    let duration = args
+        .duration
+        .unwrap_or(Duration::from_secs(if quick { 150 } else { 720 }));
     let rate = args.rate.unwrap_or(if quick { 120 } else { 300 });
     if rate == 0 {
         bail!("--rate must be at least 1");
     }
-    let teams = args.teams.unwrap_or((rate as usize / 20).clamp(4, 32)).max(1);
+    let teams = args
+        .teams
+        .unwrap_or((rate as usize / 20).clamp(4, 32))
+        .max(1);
     let window = args.window.unwrap_or(Duration::from_secs(10));
     if window < Duration::from_secs(1) {
         bail!("--window must be at least 1s");
@@ -139,9 +140,7 @@ pub fn run(args: SoakArgs) -> Result<()> {
     let tmp = match &args.data_dir {
         Some(d) => {
             std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
-            tempfile::Builder::new()
-                .prefix("aware-soak-")
-                .tempdir_in(d)
+            tempfile::Builder::new().prefix("aware-soak-").tempdir_in(d)
         }
         None => tempfile::Builder::new().prefix("aware-soak-").tempdir(),
     }

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 pub(crate) fn run(dir: &Path, shared: Shared) -> Result<()> {
     let path = dir.join("fsync-probe");
-    let mut f = std::fs::File::create(&path)
-        .with_context(|| format!("creating {}", path.display()))?;
+    let mut f =
+        std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
     let block = vec![0x5au8; 4096];
     let mut i = 0u64;
     while !shared.stopped() {

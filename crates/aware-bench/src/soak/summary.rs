@@ -96,7 +96,12 @@ pub(crate) fn finish(out: &mut Out, plan: &Plan, rows: &[Row], f: &Facts) -> Res
     let warm = (plan.duration.as_secs_f64() / 5.0).max(30.0);
     let steady: Vec<Row> = rows.iter().filter(|r| r.t > warm).cloned().collect();
     let hours = |r: &Row| r.t / 3600.0;
-    let rss_slope = slope(&steady.iter().map(|r| (hours(r), r.rss_mib)).collect::<Vec<_>>());
+    let rss_slope = slope(
+        &steady
+            .iter()
+            .map(|r| (hours(r), r.rss_mib))
+            .collect::<Vec<_>>(),
+    );
     let fd_slope = slope(
         &steady
             .iter()
@@ -173,12 +178,22 @@ pub(crate) fn finish(out: &mut Out, plan: &Plan, rows: &[Row], f: &Facts) -> Res
         .figure("fd_slope", fd_slope, "fds/h", Better::Lower)
         .figure("fd_growth", fd_growth, "fds", Better::Lower)
         .figure("thread_growth", thread_growth, "threads", Better::Lower)
-        .figure("store_per_1k_ops", store_per_kop / 1024.0, "KiB", Better::Lower)
+        .figure(
+            "store_per_1k_ops",
+            store_per_kop / 1024.0,
+            "KiB",
+            Better::Lower,
+        )
         .figure("p50_median", p50_median, "ms", Better::Lower)
         .figure("p99_median", p99_median, "ms", Better::Lower)
         .figure("p99_max", p99_max, "ms", Better::Lower)
         .figure("burst_windows", bursts as f64, "windows", Better::Lower)
-        .figure("notices_checked", f.notices as f64, "notices", Better::Higher);
+        .figure(
+            "notices_checked",
+            f.notices as f64,
+            "notices",
+            Better::Higher,
+        );
     out.report.add(outcome, f.load_secs);
 
     let mut failures = Vec::new();

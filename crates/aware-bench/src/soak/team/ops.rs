@@ -56,14 +56,20 @@ impl Team {
                 }
             }
             Op::SendWatchPeer | Op::SendWatchManager => {
-                let from = if matches!(op, Op::SendWatchPeer) { &p } else { &m };
+                let from = if matches!(op, Op::SendWatchPeer) {
+                    &p
+                } else {
+                    &m
+                };
                 let a = self.call(
                     "tool sessions_send watch",
                     "POST",
                     "/v1/tools/sessions_send",
                     Some(from),
-                    Some(json!({"sessionKey": w, "message": format!("soak message {n}"),
-                                "timeoutSeconds": 0, "watch": true})),
+                    Some(
+                        json!({"sessionKey": w, "message": format!("soak message {n}"),
+                                "timeoutSeconds": 0, "watch": true}),
+                    ),
                     200,
                 )?;
                 if a["watched"] != true {
@@ -98,7 +104,11 @@ impl Team {
                 self.apply_event(&w, &a)?;
             }
             Op::UnwatchPeer | Op::UnwatchManager => {
-                let from = if matches!(op, Op::UnwatchPeer) { &p } else { &m };
+                let from = if matches!(op, Op::UnwatchPeer) {
+                    &p
+                } else {
+                    &m
+                };
                 let a = self.call(
                     "tool sessions_unwatch",
                     "POST",
@@ -172,5 +182,4 @@ impl Team {
         }
         Ok(())
     }
-
 }
