@@ -1,6 +1,6 @@
 //! `aware-bench soak`: the real `aware serve` (a child process, SQLite or PostgreSQL) driven over
 //! loopback HTTP at a target rate for a long time, the way issue 29's soak did: teams of a
-//! manager, its spawned workers and a peer (team.rs), humans posting turns and goals, drains
+//! manager, its spawned workers and a peer (team/), humans posting turns and goals, drains
 //! checked against a model of the notices (model.rs), reconciles, sends with `watch`, unwatches,
 //! deletes and re-creates, and wake streams that reconnect (wakes.rs). Every window it samples
 //! the gateway's RSS, fds, threads and CPU, the store's size and per-route latency; at the end it
@@ -11,6 +11,7 @@ mod client;
 mod gateway;
 mod model;
 mod probe;
+mod shared;
 mod stats;
 mod summary;
 mod team;
@@ -19,6 +20,7 @@ mod wakes;
 use crate::util::fmt_int;
 use anyhow::{anyhow, bail, Context, Result};
 use gateway::{loadavg, sample_proc, Gateway, HostCpu, Store, StoreSizer};
+use shared::{Plan, Shared};
 use stats::{window_figures, Row, Stats};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -79,34 +81,6 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         _ => return Err(format!("{s:?}: the unit must be s, m or h")),
     };
     Ok(Duration::from_secs(secs))
-}
-
-/// What the load threads share.
-#[derive(Clone)]
-pub(crate) struct Shared {
-    base: String,
-    stats: Arc<Stats>,
-    stop: Arc<AtomicBool>,
-    /// The current manager of each team, for the wake streams' `session=` filters.
-    managers: Arc<Mutex<Vec<String>>>,
-}
-
-impl Shared {
-    fn stopped(&self) -> bool {
-        self.stop.load(Ordering::Relaxed)
-    }
-}
-
-/// The resolved plan of a run.
-pub(crate) struct Plan {
-    pub(crate) duration: Duration,
-    pub(crate) rate: u32,
-    pub(crate) teams: usize,
-    pub(crate) wake_streams: usize,
-    pub(crate) window: Duration,
-    pub(crate) store: &'static str,
-    pub(crate) durability: String,
-    pub(crate) quick: bool,
 }
 
 pub fn run(args: SoakArgs) -> Result<()> {

@@ -4,7 +4,7 @@
 //! disk (shared with whatever else runs on the machine) is what the commits waited for; when the
 //! writes rise alone, the gateway is.
 
-use super::Shared;
+use super::shared::Shared;
 use anyhow::{Context, Result};
 use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;

@@ -2,8 +2,8 @@
 //! after the warm-up, the verdict, and with `--json` the report (bench-report format of
 //! report.rs, plus every window).
 
+use super::shared::Plan;
 use super::stats::{median, slope, Row};
-use super::Plan;
 use crate::report::{Better, Outcome, Report};
 use crate::util::fmt_int;
 use anyhow::Result;

@@ -3,7 +3,7 @@
 //! store. Stream `i` follows the current manager of team `i` (`session=`); every fourth stream
 //! follows the whole agent (`agent=main`), whose catch-up reads every pending watcher.
 
-use super::Shared;
+use super::shared::Shared;
 use anyhow::{anyhow, bail, Context, Result};
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;

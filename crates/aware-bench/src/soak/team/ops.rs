@@ -1,12 +1,81 @@
-//! The operations of the mix, one arm each; every answer is checked against the model.
+//! The mix and its operations, one arm each; every answer is checked against the model.
 
-use super::{Op, Team};
+use super::state::{Team, TeamReport};
 use anyhow::{anyhow, bail, Result};
 use aware_client::seg;
 use serde_json::json;
 
+/// The operations and their weights (per mille of the requests' choices).
+const MIX: &[(u32, Op)] = &[
+    (240, Op::HumanTurn),
+    (60, Op::AssistantTurn),
+    (110, Op::DrainManager),
+    (50, Op::DrainPeer),
+    (120, Op::Reconcile),
+    (90, Op::SendWatchPeer),
+    (30, Op::SendWatchManager),
+    (40, Op::GoalAsManager),
+    (40, Op::GoalAsSystem),
+    (20, Op::GoalClear),
+    (30, Op::UnwatchPeer),
+    (20, Op::UnwatchManager),
+    (30, Op::RunEnd),
+    (30, Op::FinishWorker),
+    (10, Op::DeleteWorker),
+    (10, Op::Recreate),
+    (25, Op::Peek),
+    (3, Op::RetireTeam),
+];
+
+#[derive(Clone, Copy)]
+enum Op {
+    HumanTurn,
+    AssistantTurn,
+    DrainManager,
+    DrainPeer,
+    Reconcile,
+    SendWatchPeer,
+    SendWatchManager,
+    GoalAsManager,
+    GoalAsSystem,
+    GoalClear,
+    UnwatchPeer,
+    UnwatchManager,
+    RunEnd,
+    FinishWorker,
+    DeleteWorker,
+    Recreate,
+    Peek,
+    RetireTeam,
+}
+
 impl Team {
-    pub(super) fn op(&mut self, op: Op) -> Result<()> {
+    /// Runs until the stop flag, then drains every watcher once more: nothing may be left.
+    pub(crate) fn run(mut self) -> Result<TeamReport> {
+        self.start_team()?;
+        let total: u32 = MIX.iter().map(|m| m.0).sum();
+        while !self.shared.stopped() {
+            let mut pick = (self.rng.next() % u64::from(total)) as u32;
+            let op = MIX
+                .iter()
+                .find(|(w, _)| {
+                    if pick < *w {
+                        true
+                    } else {
+                        pick -= w;
+                        false
+                    }
+                })
+                .map_or(Op::Peek, |m| m.1);
+            self.op(op)?;
+        }
+        self.final_drains()?;
+        self.report.notices = self.model.notices_checked;
+        self.report.drains = self.model.drains_checked;
+        Ok(self.report)
+    }
+
+    fn op(&mut self, op: Op) -> Result<()> {
         if self.workers.is_empty() {
             return self.spawn();
         }
