@@ -1,5 +1,5 @@
 //! `aware-bench soak`: the real `aware serve` (a child process, SQLite or PostgreSQL) driven over
-//! loopback HTTP at a target rate for a long time, the way issue 29's soak did: teams of a
+//! loopback HTTP at a target rate for a long time, the way the soak of decision D42 did: teams of a
 //! manager, its spawned workers and a peer (team/), humans posting turns and goals, drains
 //! checked against a model of the notices (model.rs), reconciles, sends with `watch`, unwatches,
 //! deletes and re-creates, and wake streams that reconnect (wakes.rs). Every window it samples

@@ -1,5 +1,5 @@
 //! Wake streams (`GET /v1/wakes`, SSE) that stay connected for a few seconds, then reconnect:
-//! every connect runs the stream's catch-up read, which is what issue 29 found growing with the
+//! every connect runs the stream's catch-up read, which is what the first soak (decision D41) found growing with the
 //! store. Stream `i` follows the current manager of team `i` (`session=`); every fourth stream
 //! follows the whole agent (`agent=main`), whose catch-up reads every pending watcher.
 
