@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Writes the committed seed corpora under fuzz/corpus/<target>/ (run from anywhere).
 
+Every target has a few valid inputs and a few near-valid ones (one field or byte wrong).
+
 Seeds are named by the SHA-1 of their content, as libFuzzer names its own inputs. The
 claude_classifier seeds are lines of the real transcripts vendored in
 crates/aware-upstream/tests/fixtures/claude-code (MIT-licensed, see SOURCES.md there): every user and queue-operation row of at most 4 KiB, a few
@@ -158,6 +160,8 @@ csynthetic = [
 ]
 write("codex_classifier", crow + cwin + csynthetic)
 
+# tool_bodies: the first byte picks the route (see the target), the rest is the body. Keys are
+# spelt `agent:main:…`, which the target turns into the input's own agent.
 S, W = "agent:main:main", "agent:main:worker"
 status = [{}, {"sessionKey": W}, {"sessionKey": W, "changesSince": 0}, {"sessionKey": W, "changesSince": 0, "limit": 5},
           {"limit": 5}, {"sessionKey": "worker", "agentId": "main"}, {"sessionKey": "agent:ops:x"},
@@ -167,14 +171,184 @@ send = [{"sessionKey": W, "message": "please rebase", "timeoutSeconds": 0},
         {"label": "w1", "agentId": "ops", "message": "hi", "timeoutSeconds": 0},
         {"sessionKey": W, "label": "w1", "message": "x"}, {"message": "x"}, {"sessionKey": W, "message": ""},
         {"sessionKey": W, "message": "x", "timeoutSeconds": 601}, {"sessionKey": S, "message": "self", "timeoutSeconds": 0}]
-lst = [{}, {"agentId": "main"}, {"agentId": "ops"}, {"kinds": ["main", "subagent", "adopted"]}, {"kinds": ["nope"]},
+lst = [{}, {"kinds": ["main", "subagent", "adopted"]}, {"kinds": ["nope"]},
        {"label": "w1"}, {"parentSessionKey": S}, {"excludeSubagents": True, "activeMinutes": 5},
-       {"limit": 1, "offset": 1}, {"limit": 200, "offset": 9223372036854775807}, {"activeMinutes": 153722867280912}]
-create = [{"key": "agent:main:c1"}, {"key": "c2", "agentId": "main"}, {"key": "agent:main:c3", "agentId": "ops"},
+       {"limit": 1, "offset": 1}, {"limit": 200, "offset": 9223372036854775807}, {"activeMinutes": 153722867280912},
+       {"agentId": "ops"}]
+history = [{"sessionKey": W}, {"sessionKey": W, "limit": 1, "offset": 0, "includeTools": True},
+           {"sessionKey": S, "limit": 201}, {}, {"sessionKey": "agent:ops:x"}, {"sessionKey": W, "includeTools": "yes"}]
+spawn = [{"task": "write the tests"}, {"task": "x", "label": "c1", "runTimeoutSeconds": 60},
+         {"task": "x", "label": "w1"}, {"task": ""}, {"task": "x", "agentId": "ops"},
+         {"task": "x", "runTimeoutSeconds": 86401}, {"label": "c2"}]
+unwatch = [{"sessionKey": W}, {"sessionKey": "worker", "agentId": "main"}, {}, {"sessionKey": S},
+           {"sessionKey": "agent:ops:x"}, {"sessionKey": W, "watch": True}]
+create = [{"key": "agent:main:c1"}, {"key": "c2"}, {"key": "agent:main:c3", "agentId": "ops"},
           {"key": "agent:main:c4", "kind": "group", "label": "l4", "parentSessionKey": S},
           {"key": "agent:main:c5", "createdVia": "hook"}, {"key": "agent:main:c6", "kind": "main"},
-          {"key": "agent:main:c7", "parentSessionKey": "agent:main:missing"}, {"key": ""}, {"key": None}]
-bodies: list = ["0" + json.dumps(b) for b in status] + ["1" + json.dumps(b) for b in send] + \
-         ["2" + json.dumps(b) for b in lst] + ["3" + json.dumps(b) for b in create]
-bodies += ["0", "1", "2 ", "3", "0[]", "1null", "2{", "3{\"key\":\"a\",\"key\":\"agent:main:dup\"}", b"0\xff", "2{\"limit\":1e2}"]
+          {"key": "agent:main:c7", "parentSessionKey": "agent:main:missing"}, {"key": ""}, {"key": None},
+          {"key": "agent:ops:c8"}]
+turns = [{"role": "user", "text": "hi"}, {"role": "assistant", "text": "done", "runId": "r1"},
+         {"role": "user", "text": "x", "provenance": {"kind": "inter_session", "sourceSessionKey": S, "sourceTool": "sessions_send"}},
+         {"role": "user", "text": "x", "provenance": {"kind": "inter_session"}},
+         {"role": "user", "text": "x", "provenance": {"kind": "human", "humanId": "ana", "extra": 1}},
+         {"role": "tool", "text": "x", "channel": "slack", "occurredAt": 1767225600000, "idempotencyKey": "k1"},
+         {"role": "user", "text": "x", "origin": "import", "upstreamText": "x"}, {"role": "user", "text": "x", "origin": "web"},
+         {"role": "compaction", "text": "x"}, {"role": "user"}, {"role": "user", "text": "x", "occurredAt": -1},
+         {"role": "user", "text": "x", "colour": "red"}]
+goal = [{"text": "ship it"}, {"text": "ship it", "status": "complete"}, {"text": "  "}, {"text": "x", "status": "done"},
+        {"text": "x", "actor": {"type": "human", "id": "ana"}}, {"text": "x", "actor": {"type": "robot"}},
+        {"text": "x", "actor": {"type": "human", "extra": 1}}, {}]
+watch = [{"target": W}, {"target": "worker", "targetAgentId": "main"}, {"target": S}, {"target": "agent:ops:x"},
+         {"target": "agent:main:missing"}, {"target": ""}, {"target": W, "mute": True}]
+ack = [{}, {"notices": [{"contextKey": "session-state:" + W.encode().hex(), "lastSeen": 1}]},
+       {"notices": [{"contextKey": "session-state:" + W.encode().hex(), "targetAgentId": "main"}], "systemEventIds": [1, 2]},
+       {"notices": [{"lastSeen": 1}]}, {"notices": [{"contextKey": "x", "lastSeen": -1}]}, {"notices": [1]},
+       {"notices": [{"contextKey": "x", "extra": 1}]}, {"systemEventIds": ["1"]}, {"systemEventIds": [9223372036854775807]}]
+drain = [{}, {"limit": 1}, {"limit": 0}, {"limit": 101}, {"limit": "1"}, {"max": 1}]
+groups = [status, send, lst, history, spawn, unwatch, create, turns, goal, watch, ack, drain]
+bodies: list = [bytes([i]) + json.dumps(b).encode() for i, g in enumerate(groups) for b in g]
+bodies += [b"\x00", b"\x01", b"\x02 ", b"\x06", b"\x00[]", b"\x01null", b"\x02{", b"\x06{\"key\":\"a\",\"key\":\"agent:main:dup\"}",
+           b"\x00\xff", b"\x02{\"limit\":1e2}", b"\x07{\"role\":\"user\",\"text\":\"a\",\"text\":\"b\"}", b"\x08", b"\x0a", b"\x0b  ",
+           b"\x09{\"target\":\"agent:main:worker\"} x"]
 write("tool_bodies", bodies)
+
+# http_path: request targets, valid and near-valid.
+K = "agent%3Amain%3Awork%2Fer"
+paths = ["/health", "/", "/metrics", "/v1/sessions", "/v1/sessions?limit=5&offset=10", "/v1/sessions?agentId=main&kind=group",
+         "/v1/sessions/" + K, "/v1/sessions/agent:main:main/turns?after=3&limit=2", "/v1/sessions/a%2Fb/runs/r%201/end",
+         "/v1/sessions/k/watches/agent%3Aops%3Ax?targetAgentId=ops", "/v1/sessions/k/goal", "/v1/sessions/k/drain?limit=1",
+         "/v1/sessions/k/system-events", "/v1/sessions/k/compaction", "/v1/sessions/k/watchers", "/v1/sessions/k/pending",
+         "/v1/tools", "/v1/tools/sessions_send", "/v1/tools/sessions%5Fsend", "/v1/wakes?agentId=main", "/v1/catalog?cursor=x",
+         "/v1/catalog/continue", "/v1/admin/clock", "/v1/admin/nope", "/v1/console/sessions/" + K, "/v1/console/graph",
+         "/ui/app.js", "//v1//sessions", "/v1/sessions/", "/v1/sessions/%", "/v1/sessions/%zz", "/v1/sessions/%C3%28",
+         "/v1/sessions/caf%C3%A9", "/v1/sessions/k?limit=1&limit=2", "/v1/sessions?a=%FF", "/v1/sessions?=&&x+y=%2B",
+         "/v1/sessions/k/turns?limit=0", "/v1/sessions/k/turns?limit=501&offset=-1", "http://127.0.0.1:7420/v1/sessions?x=1",
+         "*", "/v1/sessions/ké", "/v1/sessions/k#frag",
+         # Found by the fuzzer (a harness bug: a raw `#` in another segment cut the path in http::Uri).
+         "/v1/sessions/a%1Fb/runs/#r%*20l/end"]
+write("http_path", paths)
+
+# request_bodies: the first byte picks parse_turn (even) or parse_ack (odd).
+rb = [b"\x00" + json.dumps(t).encode() for t in turns] + [b"\x01" + json.dumps(a).encode() for a in ack]
+rb += [b"\x00", b"\x01", b"\x01  ", b"\x00{\"role\":\"user\",\"text\":\"a\",\"text\":\"b\"}", b"\x00[1]", b"\x01{\"notices\":{}}",
+       b"\x00{\"role\":\"user\",\"text\":\"x\",\"provenance\":{\"kind\":\"inter_session\",\"sourceSessionKey\":\"agent::x\"}}",
+       b"\x01{\"notices\":[{\"contextKey\":\"x\",\"targetAgentId\":\"OPS\"}]}", b"\x00{\"role\":\"user\",\"text\":\"x\",\"occurredAt\":1.0}",
+       b"\x00{\"role\":\"user\",\"text\":\"x\"} ", b"\x01{\"systemEventIds\":[1,null]}", b"\x00{\"a\":{\"b\":1,\"b\":2}}"]
+write("request_bodies", rb)
+
+# hook_stdin: what Claude Code and Codex write, and near misses.
+sid = "0a1b2c3d-0000-4000-8000-000000000001"
+hooks = [{"hook_event_name": "UserPromptSubmit", "session_id": sid, "prompt": "fix the tests", "transcript_path": "/t.jsonl", "cwd": "/w"},
+         {"hook_event_name": "SessionStart", "session_id": sid, "source": "startup"},
+         {"hook_event_name": "PostToolUse", "session_id": sid, "tool_name": "Bash", "tool_input": {"command": "ls"}},
+         {"hook_event_name": "Stop", "session_id": sid, "stop_hook_active": True},
+         {"hook_event_name": "SubagentStart", "session_id": sid, "agent_id": "a1", "agent_type": "Explore"},
+         {"hook_event_name": "SubagentStop", "session_id": sid, "agent_id": "a1", "agent_type": ""},
+         {"hook_event_name": "PreCompact", "session_id": sid, "trigger": "auto"},
+         {"hook_event_name": "SessionEnd", "session_id": sid, "reason": "logout"},
+         {"hook_event_name": "PreToolUse", "session_id": sid}, {"hook_event_name": "Stop", "stop_hook_active": "yes"},
+         {"hook_event_name": "UserPromptSubmit", "session_id": sid}, {"hook_event_name": "SubagentStop", "session_id": sid},
+         {"hook_event_name": 3}, {"session_id": sid}, {"hook_event_name": "Stop", "session_id": ""},
+         {"hook_event_name": "Stop", "session_id": None, "agent_id": None, "trigger": 1}]
+hook_seeds = [json.dumps(h) for h in hooks] + ["[]", "null", "{", "", "{\"hook_event_name\":\"Stop\"} trailing"]
+write("hook_stdin", hook_seeds)
+
+# mcp_stdin: byte 0 the line limit (>= 64: the real one), byte 1 the buffer size, then stdin.
+msgs = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "c", "version": "1"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "session_status", "arguments": {}}},
+        {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": 7}},
+        {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "sessions_send", "arguments": []}},
+        {"jsonrpc": "2.0", "id": "x", "method": "tools/call"}, {"jsonrpc": "1.0", "id": 6, "method": "ping"},
+        {"jsonrpc": "2.0", "id": 7, "result": {}}, {"id": 8, "method": "ping"}]
+stdin = "\n".join(json.dumps(m) for m in msgs) + "\n"
+mcp = [bytes([255, 7]) + stdin.encode(), bytes([255, 0]) + json.dumps(msgs[0]).encode(),
+       bytes([20, 3]) + stdin.encode(), bytes([0, 1]) + b"\n\n\n", bytes([5, 2]) + b"12345\n123456\n1234",
+       bytes([255, 15]) + b"not json\n[]\n[{\"jsonrpc\":\"2.0\",\"method\":\"ping\"}]\n42\n\"s\"\n\xff\xfe\n  \n",
+       bytes([255, 4]) + b"{\"jsonrpc\":\"2.0\",\"method\":\"ping\"}\r\n{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"x\",\"arguments\":null}}"]
+write("mcp_stdin", mcp)
+
+# node_answers: byte 0 the catalog and marker, then answers cut at 0xFF (see the target).
+def item(uuid, text=None, typ="userMessage", **extra):
+    d = {"uuid": uuid, "type": typ, "timestamp": ts}
+    if text is not None:
+        d["content"] = text
+    d.update(extra)
+    return d
+claude_items = [item("u3", "run the tests"), item("u2", "hello"), item("u1", "earlier")]
+threads = {"items": [{"catalogId": "claude", "threadId": "t1", "updatedAt": 5, "sizeBytes": 10, "cwd": "/w", "title": "x"}], "nextCursor": "c2"}
+def page(items, more=False, found=True, status=0):
+    return bytes([status]) + json.dumps({"items": items, "more": more, "found": found}).encode()
+def cut(*parts):
+    return b"\xff".join(p if isinstance(p, bytes) else json.dumps(p).encode() for p in parts)
+codex_items = [{"uuid": "row:2", "type": "agentMessage", "text": "done"},
+               {"uuid": "row:1", "type": "userMessage", "row": {"type": "event_msg", "timestamp": ts, "payload": {"type": "user_message", "message": "fix it"}}},
+               {"uuid": "row:0", "type": "toolCall", "x": 1}]
+node = [bytes([m]) + cut(threads, {"items": claude_items},
+                         page(list(reversed(claude_items))[:2], more=True), page([claude_items[0]]))
+        for m in (0, 2, 4)]
+node += [bytes([1]) + cut(threads, {"items": codex_items}, page(list(reversed(codex_items)), more=True), page([])),
+         bytes([3]) + cut({"items": []}, {"items": []}, page([], found=False)),
+         bytes([0]) + cut({"items": [{"threadId": "t"}]}, {"items": [item("", "no id")]}, page([item(None, "x")])),
+         bytes([2]) + cut(threads, {"items": [item("u9", "q", typ="queueOperation", operation="enqueue")]}, bytes([4])),
+         bytes([4]) + cut(threads, {"items": claude_items}, bytes([5])),
+         bytes([0]) + cut(threads, {"items": claude_items}, bytes([6])),
+         bytes([0]) + cut(threads, {"items": claude_items}, bytes([7]) + b"{}", page(claude_items)),
+         bytes([6]) + cut(threads, {"items": claude_items}, page(claude_items)),
+         bytes([0]) + cut("{\"items\":", "{\"items\":[1]}", bytes([0]) + b"{\"items\":[],\"more\":true}")]
+write("node_answers", node)
+
+# config_file: a full file, minimal ones, and near misses.
+full = """bind = "127.0.0.1:7420"
+durability = "normal"
+default_agent = "main"
+main_key = "main"
+notify_on_create = false
+
+[http]
+allowed_origins = ["http://localhost:5173"]
+allowed_hosts = ["aware.local"]
+max_connections = 256
+
+[retention]
+max_age_days = 30
+batch_rows = 500
+
+[wakes]
+coalesce_secs = 5
+stream_buffer = 64
+
+[agents.ops]
+visible_agents = ["main", "*"]
+
+[agents.ops.wake_webhook]
+url = "http://127.0.0.1:9/wake"
+secret = "s"
+max_attempts = 3
+
+[monitor]
+interval_secs = 5
+
+[claude]
+enabled = false
+
+[codex]
+home = "/nonexistent/codex"
+
+[[nodes]]
+id = "laptop"
+url = "http://laptop:7421"
+token = "t"
+
+[limits]
+health_deadline_ms = 500
+"""
+configs = [full, "", "bind = \"0.0.0.0:1\"\n", "[store]\nurl = \"postgres://u:pw@db/aware\"\n", "[store]\npassword_file = \"pw\"\n",
+           "[http]\nmax_connections = \"x\"\n", "bind = \"nope\"\n", "durability = \"fast\"\n", "default_agent = \"Bad Agent\"\n",
+           "main_key = \"\"\n", "[retention]\nbatch_rows = 0\n", "[wakes]\nstream_buffer = 0\n", "[agents.\"x y\"]\n",
+           "[agents.a.wake_webhook]\nurl = \"https://h/x\"\n", "[agents.a.wake_webhook]\nurl = \"http://u:p@h/x\"\n",
+           "[[nodes]]\nid = \"n\"\nurl = \"ftp://x\"\n", "[[nodes]]\nid = \"n\"\nurl = \"http://a\"\n[[nodes]]\nid = \"n\"\nurl = \"http://b\"\n",
+           "[monitor]\ninterval_secs = 0\n", "[limits]\nhealth_deadline_ms = 0\n", "colour = \"red\"\n", "[http]\ncolour = 1\n",
+           "[wakes\n", "bind = \n", "token = \"s3cret\"\ntoken = \"again\"\n", b"bind = \"\xff\"\n", "[agents.a]\ntoken_file = \"missing\"\n"]
+write("config_file", configs)

@@ -2,6 +2,7 @@
 # Short, fixed-time fuzz runs of every cargo-fuzz target on the committed seed corpora.
 #
 #   bash fuzz/run.sh [SECONDS_PER_TARGET] [TARGET...]     (default 15 s, all targets: what CI runs)
+#   bash fuzz/run.sh 600                                   (the long run before a release: 10 min each)
 #
 # Needs cargo-fuzz (`cargo install cargo-fuzz --locked`) and a C++ compiler (libFuzzer is built
 # by libfuzzer-sys). cargo-fuzz passes nightly-only flags (-Zsanitizer=address, ...); on a stable
@@ -18,7 +19,8 @@ shift || true
 if [ "$#" -gt 0 ]; then
     targets=("$@")
 else
-    targets=(session_key context_key claude_classifier codex_classifier tool_bodies)
+    targets=(session_key context_key claude_classifier codex_classifier tool_bodies http_path
+        request_bodies hook_stdin mcp_stdin node_answers config_file)
 fi
 case "$secs" in '' | *[!0-9]*) echo "run.sh: seconds must be a whole number (got '$secs')" >&2; exit 2 ;; esac
 
@@ -53,8 +55,8 @@ for t in "${targets[@]}"; do
     seeds=$(find "corpus/$t" -type f | wc -l)
     echo "== fuzz $t: ${secs} s on $seeds seeds"
     set +e
-    # TMPDIR: the tool_bodies gateway's data dir lives for the whole process (a static), so it is
-    # put where the trap removes it.
+    # TMPDIR: the tool_bodies gateway's data dir and the config_file target's directory live for
+    # the whole process (statics), so they are put where the trap removes them.
     TMPDIR="$work/$t/tmp" cargo fuzz run "$t" "$work/$t/corpus" -- \
         -max_total_time="$secs" -timeout=30 -print_final_stats=1 2>&1 | tee "$work/$t/log" \
         | grep -E '^(#[0-9]+[[:space:]]+(INITED|DONE)|Done [0-9]+ runs|==[0-9]+==|thread .* panicked|SUMMARY|artifact_prefix|Test unit written|stat::number_of_executed_units|stat::peak_rss_mb)'

@@ -14,9 +14,9 @@
 
 use aware_upstream::bigrow::slim_codex_row;
 use aware_upstream::classify::{normalise, RowClass};
-use aware_upstream::node::{codex_item, CodexItemBody};
 use aware_upstream::codex::classify::{classify_codex, is_machine_text, session_meta};
 use aware_upstream::codex::scan::scan_codex_window;
+use aware_upstream::node::{codex_item, CodexItemBody};
 use aware_upstream::scan::ScanInput;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
@@ -41,7 +41,9 @@ fuzz_target!(|data: &[u8]| {
                 panic!("a human row is sent as a userMessage item");
             };
             match classify_codex(&slim_row) {
-                RowClass::Human { user_text: sent, .. } => {
+                RowClass::Human {
+                    user_text: sent, ..
+                } => {
                     assert_eq!(normalise(&sent), normalise(&user_text), "same text");
                 }
                 other => panic!("the node's item lost the human verdict: {other:?}"),

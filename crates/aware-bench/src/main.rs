@@ -3,7 +3,7 @@
 //! are the real `aware` binary, found next to this one (or at `AWARE_BIN`).
 
 use anyhow::Result;
-use aware_bench::{engine, http, stall};
+use aware_bench::{engine, http, soak, stall};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -25,6 +25,10 @@ enum Command {
     Http(http::HttpBenchArgs),
     /// GET latency and thread count under a hanging webhook, a hanging node and idle sockets.
     Stall(stall::StallBenchArgs),
+    /// The real `aware serve` under a long mixed load: notices checked against a model, RSS,
+    /// fds, threads, store size and per-route latency sampled, slopes printed; fails on a
+    /// violation, a 5xx, an error or fd/thread growth.
+    Soak(soak::SoakArgs),
 }
 
 fn main() {
@@ -46,6 +50,7 @@ fn main() {
             http::run(args, json)
         }
         Command::Stall(args) => stall::run(args),
+        Command::Soak(args) => soak::run(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -167,13 +167,21 @@ impl Report {
 
     /// Prints the totals; with `--json`, writes the report to stdout.
     pub(crate) fn finish(self, total_secs: f64) -> Result<()> {
-        self.say(&format!(
-            "total {total_secs:.1} s; design goals met: {} of {} (for information only: they are \
-             the project's performance goals at full size on a quiet machine, so a --quick run or \
-             a busy machine misses some; the exit status does not depend on them)",
-            self.passed,
-            self.passed + self.failed
-        ));
+        self.finish_with(total_secs, Vec::new())
+    }
+
+    /// [`Report::finish`] with more top-level fields in the JSON (the soak's sample windows).
+    pub(crate) fn finish_with(self, total_secs: f64, extra: Vec<(&str, Value)>) -> Result<()> {
+        // The soak has no design goals (its verdict is its exit status): no goals line.
+        if self.passed + self.failed > 0 {
+            self.say(&format!(
+                "total {total_secs:.1} s; design goals met: {} of {} (for information only: they are \
+                 the project's performance goals at full size on a quiet machine, so a --quick run or \
+                 a busy machine misses some; the exit status does not depend on them)",
+                self.passed,
+                self.passed + self.failed
+            ));
+        }
         if self.json {
             let unix = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -187,6 +195,10 @@ impl Report {
                 "seconds": total_secs,
                 "workloads": self.workloads,
             });
+            let mut doc = doc;
+            for (k, v) in extra {
+                doc[k] = v;
+            }
             say!("{}", serde_json::to_string_pretty(&doc)?);
         }
         Ok(())

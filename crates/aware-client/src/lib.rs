@@ -7,8 +7,13 @@
 //! (`{"error": {"code", "message"}}`) into [`ClientError`], whose [`ClientError::exit_status`] is
 //! the status of docs/exit-statuses.md. How an error is *shown* (hints, prefixes) stays with the
 //! caller.
+//!
+//! Two pure parsers of what the binary reads on stdin live here too, so the fuzz targets can
+//! call them: [`hook_input`] (`aware hook`) and [`mcp_stdin`] (`aware mcp`'s line framing).
 
 mod error;
+pub mod hook_input;
+pub mod mcp_stdin;
 pub mod sse;
 
 pub use error::ClientError;

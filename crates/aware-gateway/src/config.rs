@@ -553,7 +553,32 @@ impl GatewayConfig {
 fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| bad(format!("cannot read {}: {e}", path.display())))?;
-    toml::from_str(&text).map_err(|e| bad(format!("{}: {}", path.display(), e.message())))
+    toml::from_str(&text).map_err(|e| {
+        // `message()` alone names neither the key nor the place of a value of the wrong type
+        // ("invalid type: string \"x\", expected u64") or of a syntax error, and the full
+        // rendering quotes the line, which may hold a token: the position is added instead.
+        let at = e
+            .span()
+            .map(|s| {
+                let (line, column) = line_column(&text, s.start);
+                format!(" (line {line}, column {column})")
+            })
+            .unwrap_or_default();
+        bad(format!("{}: {}{at}", path.display(), e.message()))
+    })
+}
+
+/// The 1-based line and column (in characters) of byte `offset` of `text`.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let mut end = offset.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let before = text.get(..end).unwrap_or_default();
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let line = before.matches('\n').count() + 1;
+    let column = before.get(line_start..).map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
 }
 
 /// `~/.claude/projects`.
@@ -748,6 +773,37 @@ mod codex_tests {
         };
         let e = GatewayConfig::load(&o, &|_| None).unwrap_err();
         assert!(e.to_string().contains("root"), "{e}");
+    }
+
+    /// Found by the `config_file` fuzz target: a value of the wrong type or a syntax error was
+    /// reported without its key or place ("invalid type: string \"x\", expected usize").
+    #[test]
+    fn toml_errors_say_where() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        let o = Overrides {
+            config: Some(path.clone()),
+            ..Overrides::default()
+        };
+        for (text, at) in [
+            (
+                "bind = \"127.0.0.1:1\"\n[http]\nmax_connections = \"x\"\n",
+                "(line 3, column 19)",
+            ),
+            ("token = \"s3cret\"\n[wakes\n", "(line 2, column 7)"),
+            (
+                "main_key = \"é\"\nnotify_on_create = 1\n",
+                "(line 2, column 20)",
+            ),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let e = GatewayConfig::load(&o, &|_| None).unwrap_err().to_string();
+            assert!(e.ends_with(at), "{text:?}: {e}");
+            assert!(!e.contains("s3cret"), "the line is not quoted: {e}");
+        }
+        assert_eq!(line_column("ab\ncd", 4), (2, 2));
+        assert_eq!(line_column("é", 1), (1, 1));
+        assert_eq!(line_column("", 9), (1, 1));
     }
 }
 

@@ -29,7 +29,7 @@ pub(crate) async fn dispatch(
 ) -> Response {
     let started = std::time::Instant::now();
     let raw_path = uri.path().to_string();
-    let segments: Vec<&str> = raw_path.trim_start_matches('/').split('/').collect();
+    let segments = routes::segments(&raw_path);
     let parsed = routes::parse(&method, &segments, state.test_clock.is_some());
     let label = parsed.pattern.unwrap_or("unmatched");
     let response =

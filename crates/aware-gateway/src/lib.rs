@@ -13,6 +13,9 @@
 //!   `wakes`, `catalog`, `admin`, `metrics`, `status` (`/health`), `console`;
 //! - on top: `dispatch` (edge checks, route, body, then the handler) and `server` (start-up,
 //!   timers, shutdown). `node_server` is the paired node's own small service.
+//!
+//! `fuzzing` (hidden) re-exports the request parsers for the fuzz targets in `fuzz/`; it adds no
+//! code of its own.
 
 mod access;
 mod admin;
@@ -25,6 +28,8 @@ mod console;
 mod dispatch;
 mod edge;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod health;
 mod http_stats;
 mod lanes;

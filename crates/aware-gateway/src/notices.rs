@@ -68,7 +68,7 @@ pub(crate) async fn system_event(req: &Req, t: SessionRef, q: Query) -> ApiResul
     }
 }
 
-fn parse_ack(body: &[u8]) -> ApiResult<(Vec<AckNotice>, Vec<i64>)> {
+pub fn parse_ack(body: &[u8]) -> ApiResult<(Vec<AckNotice>, Vec<i64>)> {
     let mut b = Obj::parse(body, true)?;
     let mut notices = Vec::new();
     for v in b.opt_array("notices")?.unwrap_or_default() {

@@ -19,7 +19,7 @@ pub(crate) struct Req {
 
 /// Strict percent-decoding of a path segment or header value: every `%` must start a two-digit
 /// hex escape (a literal `%` is sent as `%25`, 03 §5.3) and the result must be UTF-8.
-pub(crate) fn decode_segment(seg: &str) -> ApiResult<String> {
+pub fn decode_segment(seg: &str) -> ApiResult<String> {
     let bytes = seg.as_bytes();
     let broken = bytes.iter().enumerate().any(|(i, b)| {
         *b == b'%'

@@ -2,6 +2,8 @@
 //! [`Route`], which the dispatcher matches exhaustively. Path captures stay raw (still
 //! percent-encoded): they are decoded by the handler, after the token check, so a malformed key
 //! never answers before a 401.
+//!
+//! The module is private; its items are `pub` only so `crate::fuzzing` can re-export them.
 
 use axum::http::Method;
 
@@ -13,7 +15,7 @@ const DELETE: Method = Method::DELETE;
 
 /// A matched route with its raw path captures.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Route {
+pub enum Route {
     Health,
     Metrics,
     ListSessions,
@@ -35,7 +37,7 @@ pub(crate) enum Route {
 
 /// What a `/v1/sessions/{key}/…` route asks of the session.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum SessionRoute {
+pub enum SessionRoute {
     Get,
     Delete,
     Reset,
@@ -60,7 +62,7 @@ pub(crate) enum SessionRoute {
 
 /// The test-mode routes under `/v1/admin/` (03 §9).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum AdminOp {
+pub enum AdminOp {
     Clock,
     Prune,
     Events,
@@ -69,7 +71,7 @@ pub(crate) enum AdminOp {
 
 /// What the table says about a request.
 #[derive(Debug)]
-pub(crate) struct Parsed {
+pub struct Parsed {
     /// The route pattern, the `route` label of the request metrics; `None` when no route has
     /// this path.
     pub pattern: Option<&'static str>,
@@ -92,9 +94,15 @@ impl Parsed {
     }
 }
 
+/// The path segments [`parse`] takes: the path without its leading `/`s, split at every `/`.
+/// Segments stay percent-encoded, so an encoded `%2F` stays inside its segment.
+pub fn segments(path: &str) -> Vec<&str> {
+    path.trim_start_matches('/').split('/').collect()
+}
+
 /// Parses a request's method and path segments. Outside test mode the admin routes do not exist
 /// at all (03 §9), whatever the method.
-pub(crate) fn parse(method: &Method, s: &[&str], test_mode: bool) -> Parsed {
+pub fn parse(method: &Method, s: &[&str], test_mode: bool) -> Parsed {
     use SessionRoute as S;
     let is = |m: &Method| method == m;
     // Only consulted when `method` is one of the arm's allowed methods.

@@ -123,7 +123,7 @@ pub(crate) async fn compaction(req: &Req, t: SessionRef, q: Query) -> ApiResult<
     }
 }
 
-fn parse_turn(body: &[u8]) -> ApiResult<NewTurn> {
+pub fn parse_turn(body: &[u8]) -> ApiResult<NewTurn> {
     let mut b = Obj::parse(body, false)?;
     let role = b.req_str("role")?;
     let role = match Role::parse(&role) {

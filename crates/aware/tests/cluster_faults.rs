@@ -1,4 +1,4 @@
-//! Network faults between gateways and PostgreSQL (issue 23): three real `aware serve` gateways
+//! Network faults between gateways and PostgreSQL (decision D43): three real `aware serve` gateways
 //! on one PostgreSQL database, each reaching it through its own
 //! [`aware_testkit::fault_proxy::FaultProxy`], so one gateway (or all) can be partitioned,
 //! delayed or healed while the others go on.

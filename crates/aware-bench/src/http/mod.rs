@@ -21,7 +21,7 @@
 //!    process rather than what workloads 1 and 2 left in the allocator.
 
 mod hook;
-mod raw;
+pub(crate) mod raw;
 mod rss;
 mod status;
 mod turns;

@@ -8,12 +8,15 @@
 //! - [`check`]: the gateway side's pure check over fetched items (paged, 04 §10 fallback),
 //!   adoption baseline and history;
 //! - [`client`]: [`NodeClient`], the gateway side's HTTP [`crate::provider::Provider`].
+//! - `fuzzing` (hidden): the check's per-catalog instances for the `node_answers` fuzz target.
 //!
 //! Claude items are still the JSON objects of 04 §2.2 (`serde_json::Value`); Codex items are
 //! typed.
 
 pub mod check;
 pub mod client;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod items;
 pub mod protocol;
 pub mod serve;

@@ -6,7 +6,7 @@
 //! path, a `PostToolUse` with nothing pending, is one request.
 
 use super::common::{said, warn, Cli, Http, Output, Target};
-use super::input::{Event, HookInput};
+use aware_client::hook_input::{Event, HookInput};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 

@@ -14,10 +14,12 @@
 
 mod act;
 mod common;
-mod input;
 mod wait;
 
 use crate::context::Conn;
+// The input parser lives in aware-client (a library) so the `hook_stdin` fuzz target can call
+// it; `input` keeps its name here.
+use aware_client::hook_input as input;
 use aware_client::Client;
 pub use common::Cli;
 use common::{warn, Http, Output, Target};

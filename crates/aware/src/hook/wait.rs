@@ -15,7 +15,7 @@
 //! - It gives up silently after `--wait-secs`.
 
 use super::common::{said, warn, Target};
-use super::input;
+use aware_client::hook_input as input;
 use aware_client::{Client, ClientError};
 use serde_json::json;
 use std::path::PathBuf;
