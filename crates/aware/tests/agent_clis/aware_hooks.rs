@@ -649,6 +649,18 @@ fn wait_for_wake_streams(s: &Server, n: f64, timeout: Duration) {
     }
 }
 
+/// Drains answered 200 so far (`/metrics`).
+fn drains_at(base: &str, token: Option<&str>) -> f64 {
+    let r = try_request(base, token, "GET", "/metrics", &[], None).expect("metrics");
+    let line = "aware_http_requests_total{route=\"/v1/sessions/{key}/drain\",status=\"200\"}";
+    r.body
+        .as_str()
+        .unwrap_or("")
+        .lines()
+        .find_map(|l| l.strip_prefix(line).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or(0.0)
+}
+
 /// Waits until `/metrics` shows at most `n` open wake streams (a waiter that ended is
 /// unsubscribed once the gateway sees its connection close).
 fn wait_for_wake_streams_at_most(s: &Server, n: f64, timeout: Duration) {
@@ -669,8 +681,20 @@ fn wait_for_wake_streams_at_most(s: &Server, n: f64, timeout: Duration) {
 #[test]
 fn claude_code_idle_session_is_woken_by_a_change() {
     let hub = Hub::new(Cli::Claude, false);
+    // The drains answered before the first answer is sent: the Stop hooks have not run yet.
+    // Once the turn ends, the synchronous Stop hook drains once (nothing pending: it lets the
+    // turn end) while the waiting one subscribes. The change must come after both, or the
+    // synchronous hook, not the waiter, would deliver it (a delivery all the same, but no wake).
+    let drains_before_stop = Arc::new(Mutex::new(None));
     let model = ModelServer::start(Script::new(vec![
-        Step::text("Ready."),
+        Step::text("Ready.").before({
+            let (base, token, at) = (
+                hub.s.base.clone(),
+                hub.s.token.clone(),
+                drains_before_stop.clone(),
+            );
+            move |_| *at.lock().unwrap() = Some(drains_at(&base, token.as_deref()))
+        }),
         Step::text("Reconciled."),
     ]));
     let mut argv = vec![installed_bin_dir()
@@ -687,8 +711,21 @@ fn claude_code_idle_session_is_woken_by_a_change() {
     model.wait_for("the first answer", Duration::from_secs(60), |r| {
         r.iter().filter(|x| x.lane == Lane::Main).count() == 1
     });
-    // The turn ended and the waiting Stop hook is on the wake stream: the session is idle.
+    // The turn ended, the synchronous Stop hook has drained and the waiting one is on the wake
+    // stream: the session is idle.
     wait_for_wake_streams(&hub.s, 1.0, Duration::from_secs(60));
+    let before = drains_before_stop
+        .lock()
+        .unwrap()
+        .expect("the first answer was sent");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while drains_at(&hub.s.base, hub.s.token.as_deref()) < before + 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the synchronous Stop hook never drained"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let n = human_turn_now(&hub.s);
     model.wait_for("the woken request", Duration::from_secs(60), |r| {
         r.iter().filter(|x| x.lane == Lane::Main).count() >= 2
