@@ -259,7 +259,7 @@ impl GatewayConfig {
             p.exists().then_some(p)
         });
         let file = match &file_path {
-            Some(p) => read_file(p)?,
+            Some(p) => file::read_file(p)?,
             None => FileConfig::default(),
         };
         let data_dir = env_dir
@@ -550,37 +550,6 @@ impl GatewayConfig {
     }
 }
 
-fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| bad(format!("cannot read {}: {e}", path.display())))?;
-    toml::from_str(&text).map_err(|e| {
-        // `message()` alone names neither the key nor the place of a value of the wrong type
-        // ("invalid type: string \"x\", expected u64") or of a syntax error, and the full
-        // rendering quotes the line, which may hold a token: the position is added instead.
-        let at = e
-            .span()
-            .map(|s| {
-                let (line, column) = line_column(&text, s.start);
-                format!(" (line {line}, column {column})")
-            })
-            .unwrap_or_default();
-        bad(format!("{}: {}{at}", path.display(), e.message()))
-    })
-}
-
-/// The 1-based line and column (in characters) of byte `offset` of `text`.
-fn line_column(text: &str, offset: usize) -> (usize, usize) {
-    let mut end = offset.min(text.len());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    let before = text.get(..end).unwrap_or_default();
-    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    let line = before.matches('\n').count() + 1;
-    let column = before.get(line_start..).map_or(0, |l| l.chars().count()) + 1;
-    (line, column)
-}
-
 /// `~/.claude/projects`.
 pub fn default_claude_root() -> PathBuf {
     let home = std::env::var_os("HOME")
@@ -801,9 +770,9 @@ mod codex_tests {
             assert!(e.ends_with(at), "{text:?}: {e}");
             assert!(!e.contains("s3cret"), "the line is not quoted: {e}");
         }
-        assert_eq!(line_column("ab\ncd", 4), (2, 2));
-        assert_eq!(line_column("é", 1), (1, 1));
-        assert_eq!(line_column("", 9), (1, 1));
+        assert_eq!(file::line_column("ab\ncd", 4), (2, 2));
+        assert_eq!(file::line_column("é", 1), (1, 1));
+        assert_eq!(file::line_column("", 9), (1, 1));
     }
 }
 

@@ -1,9 +1,10 @@
 //! The TOML shapes of the configuration file, as read (every table refuses unknown keys);
 //! `config` resolves them with flags and environment into `GatewayConfig`.
 
+use super::error::{bad, ConfigError};
 use serde::Deserialize;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -130,4 +131,36 @@ pub(super) struct FileWebhook {
     pub(super) connect_timeout_ms: Option<u64>,
     pub(super) max_in_flight: Option<usize>,
     pub(super) max_queued: Option<usize>,
+}
+
+/// Reads and parses the configuration file; an error names the file and where in it.
+pub(super) fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| bad(format!("cannot read {}: {e}", path.display())))?;
+    toml::from_str(&text).map_err(|e| {
+        // `message()` alone names neither the key nor the place of a value of the wrong type
+        // ("invalid type: string \"x\", expected u64") or of a syntax error, and the full
+        // rendering quotes the line, which may hold a token: the position is added instead.
+        let at = e
+            .span()
+            .map(|s| {
+                let (line, column) = line_column(&text, s.start);
+                format!(" (line {line}, column {column})")
+            })
+            .unwrap_or_default();
+        bad(format!("{}: {}{at}", path.display(), e.message()))
+    })
+}
+
+/// The 1-based line and column (in characters) of byte `offset` of `text`.
+pub(super) fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let mut end = offset.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let before = text.get(..end).unwrap_or_default();
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let line = before.matches('\n').count() + 1;
+    let column = before.get(line_start..).map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
 }
