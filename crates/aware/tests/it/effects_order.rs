@@ -6,10 +6,7 @@
 use crate::common::*;
 use aware_testkit::wakes::Wakes;
 use serde_json::json;
-use serde_json::Value;
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -105,32 +102,4 @@ fn wakes_leave_in_the_order_of_the_ops_that_caused_them() {
         commits < ops,
         "{ops} ops took {commits} commits: no group commit happened, nothing was checked"
     );
-}
-
-/// `POST path` with a JSON body on a connection of its own; `sent` runs once the request is
-/// written, before the answer is read. Returns the status and the JSON answer.
-fn post_raw(port: u16, path: &str, body: &Value, sent: impl FnOnce()) -> (u16, Value) {
-    let mut c = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    let body = body.to_string();
-    write!(
-        c,
-        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .expect("send the request");
-    sent();
-    let mut answer = String::new();
-    c.read_to_string(&mut answer).expect("read the answer");
-    let status = answer
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no status line: {answer}"));
-    let json = answer
-        .split_once("\r\n\r\n")
-        .and_then(|(_, b)| serde_json::from_str(b).ok())
-        .unwrap_or_else(|| panic!("no JSON body: {answer}"));
-    (status, json)
 }
