@@ -282,9 +282,24 @@ pub(crate) fn deliver_state_wake_from(
         .and_then(|k| k.qualified_agent())
         .map(|a| a.as_str().to_string())
         .unwrap_or_default();
-    inner.wakes.emit(Wake {
+    inner
+        .wakes
+        .emit(state_wake(watcher.to_string(), agent, pending, now, remote));
+    EngineMetrics::inc(&inner.metrics.wakes_delivered, 1);
+}
+
+/// The `session-state` wake of `watcher`, listing the targets of its pending cursors (not yet
+/// numbered: the hub numbers a wake when it emits it).
+pub(crate) fn state_wake(
+    watcher: String,
+    agent: String,
+    pending: Vec<aware_store::CursorRow>,
+    at: i64,
+    remote: bool,
+) -> Wake {
+    Wake {
         id: 0,
-        session_key: watcher.to_string(),
+        session_key: watcher,
         agent_id: agent,
         reason: WakeReason::SessionState,
         targets: pending
@@ -293,8 +308,7 @@ pub(crate) fn deliver_state_wake_from(
             .collect(),
         run_id: None,
         from: None,
-        at: now,
+        at,
         remote,
-    });
-    EngineMetrics::inc(&inner.metrics.wakes_delivered, 1);
+    }
 }

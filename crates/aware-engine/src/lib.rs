@@ -263,22 +263,13 @@ impl Engine {
             if pending.is_empty() {
                 continue;
             }
-            out.push(
-                self.inner.wakes.number(Wake {
-                    id: 0,
-                    session_key: w,
-                    agent_id: agent.as_str().to_string(),
-                    reason: WakeReason::SessionState,
-                    targets: pending
-                        .into_iter()
-                        .map(|c| (c.target_key, c.target_agent))
-                        .collect(),
-                    run_id: None,
-                    from: None,
-                    at: now,
-                    remote: false,
-                }),
-            );
+            out.push(self.inner.wakes.number(effects::state_wake(
+                w,
+                agent.as_str().to_string(),
+                pending,
+                now,
+                false,
+            )));
         }
         Ok(out)
     }
