@@ -54,10 +54,20 @@ impl Client {
         })
     }
 
-    /// `POST /v1/tools/{name}` as the `--session` caller; `extra` is added to the request
-    /// timeout (a `sessions_send` waiting for its reply).
-    pub fn tool(&self, name: &str, args: Value, extra: Duration) -> CliResult<Value> {
+    /// `POST /v1/tools/{name}` as the `--session` caller, with the tool's typed arguments;
+    /// `extra` is added to the request timeout (a `sessions_send` waiting for its reply). The
+    /// answer stays a `Value`: `--json` prints it as the gateway sent it, fields a newer
+    /// gateway added included.
+    pub fn tool(
+        &self,
+        tool: aware_wire::Tool,
+        args: &impl serde::Serialize,
+        extra: Duration,
+    ) -> CliResult<Value> {
+        let name = tool.name();
         self.need_session(&format!("`{name}`"))?;
+        let args = serde_json::to_value(args)
+            .map_err(|e| Failure::Usage(format!("arguments of {name}: {e}")))?;
         Ok(self
             .http
             .request("POST", &format!("/v1/tools/{}", seg(name)))

@@ -2,7 +2,7 @@
 //!
 //! Built on the official Rust SDK (`rmcp`): the SDK owns JSON-RPC framing, the `initialize`
 //! handshake, protocol-version negotiation and `ping`; this module only lists the six agent
-//! tools (the gateway's own schemas, `aware_gateway::tools::list()`) and forwards `tools/call`
+//! tools (names, descriptions and schemas of `aware_wire`) and forwards `tools/call`
 //! to `POST /v1/tools/{name}` as the `--session` caller. After every call it drains the session
 //! and appends the drain's prompt, so a model sees its notices on its next tool result: as a
 //! last text block and, in a structured result, as its `awareNotices` field (the real CLIs show
@@ -20,8 +20,8 @@ use aware_client::mcp_stdin::{check_message, next_line, Line, MAX_LINE};
 use aware_client::{Client, ClientError};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
-    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities,
+    ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
@@ -38,65 +38,6 @@ pub struct McpArgs {
 /// Largest request body the gateway reads (api.md §1.3): a bigger call is refused here with the
 /// gateway's own code instead of being cut off mid-upload and looking like an outage.
 const MAX_BODY: usize = 1 << 20;
-
-/// Per tool: title, hints (read-only, destructive, idempotent; none reaches outside the hub, so
-/// openWorldHint is false) and the output schema of its structured result.
-fn tool_meta(name: &str) -> (&'static str, bool, bool, bool, Value) {
-    let obj = |props: Value| serde_json::json!({"type": "object", "properties": props, "additionalProperties": true});
-    match name {
-        "session_status" => (
-            "Session status",
-            true,
-            false,
-            true,
-            obj(serde_json::json!({
-                "sessionKey": {"type": "string"}, "agentId": {"type": "string"},
-                "kind": {"type": "string"}, "status": {"type": "string"},
-                "stateVersion": {"type": "integer"}, "stateChanges": {"type": "object"},
-                "statusText": {"type": "string"}})),
-        ),
-        "sessions_list" => (
-            "List sessions",
-            true,
-            false,
-            true,
-            obj(serde_json::json!({"sessions": {"type": "array", "items": {"type": "object"}}})),
-        ),
-        "sessions_history" => (
-            "Session history",
-            true,
-            false,
-            true,
-            obj(serde_json::json!({"messages": {"type": "array", "items": {"type": "object"}}})),
-        ),
-        "sessions_send" => (
-            "Send to a session",
-            false,
-            false,
-            false,
-            obj(serde_json::json!({
-                "runId": {"type": "string"}, "sessionKey": {"type": "string"},
-                "status": {"type": "string", "enum": ["accepted", "ok", "timeout", "error"]},
-                "reply": {"type": "string"}, "watched": {"type": "boolean"}})),
-        ),
-        "sessions_spawn" => (
-            "Spawn a sub-agent session",
-            false,
-            false,
-            false,
-            obj(serde_json::json!({
-                "childSessionKey": {"type": "string"}, "runId": {"type": "string"}})),
-        ),
-        "sessions_unwatch" => (
-            "Stop watching a session",
-            false,
-            true,
-            true,
-            obj(serde_json::json!({"unwatched": {"type": "boolean"}})),
-        ),
-        _ => ("", false, false, false, obj(serde_json::json!({}))),
-    }
-}
 
 /// Interval of progress notifications while `sessions_send` waits for a reply.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
@@ -232,36 +173,28 @@ fn checked_stdio() -> (tokio::io::DuplexStream, tokio::io::DuplexStream) {
     (rmcp_in, rmcp_out)
 }
 
-/// The six tools with the gateway's names, descriptions and input schemas.
+/// The six tools: names, descriptions, titles, hints and both schemas from `aware_wire` (the
+/// input schemas are the ones the gateway publishes at `GET /v1/tools`).
 fn tools() -> Result<Vec<Tool>> {
-    let list = aware_gateway::tools::list();
-    let rows = list["tools"]
-        .as_array()
-        .context("aware_gateway::tools::list() has no tools array")?;
-    rows.iter()
-        .map(|t| {
-            let name = t["name"]
-                .as_str()
-                .context("tool without a name")?
-                .to_string();
-            let schema: JsonObject = match &t["inputSchema"] {
-                Value::Object(m) => m.clone(),
-                _ => anyhow::bail!("tool {name} has no inputSchema object"),
+    aware_wire::Tool::ALL
+        .iter()
+        .map(|&t| {
+            let Value::Object(input) = t.input_schema() else {
+                anyhow::bail!("input schema of {} is not an object", t.name());
             };
-            let description = t["description"].as_str().unwrap_or_default().to_string();
-            let (title, read_only, destructive, idempotent, output) = tool_meta(&name);
-            let Value::Object(output) = output else {
-                anyhow::bail!("output schema of {name} is not an object");
+            let Value::Object(output) = t.output_schema() else {
+                anyhow::bail!("output schema of {} is not an object", t.name());
             };
+            let hints = t.hints();
             let mut annotations = ToolAnnotations::new()
-                .read_only(read_only)
-                .idempotent(idempotent)
+                .read_only(hints.read_only)
+                .idempotent(hints.idempotent)
                 .open_world(false);
-            if !read_only {
-                annotations = annotations.destructive(destructive);
+            if !hints.read_only {
+                annotations = annotations.destructive(hints.destructive);
             }
-            Ok(Tool::new(name.clone(), description, schema)
-                .with_title(title)
+            Ok(Tool::new(t.name(), t.description(), input)
+                .with_title(t.title())
                 .with_raw_output_schema(Arc::new(output))
                 .annotate(annotations))
         })
@@ -427,7 +360,7 @@ impl ServerHandler for AwareMcp {
             return Err(ErrorData::invalid_params(
                 format!(
                     "unknown tool {name:?}; tools are {}",
-                    aware_gateway::tools::TOOL_NAMES.join(", ")
+                    aware_wire::Tool::names()
                 ),
                 None,
             ));

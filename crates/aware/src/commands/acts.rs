@@ -4,6 +4,7 @@ use super::common::*;
 use crate::client::{self, seg, Failure};
 use crate::context::Conn;
 use crate::{Common, Provenance, Role};
+use aware_wire::{SessionsSendArgs, SessionsSpawnArgs, SessionsUnwatchArgs, Tool};
 use serde_json::json;
 use std::time::Duration;
 
@@ -32,8 +33,16 @@ pub(super) fn cmd_send(
         outer_json,
     )?;
     let mut args = match (&label, positional.as_slice()) {
-        (Some(l), [message]) => json!({"label": l, "message": message}),
-        (None, [target, message]) => json!({"sessionKey": target, "message": message}),
+        (Some(l), [message]) => SessionsSendArgs {
+            label: Some(l.clone()),
+            message: message.clone(),
+            ..Default::default()
+        },
+        (None, [target, message]) => SessionsSendArgs {
+            session_key: Some(target.clone()),
+            message: message.clone(),
+            ..Default::default()
+        },
         (Some(_), _) => {
             return Err(Failure::Usage(
                 "with --label give only the MESSAGE (the label names the target)".into(),
@@ -45,10 +54,8 @@ pub(super) fn cmd_send(
             ))
         }
     };
-    if watch {
-        args["watch"] = true.into();
-    }
-    put(&mut args, "timeoutSeconds", timeout);
+    args.watch = watch.then_some(true);
+    args.timeout_seconds = timeout;
     // The tool waits 30 s by default (03 §6).
     let secs = timeout.unwrap_or(30).clamp(0, 600);
     let wait = Duration::from_secs(secs as u64);
@@ -64,7 +71,7 @@ pub(super) fn cmd_send(
                  (the receiver answers with `aware reply KEY TEXT`; --no-wait returns at once)"
         );
     }
-    let v = c.tool("sessions_send", args, wait)?;
+    let v = c.tool(Tool::SessionsSend, &args, wait)?;
     let failed = v["status"] == "timeout" || v["status"] == "error";
     if c.json || !failed {
         c.print(&v, |v| match v["reply"].as_str() {
@@ -173,11 +180,13 @@ pub(super) fn cmd_spawn(
     outer_json: bool,
 ) -> client::CliResult<()> {
     let c = client(common, outer, outer_json)?;
-    let mut args = json!({"task": task});
-    put(&mut args, "label", label);
-    put(&mut args, "agentId", child_agent);
-    put(&mut args, "runTimeoutSeconds", run_timeout);
-    let v = c.tool("sessions_spawn", args, Duration::ZERO)?;
+    let args = SessionsSpawnArgs {
+        task,
+        label,
+        agent_id: child_agent,
+        run_timeout_seconds: run_timeout,
+    };
+    let v = c.tool(Tool::SessionsSpawn, &args, Duration::ZERO)?;
     c.print(&v, |v| {
         format!(
             "spawned {} (run {})",
@@ -273,9 +282,11 @@ pub(super) fn cmd_unwatch(
     outer_json: bool,
 ) -> client::CliResult<()> {
     let c = client(common, outer, outer_json)?;
-    let mut args = json!({"sessionKey": target});
-    put(&mut args, "agentId", target_agent);
-    let v = c.tool("sessions_unwatch", args, Duration::ZERO)?;
+    let args = SessionsUnwatchArgs {
+        session_key: target,
+        agent_id: target_agent,
+    };
+    let v = c.tool(Tool::SessionsUnwatch, &args, Duration::ZERO)?;
     c.print(&v, |v| {
         if v["unwatched"] == true {
             "unwatched".into()

@@ -4,6 +4,7 @@ use super::common::*;
 use crate::client::{self, out, seg, Client, Failure};
 use crate::context::Conn;
 use crate::Common;
+use aware_wire::{SessionStatusArgs, SessionsHistoryArgs, SessionsListArgs, Tool};
 use serde_json::json;
 use std::time::Duration;
 
@@ -40,11 +41,13 @@ pub(super) fn cmd_status(
         c.print(&v, client::human_session_object);
         return Ok(());
     }
-    let mut args = json!({});
-    put(&mut args, "sessionKey", key);
-    put(&mut args, "changesSince", changes_since);
-    put(&mut args, "limit", limit);
-    let v = c.tool("session_status", args, Duration::ZERO)?;
+    let args = SessionStatusArgs {
+        session_key: key,
+        changes_since,
+        limit,
+        ..Default::default()
+    };
+    let v = c.tool(Tool::SessionStatus, &args, Duration::ZERO)?;
     c.print(&v, client::human_status);
     Ok(())
 }
@@ -88,12 +91,12 @@ pub(super) fn cmd_list(
         c.print(&v, |v| client::human_sessions(v, wide));
         return Ok(());
     }
-    let mut args = json!({});
-    if !kinds.is_empty() {
-        args["kinds"] = json!(kinds);
-    }
-    put(&mut args, "limit", limit);
-    let v = c.tool("sessions_list", args, Duration::ZERO)?;
+    let args = SessionsListArgs {
+        kinds: (!kinds.is_empty()).then_some(kinds),
+        limit,
+        ..Default::default()
+    };
+    let v = c.tool(Tool::SessionsList, &args, Duration::ZERO)?;
     c.print(&v, |v| client::human_sessions(v, wide));
     Ok(())
 }
@@ -136,13 +139,14 @@ pub(super) fn cmd_history(
 ) -> client::CliResult<()> {
     let c = read_client(common, outer, outer_json)?;
     let v = if c.session().is_some() {
-        let mut args = json!({"sessionKey": key});
-        put(&mut args, "limit", limit);
-        put(&mut args, "offset", offset);
-        if include_tools {
-            args["includeTools"] = true.into();
-        }
-        c.tool("sessions_history", args, Duration::ZERO)?
+        let args = SessionsHistoryArgs {
+            session_key: key,
+            limit,
+            offset,
+            include_tools: include_tools.then_some(true),
+            ..Default::default()
+        };
+        c.tool(Tool::SessionsHistory, &args, Duration::ZERO)?
     } else {
         operator_history(&c, &key, limit, offset, include_tools)?
     };

@@ -177,7 +177,72 @@ fn tool_call_answers() {
     );
     call!(W, "session_status", json!({"changesSince": -1}));
 
+    wire_types_agree(&log);
     let mut seen = Vec::new();
     let redacted = redact(&Value::Array(log), &mut seen);
     insta::assert_json_snapshot!("tool_call_answers", redacted);
+}
+
+/// `aware_wire`'s types and the gateway agree (decision D49): every argument object of the
+/// sequence reads into the tool's argument type, and every 200 answer into its result type,
+/// and both write back to the same JSON text (so no field is missing from a type, misnamed,
+/// mistyped or out of order). A client built on the types reads exactly what the gateway sends.
+fn wire_types_agree(log: &[Value]) {
+    use aware_wire::*;
+    use serde::{de::DeserializeOwned, Serialize};
+    fn same<T: DeserializeOwned + Serialize>(what: &str, v: &Value) {
+        let typed: T =
+            serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{what}: {e}\n{v:#}"));
+        let back = serde_json::to_string(&typed).unwrap();
+        assert_eq!(back, v.to_string(), "{what}: written back differently");
+    }
+    let mut checked = 0;
+    for entry in log {
+        let call = entry["call"].as_str().unwrap();
+        let Some(tool) = call.split(' ').next().and_then(Tool::parse) else {
+            continue;
+        };
+        let (args, answer) = (&entry["args"], &entry["answer"]);
+        let ok = entry["status"] == 200;
+        match tool {
+            Tool::SessionsSend => {
+                same::<SessionsSendArgs>(call, args);
+                if ok {
+                    same::<SessionsSendResult>(call, answer);
+                }
+            }
+            Tool::SessionStatus => {
+                same::<SessionStatusArgs>(call, args);
+                if ok {
+                    same::<SessionStatusResult>(call, answer);
+                }
+            }
+            Tool::SessionsList => {
+                same::<SessionsListArgs>(call, args);
+                if ok {
+                    same::<SessionsListResult>(call, answer);
+                }
+            }
+            Tool::SessionsHistory => {
+                same::<SessionsHistoryArgs>(call, args);
+                if ok {
+                    same::<SessionsHistoryResult>(call, answer);
+                }
+            }
+            Tool::SessionsSpawn => {
+                same::<SessionsSpawnArgs>(call, args);
+                if ok {
+                    same::<SessionsSpawnResult>(call, answer);
+                }
+            }
+            Tool::SessionsUnwatch => {
+                same::<SessionsUnwatchArgs>(call, args);
+                if ok {
+                    same::<SessionsUnwatchResult>(call, answer);
+                }
+            }
+        }
+        checked += usize::from(ok);
+    }
+    assert!(checked >= 14, "only {checked} answers checked");
 }
