@@ -75,6 +75,26 @@ impl Client {
             .json(Some(&args))?)
     }
 
+    /// [`Client::tool`], and the answer also read into the tool's answer type `R` for the
+    /// human rendering (the `Value` is what `--json` prints). An answer that does not read is
+    /// a gateway this client does not understand, said as such.
+    pub fn tool_typed<R: serde::de::DeserializeOwned>(
+        &self,
+        tool: aware_wire::Tool,
+        args: &impl serde::Serialize,
+        extra: Duration,
+    ) -> CliResult<(Value, R)> {
+        let v = self.tool(tool, args, extra)?;
+        let typed = R::deserialize(&v).map_err(|e| {
+            Failure::Server(format!(
+                "the gateway's answer to {} does not read as this client expects ({e}); \
+                 is the gateway a different version?",
+                tool.name()
+            ))
+        })?;
+        Ok((v, typed))
+    }
+
     /// Prints the raw JSON with `--json` (pretty), else the human rendering.
     pub fn print(&self, v: &Value, human: impl FnOnce(&Value) -> String) {
         if self.json {

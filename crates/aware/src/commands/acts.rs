@@ -4,7 +4,11 @@ use super::common::*;
 use crate::client::{self, seg, Failure};
 use crate::context::Conn;
 use crate::{Common, Provenance, Role};
-use aware_wire::{SessionsSendArgs, SessionsSpawnArgs, SessionsUnwatchArgs, Tool};
+use aware_wire::tools::SendStatus;
+use aware_wire::{
+    SessionsSendArgs, SessionsSendResult, SessionsSpawnArgs, SessionsSpawnResult,
+    SessionsUnwatchArgs, SessionsUnwatchResult, Tool,
+};
 use serde_json::json;
 use std::time::Duration;
 
@@ -71,30 +75,41 @@ pub(super) fn cmd_send(
                  (the receiver answers with `aware reply KEY TEXT`; --no-wait returns at once)"
         );
     }
-    let v = c.tool(Tool::SessionsSend, &args, wait)?;
-    let failed = v["status"] == "timeout" || v["status"] == "error";
+    let (v, sent) = c.tool_typed::<SessionsSendResult>(Tool::SessionsSend, &args, wait)?;
+    let failed = matches!(sent.status, SendStatus::Timeout | SendStatus::Error);
     if c.json || !failed {
-        c.print(&v, |v| match v["reply"].as_str() {
-            Some(r) => r.to_string(),
+        c.print(&v, |_| match &sent.reply {
+            Some(r) => r.clone(),
             None => format!(
                 "{} (run {}): the receiver answers with `aware reply {} TEXT`",
-                v["status"].as_str().unwrap_or(""),
-                v["runId"].as_str().unwrap_or(""),
-                v["sessionKey"].as_str().unwrap_or("KEY"),
+                status_word(sent.status),
+                sent.run_id,
+                sent.session_key,
             ),
         });
     }
     // Waiting for a reply that did not come is a failure the caller must see.
-    if let Some(status @ ("timeout" | "error")) = v["status"].as_str() {
+    if failed {
         return Err(Failure::Server(format!(
-            "{status}: {} (the message was sent as run {}; the receiver answers with \
+            "{}: {} (the message was sent as run {}; the receiver answers with \
                  `aware reply {} TEXT`, and `aware history` shows the reply when it comes)",
-            v["error"].as_str().unwrap_or("no reply"),
-            v["runId"].as_str().unwrap_or(""),
-            v["sessionKey"].as_str().unwrap_or("KEY"),
+            status_word(sent.status),
+            sent.error.as_deref().unwrap_or("no reply"),
+            sent.run_id,
+            sent.session_key,
         )));
     }
     Ok(())
+}
+
+/// The word the gateway sends for a status.
+fn status_word(s: SendStatus) -> &'static str {
+    match s {
+        SendStatus::Accepted => "accepted",
+        SendStatus::Ok => "ok",
+        SendStatus::Timeout => "timeout",
+        SendStatus::Error => "error",
+    }
 }
 
 /// `aware reply`.
@@ -186,12 +201,12 @@ pub(super) fn cmd_spawn(
         agent_id: child_agent,
         run_timeout_seconds: run_timeout,
     };
-    let v = c.tool(Tool::SessionsSpawn, &args, Duration::ZERO)?;
-    c.print(&v, |v| {
+    let (v, spawned) =
+        c.tool_typed::<SessionsSpawnResult>(Tool::SessionsSpawn, &args, Duration::ZERO)?;
+    c.print(&v, |_| {
         format!(
             "spawned {} (run {})",
-            v["childSessionKey"].as_str().unwrap_or(""),
-            v["runId"].as_str().unwrap_or("")
+            spawned.child_session_key, spawned.run_id
         )
     });
     Ok(())
@@ -286,9 +301,10 @@ pub(super) fn cmd_unwatch(
         session_key: target,
         agent_id: target_agent,
     };
-    let v = c.tool(Tool::SessionsUnwatch, &args, Duration::ZERO)?;
-    c.print(&v, |v| {
-        if v["unwatched"] == true {
+    let (v, done) =
+        c.tool_typed::<SessionsUnwatchResult>(Tool::SessionsUnwatch, &args, Duration::ZERO)?;
+    c.print(&v, |_| {
+        if done.unwatched {
             "unwatched".into()
         } else {
             "was not watching".into()
