@@ -53,14 +53,6 @@ pub enum StoreChoice {
 /// cluster mode does not check.
 pub const CLUSTER_OPT_OUT: &[(&str, &str)] = &[
     // SQLite-specific: the test opens `state.db` with rusqlite.
-    (
-        "s90_sse_catch_up_skips_missing_watchers",
-        "writes a row into state.db with rusqlite",
-    ),
-    (
-        "s90_sweep_skips_missing_watchers",
-        "writes a row into state.db with rusqlite",
-    ),
     ("s011_privacy_of_content", "reads state.db with rusqlite"),
     (
         "s016_durability_modes",

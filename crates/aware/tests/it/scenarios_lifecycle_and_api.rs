@@ -429,20 +429,36 @@ fn s89_sweep_reissues_wakes() {
 const GHOST: &str = "agent:main:ghost";
 
 /// The ghost's cursor row, every column, as text.
-fn ghost_row(db: &Path) -> Vec<String> {
-    let conn = rusqlite::Connection::open(db).unwrap();
-    conn.query_row(
-        "SELECT watcher_session_key, target_session_key, target_agent_id, last_seen_sequence, \
-         notified_sequence, material_sequence, muted, origin, notice_opened_at, created_at, \
-         updated_at FROM session_watch_cursors WHERE watcher_session_key = ?1",
-        [GHOST],
-        |r| {
-            Ok((0..11)
-                .map(|i| format!("{:?}", r.get_ref(i).unwrap()))
-                .collect::<Vec<_>>())
-        },
-    )
-    .unwrap()
+/// The ghost's cursor row, every column as text, from the set's store (the SQLite file, or the
+/// PostgreSQL database of a cluster run); compared only with itself from the same store.
+fn ghost_row(s: &Server) -> Vec<String> {
+    const SQL: &str = "SELECT watcher_session_key, target_session_key, target_agent_id, \
+         last_seen_sequence, notified_sequence, material_sequence, muted, origin, \
+         notice_opened_at, created_at, updated_at FROM session_watch_cursors \
+         WHERE watcher_session_key = ";
+    match &s.store_url {
+        Some(url) => {
+            let mut c =
+                aware_store_pg::postgres::Client::connect(url, aware_store_pg::postgres::NoTls)
+                    .unwrap();
+            let r = c.query_one(&format!("{SQL}$1"), &[&GHOST]).unwrap();
+            let mut cols: Vec<String> = (0..3).map(|i| r.get::<_, String>(i)).collect();
+            cols.extend((3..7).map(|i| r.get::<_, i64>(i).to_string()));
+            cols.push(r.get::<_, String>(7));
+            cols.push(format!("{:?}", r.get::<_, Option<i64>>(8)));
+            cols.extend((9..11).map(|i| r.get::<_, i64>(i).to_string()));
+            cols
+        }
+        None => {
+            let conn = rusqlite::Connection::open(s.db_path()).unwrap();
+            conn.query_row(&format!("{SQL}?1"), [GHOST], |r| {
+                Ok((0..11)
+                    .map(|i| format!("{:?}", r.get_ref(i).unwrap()))
+                    .collect::<Vec<_>>())
+            })
+            .unwrap()
+        }
+    }
 }
 
 /// S90's set-up: F with a webhook receiver up; the server stopped at T0+60 s; the row
@@ -458,18 +474,31 @@ fn s90_setup() -> (Server, Receiver, Vec<String>) {
     // Restarting later than the row's times makes any sweep write visible in `updated_at`.
     s.set_clock(T0 + 60_000);
     s.stop();
-    {
-        let conn = rusqlite::Connection::open(s.db_path()).unwrap();
-        conn.execute(
-            "INSERT INTO session_watch_cursors (watcher_session_key, target_session_key, \
-             target_agent_id, last_seen_sequence, notified_sequence, material_sequence, muted, \
-             origin, notice_opened_at, created_at, updated_at) \
-             VALUES (?1, ?2, 'main', 1, 2, 2, 0, 'watch', ?3, ?3, ?3)",
-            rusqlite::params![GHOST, C, T0],
-        )
-        .unwrap();
+    const INSERT: &str = "INSERT INTO session_watch_cursors (watcher_session_key, \
+         target_session_key, target_agent_id, last_seen_sequence, notified_sequence, \
+         material_sequence, muted, origin, notice_opened_at, created_at, updated_at) \
+         VALUES ";
+    match &s.store_url {
+        Some(url) => {
+            let mut c =
+                aware_store_pg::postgres::Client::connect(url, aware_store_pg::postgres::NoTls)
+                    .unwrap();
+            c.execute(
+                &format!("{INSERT}($1, $2, 'main', 1, 2, 2, 0, 'watch', $3, $3, $3)"),
+                &[&GHOST, &C, &T0],
+            )
+            .unwrap();
+        }
+        None => {
+            let conn = rusqlite::Connection::open(s.db_path()).unwrap();
+            conn.execute(
+                &format!("{INSERT}(?1, ?2, 'main', 1, 2, 2, 0, 'watch', ?3, ?3, ?3)"),
+                rusqlite::params![GHOST, C, T0],
+            )
+            .unwrap();
+        }
     }
-    let before = ghost_row(&s.db_path());
+    let before = ghost_row(&s);
     s.restart();
     (s, receiver, before)
 }
@@ -478,11 +507,7 @@ fn s90_setup() -> (Server, Receiver, Vec<String>) {
 fn s90_sweep_skips_missing_watchers() {
     let (s, receiver, before) = s90_setup();
     let hooks = receiver.settle(&s);
-    assert_eq!(
-        ghost_row(&s.db_path()),
-        before,
-        "the sweep touched the ghost row"
-    );
+    assert_eq!(ghost_row(&s), before, "the sweep touched the ghost row");
     // W had nothing pending, so the sweep sent no wake at all; in particular none for the ghost.
     assert!(hooks.is_empty(), "webhook wakes after the sweep: {hooks:?}");
     assert!(s.notice_texts(W).is_empty());
@@ -500,7 +525,7 @@ fn s90_sse_catch_up_skips_missing_watchers() {
         "a catch-up wake names the missing watcher: {streamed:?}"
     );
     assert!(streamed.is_empty(), "SSE catch-up wakes: {streamed:?}");
-    assert_eq!(ghost_row(&s.db_path()), before);
+    assert_eq!(ghost_row(&s), before);
 }
 
 #[test]
