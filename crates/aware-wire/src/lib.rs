@@ -1,6 +1,7 @@
-//! The typed wire format of aware's agent tools (docs/api.md §3), shared by the gateway (its
-//! tool list), the MCP server (titles, hints, input and output schemas), the CLI (typed
-//! arguments and answers) and the tests that check both sides agree.
+//! The typed wire format of aware's agent tools (docs/api.md §3) and of what a session is told
+//! (drains, acknowledgements, wakes: `notices`), shared by the gateway (its tool list), the MCP
+//! server (titles, hints, input and output schemas), the CLI and the hook (typed arguments and
+//! answers) and the tests that check both sides agree.
 //!
 //! Each tool's name is spelled once ([`Tool::name`]); its arguments and its answer are serde
 //! types, and the JSON schemas the gateway and the MCP server publish are generated from them
@@ -11,7 +12,13 @@
 //! `it` suite's `wire_types` test checks that every answer of a real gateway reads into these
 //! types and writes back to the same JSON (decision D49).
 
+pub mod notices;
 pub mod tools;
+
+pub use notices::{
+    AckAnswer, AckArgs, AckNotice, DrainAnswer, NoticeItem, SystemEventItem, Wake, WakeReason,
+    WakeTarget,
+};
 
 pub use tools::{
     HistoryMessage, SendStatus, SessionGoal, SessionKind, SessionRow, SessionStatusArgs,

@@ -350,9 +350,9 @@ pub fn human_session_object(v: &Value) -> String {
 }
 
 pub fn human_drain(v: &Value) -> String {
-    match v["prompt"].as_str() {
-        Some("") | None => "(nothing pending)".into(),
-        Some(p) => p.to_string(),
+    match aware_wire::DrainAnswer::prompt_of(v) {
+        "" => "(nothing pending)".into(),
+        p => p.to_string(),
     }
 }
 

@@ -313,7 +313,8 @@ impl Http {
             self.client.timeout(),
         ) {
             Answer::Ok(d) => {
-                if let Some(prompt) = d["prompt"].as_str().filter(|p| !p.is_empty()) {
+                let prompt = aware_wire::DrainAnswer::prompt_of(&d);
+                if !prompt.is_empty() {
                     result.content.push(ContentBlock::text(prompt));
                     // Claude Code and Codex show the model only the structured result when there
                     // is one, so the notices (acknowledged by this drain) must be in it too, or

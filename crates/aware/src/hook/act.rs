@@ -86,7 +86,7 @@ fn create(http: &Http, target: &Target) -> Result<(), String> {
 }
 
 fn prompt_of(drained: &Value) -> String {
-    drained["prompt"].as_str().unwrap_or("").to_string()
+    aware_wire::DrainAnswer::prompt_of(drained).to_string()
 }
 
 /// 03 §8: the prompt is recorded as a human turn, then the session is drained.

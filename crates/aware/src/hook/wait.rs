@@ -170,7 +170,7 @@ fn drain(gw: &Client, target: &Target, per_request: Duration) -> Result<String, 
         .timeout(per_request)
         .json(Some(&json!({})))
     {
-        Ok(v) => Ok(v["prompt"].as_str().unwrap_or("").to_string()),
+        Ok(v) => Ok(aware_wire::DrainAnswer::prompt_of(&v).to_string()),
         // Not created yet: nothing can be pending.
         Err(e) if e.code() == "session_not_found" => Ok(String::new()),
         Err(e) => Err(format!("cannot drain: {}", said(&e))),

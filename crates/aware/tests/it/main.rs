@@ -40,3 +40,4 @@ mod upstream_codex;
 mod upstream_local;
 mod upstream_node;
 mod webhook_faults;
+mod wire_types;

@@ -1,0 +1,118 @@
+//! `aware_wire`'s types of what a session is told agree with a real gateway (decision D49):
+//! peeks and drains (with and without a cut), an acknowledgement with a stale and an
+//! undecodable key, and wakes of the three reasons from the SSE stream each read into their
+//! type and write back to the same JSON text. A field renamed, dropped, retyped or reordered on
+//! one side fails here.
+
+use crate::common::*;
+use aware_wire::{AckAnswer, AckArgs, AckNotice, DrainAnswer, Wake, WakeReason};
+use serde::{de::DeserializeOwned, Serialize};
+use serde_json::{json, Value};
+
+fn same<T: DeserializeOwned + Serialize>(what: &str, v: &Value) -> T {
+    let typed: T =
+        serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{what}: {e}\n{v:#}"));
+    assert_eq!(
+        serde_json::to_string(&typed).unwrap(),
+        v.to_string(),
+        "{what}: written back differently"
+    );
+    typed
+}
+
+#[test]
+fn drains_acks_and_wakes_read_into_the_wire_types() {
+    let mut s = Server::start();
+    s.create(W);
+    s.create_child(C, W);
+    s.create_child(D, W);
+    let wakes = Wakes::subscribe(&s, "", None);
+    s.set_clock(T0 + 1_000);
+    let r = s.post(
+        &format!("/v1/sessions/{}/system-events", seg(W)),
+        json!({"text": "nightly build finished", "contextKey": "build:nightly"}),
+    );
+    assert_eq!(r.status, 201, "{}", r.body);
+    s.hdm(C);
+    s.hdm(D);
+
+    let peek: DrainAnswer = same("pending W", &s.pending(W));
+    assert_eq!(peek.system_events.len(), 1);
+    assert_eq!(peek.notices.len(), 2);
+    assert_eq!(peek.has_more, None);
+
+    // A cut: one item (the FIFO entry) drained, the two notices left, `hasMore` present.
+    let r = s.post(&format!("/v1/sessions/{}/drain?limit=1", seg(W)), json!({}));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let cut: DrainAnswer = same("drain W limit 1", &r.body);
+    assert_eq!(cut.has_more, Some(true));
+    assert!(cut.notices.is_empty());
+
+    // An explicit ack: C's notice with its lastSeen, D's with a stale one, a key that does not
+    // decode.
+    let left: DrainAnswer = same("pending W again", &s.pending(W));
+    let notice_of = |key: &str| {
+        left.notices
+            .iter()
+            .find(|n| n.target_session_key == key)
+            .unwrap()
+            .clone()
+    };
+    let (c, d) = (notice_of(C), notice_of(D));
+    let args = AckArgs {
+        notices: vec![
+            AckNotice {
+                context_key: c.context_key.clone(),
+                target_agent_id: Some(c.target_agent_id.clone()),
+                last_seen: Some(c.last_seen),
+            },
+            AckNotice {
+                context_key: d.context_key.clone(),
+                last_seen: Some(d.last_seen + 7),
+                ..Default::default()
+            },
+            AckNotice {
+                context_key: "session-state:zz".into(),
+                ..Default::default()
+            },
+        ],
+        system_event_ids: vec![],
+    };
+    let body = serde_json::to_value(&args).unwrap();
+    let r = s.post(&format!("/v1/sessions/{}/ack", seg(W)), body);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let acked: AckAnswer = same("ack W", &r.body);
+    assert_eq!(acked.acked, 1);
+    assert_eq!(
+        acked.ignored,
+        vec![d.context_key.clone(), "session-state:zz".to_string()]
+    );
+
+    let last: DrainAnswer = same("drain W", &s.drain(W));
+    assert_eq!(last.notices.len(), 1, "{last:?}");
+
+    // Wakes of every reason: session-state (above), message (a send), spawn.
+    let r = s.tool(
+        W,
+        "sessions_send",
+        json!({"sessionKey": C, "message": "status?", "timeoutSeconds": 0}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = s.tool(W, "sessions_spawn", json!({"task": "look into it"}));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let seen: Vec<Wake> = wakes
+        .settle()
+        .iter()
+        .map(|w| same::<Wake>("wake", w))
+        .collect();
+    for reason in [
+        WakeReason::SessionState,
+        WakeReason::Message,
+        WakeReason::Spawn,
+    ] {
+        assert!(
+            seen.iter().any(|w| w.reason == reason),
+            "no {reason:?} wake among {seen:?}"
+        );
+    }
+}
