@@ -77,14 +77,11 @@ fn build_and_process(out: &mut String) {
     }
 }
 
-/// The process's own figures from /proc (Linux only; elsewhere the `process_*` family is left
-/// out rather than faked).
+/// The process's own figures from /proc, read with the `procfs` crate (Linux only; elsewhere the
+/// `process_*` family is left out rather than faked).
 #[cfg(target_os = "linux")]
 mod proc_self {
-    /// Clock ticks per second of the times in `/proc/<pid>/stat` (USER_HZ). It is part of the
-    /// kernel's user-space ABI and 100 on every architecture Rust's std supports for Linux except
-    /// Alpha, so it is a constant here rather than a `sysconf` call through unsafe FFI.
-    const USER_HZ: f64 = 100.0;
+    use procfs::process::{LimitValue, Process};
 
     pub(super) struct ProcSelf {
         pub resident_bytes: Option<f64>,
@@ -97,48 +94,28 @@ mod proc_self {
     }
 
     pub(super) fn read() -> Option<ProcSelf> {
-        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-        // `comm` (field 2) is in parentheses and may itself hold spaces or `)`: the fields that
-        // follow start after the last `)`, with field 3 (state) at index 0.
-        let rest = &stat[stat.rfind(')')? + 1..];
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        let field = |n: usize| f.get(n - 3).and_then(|v| v.parse::<f64>().ok());
-        let cpu_seconds = match (field(14), field(15)) {
-            (Some(u), Some(s)) => Some((u + s) / USER_HZ),
-            _ => None,
-        };
-        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-        let status_kb = |key: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(key))
-                .and_then(|v| v.split_whitespace().next())
-                .and_then(|v| v.parse::<f64>().ok())
-        };
-        let boot_time = std::fs::read_to_string("/proc/stat").ok().and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("btime "))
-                .and_then(|v| v.trim().parse::<f64>().ok())
-        });
-        let max_fds = std::fs::read_to_string("/proc/self/limits")
+        let me = Process::myself().ok()?;
+        let stat = me.stat().ok();
+        // USER_HZ, from sysconf; the times of /proc/<pid>/stat are in these ticks.
+        let hz = procfs::ticks_per_second() as f64;
+        let status = me.status().ok();
+        let max_fds = me
+            .limits()
             .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("Max open files"))
-                    .and_then(|v| v.split_whitespace().next())
-                    .and_then(|v| v.parse::<f64>().ok())
+            .and_then(|l| match l.max_open_files.soft_limit {
+                LimitValue::Value(v) => Some(v as f64),
+                LimitValue::Unlimited => None,
             });
+        let boot = procfs::boot_time_secs().ok();
         Some(ProcSelf {
-            resident_bytes: status_kb("VmRSS:").map(|kb| kb * 1024.0),
-            virtual_bytes: field(23),
-            open_fds: std::fs::read_dir("/proc/self/fd")
-                .ok()
-                .map(|d| d.count() as f64),
+            resident_bytes: status.and_then(|s| s.vmrss).map(|kb| kb as f64 * 1024.0),
+            virtual_bytes: stat.as_ref().map(|s| s.vsize as f64),
+            open_fds: me.fd_count().ok().map(|n| n as f64),
             max_fds,
-            threads: field(20),
-            cpu_seconds,
-            start_time_seconds: match (boot_time, field(22)) {
-                (Some(b), Some(t)) => Some(b + t / USER_HZ),
+            threads: stat.as_ref().map(|s| s.num_threads as f64),
+            cpu_seconds: stat.as_ref().map(|s| (s.utime + s.stime) as f64 / hz),
+            start_time_seconds: match (boot, stat.as_ref()) {
+                (Some(b), Some(s)) => Some(b as f64 + s.starttime as f64 / hz),
                 _ => None,
             },
         })
