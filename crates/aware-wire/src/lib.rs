@@ -1,5 +1,6 @@
 //! The typed wire format of aware's agent tools (docs/api.md §3) and of what a session is told
-//! (drains, acknowledgements, wakes: `notices`), shared by the gateway (its tool list), the MCP
+//! (drains, acknowledgements, wakes: `notices`) and the objects of the session routes (sessions,
+//! turns, events, runs, cursors: `sessions`), shared by the gateway (its tool list), the MCP
 //! server (titles, hints, input and output schemas), the CLI and the hook (typed arguments and
 //! answers) and the tests that check both sides agree.
 //!
@@ -13,6 +14,7 @@
 //! types and writes back to the same JSON (decision D49).
 
 pub mod notices;
+pub mod sessions;
 pub mod tools;
 
 pub use notices::{

@@ -6,6 +6,7 @@ use crate::context::Resolved;
 pub use crate::failure::{CliResult, Failure};
 use aware_client::ClientError;
 pub use aware_client::{out, seg};
+use serde::Deserialize as _;
 use serde_json::Value;
 use std::time::Duration;
 
@@ -322,30 +323,27 @@ pub fn human_status(v: &Value) -> String {
     lines.join("\n")
 }
 
-/// An operator's view of one session (`GET /v1/sessions/{key}`).
+/// An operator's view of one session (`GET /v1/sessions/{key}`), read into `aware_wire`'s
+/// session type; an answer that does not read is shown as the JSON it is.
 pub fn human_session_object(v: &Value) -> String {
+    let Ok(s) = aware_wire::sessions::Session::deserialize(v) else {
+        return serde_json::to_string_pretty(v).unwrap_or_default();
+    };
     let mut lines = vec![format!(
         "Session {} (agent {}, kind {})",
-        v["key"].as_str().unwrap_or(""),
-        v["agentId"].as_str().unwrap_or(""),
-        v["kind"].as_str().unwrap_or("")
+        s.key, s.agent_id, s.kind
     )];
-    lines.push(format!("Status: {}", v["status"].as_str().unwrap_or("")));
-    if let Some(p) = v["parentSessionKey"].as_str() {
+    lines.push(format!("Status: {}", s.status));
+    if let Some(p) = &s.parent_session_key {
         lines.push(format!("Parent: {p}"));
     }
-    if let Some(l) = v["label"].as_str() {
+    if let Some(l) = &s.label {
         lines.push(format!("Label: {l}"));
     }
-    if let Some(g) = v["goal"]["text"].as_str() {
-        lines.push(format!(
-            "Goal: {g} [{}]",
-            v["goal"]["status"].as_str().unwrap_or("")
-        ));
+    if let Some(g) = &s.goal {
+        lines.push(format!("Goal: {} [{}]", g.text, g.status));
     }
-    if let Some(n) = v["stateVersion"].as_i64() {
-        lines.push(format!("State version: {n}"));
-    }
+    lines.push(format!("State version: {}", s.state_version));
     lines.join("\n")
 }
 

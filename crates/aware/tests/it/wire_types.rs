@@ -116,3 +116,79 @@ fn drains_acks_and_wakes_read_into_the_wire_types() {
         );
     }
 }
+
+#[test]
+fn session_routes_read_into_the_wire_types() {
+    use aware_wire::sessions::{
+        CreatedSession, Cursor, PostedTurn, Run, Session, SessionPage, TurnPage,
+    };
+    let mut s = Server::start();
+    s.create(W);
+    s.set_clock(T0 + 1_000);
+    let r = s.post(
+        "/v1/sessions",
+        json!({"key": C, "parentSessionKey": W, "label": "migrations"}),
+    );
+    assert_eq!(r.status, 201, "{}", r.body);
+    let created: CreatedSession = same("create C", &r.body);
+    assert!(created.created);
+    let r = s.put(
+        &format!("/v1/sessions/{}/goal", seg(C)),
+        json!({"text": "move the tests to staging", "actor": {"type": "human", "id": "alice"}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = s.post(
+        &format!("/v1/sessions/{}/runs", seg(C)),
+        json!({"runId": "run-1"}),
+    );
+    assert_eq!(r.status, 201, "{}", r.body);
+    let started: Run = same("run started", &r.body["run"]);
+    assert_eq!(started.ended_at, None);
+    s.set_clock(T0 + 2_000);
+    let r = s.post(
+        &format!("/v1/sessions/{}/turns", seg(C)),
+        json!({"role": "user", "text": "use staging", "provenance": {"kind": "human", "humanId": "alice"},
+               "channel": "telegram", "idempotencyKey": "tg-1"}),
+    );
+    assert_eq!(r.status, 201, "{}", r.body);
+    let human: PostedTurn = same("human turn", &r.body);
+    assert!(human.event.is_some());
+    let r = s.post(
+        &format!("/v1/sessions/{}/turns", seg(C)),
+        json!({"role": "user", "text": "use staging", "provenance": {"kind": "human", "humanId": "alice"},
+               "channel": "telegram", "idempotencyKey": "tg-1"}),
+    );
+    let again: PostedTurn = same("repeated turn", &r.body);
+    assert_eq!(again.duplicate, Some(true));
+    let r = s.post(
+        &format!("/v1/sessions/{}/turns", seg(C)),
+        json!({"role": "assistant", "text": "switched", "runId": "run-1"}),
+    );
+    same::<PostedTurn>("agent turn", &r.body);
+    let r = s.post(
+        &format!("/v1/sessions/{}/runs/run-1/end", seg(C)),
+        json!({"outcome": "ok"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let ended: Run = same("run ended", &r.body["run"]);
+    assert_eq!(ended.outcome.as_deref(), Some("ok"));
+
+    let one: Session = same("GET C", &s.get(&format!("/v1/sessions/{}", seg(C))).body);
+    assert_eq!(one.label.as_deref(), Some("migrations"));
+    assert!(one.goal.is_some());
+    let page: SessionPage = same("GET sessions", &s.get("/v1/sessions").body);
+    assert_eq!(page.sessions.len(), 2);
+    let turns: TurnPage = same(
+        "GET turns",
+        &s.get(&format!("/v1/sessions/{}/turns", seg(C))).body,
+    );
+    assert_eq!(turns.turns.len(), 2);
+    let watches = s.get(&format!("/v1/sessions/{}/watches", seg(W))).body;
+    let cursors: Vec<Cursor> = watches["watches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| same::<Cursor>("watch of W", c))
+        .collect();
+    assert_eq!(cursors.len(), 1, "{watches}");
+}
