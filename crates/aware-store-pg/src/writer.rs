@@ -78,6 +78,9 @@ pub(crate) fn writer_loop(
         let conn = match connector.ensure(&mut slot, Role::Writer) {
             Ok(conn) => conn,
             Err(e) => {
+                // Everything queued fails with it, as before D47: one connect timeout for the
+                // lot, not one each.
+                take_queued(&rx, &mut batch);
                 for job in batch {
                     (job.complete)(Err(StoreError::Unreachable(e.to_string())));
                 }
@@ -136,6 +139,9 @@ pub(crate) fn writer_loop(
                     slot = None;
                 }
                 let msg = e.to_string();
+                // A lock that was not granted (the statement timeout) fails everything queued
+                // behind it at once, not one op per timeout.
+                take_queued(&rx, &mut batch);
                 for job in batch {
                     (job.complete)(Err(StoreError::CommitFailed(msg.clone())));
                 }
