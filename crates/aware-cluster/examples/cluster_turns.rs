@@ -4,7 +4,8 @@
 //! spread over the gateways round-robin. Figures are printed, never asserted.
 //!
 //! `cargo run --release -p aware-cluster --example cluster_turns -- [turns per config] [clients]
-//! [max PostgreSQL gateways, default 3]`
+//! [max PostgreSQL gateways, default 3]`; `AWARE_BENCH_PG_SOCKET=1` for the unix socket,
+//! `AWARE_BENCH_PG_BATCH_BEFORE_LOCK=1` for the writer's batching before decision D47.
 // Test code: a panic is the failure report (the workspace denies unwrap/expect elsewhere).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -25,7 +26,12 @@ impl Gateway {
         let mut config = aware_gateway::GatewayConfig::for_data_dir(dir);
         config.notify_on_create = false;
         config.test_clock_start = None;
-        config.postgres = pg.map(|u| aware_store_pg::PgOptions::new(u.to_string()));
+        config.postgres = pg.map(|u| {
+            let mut o = aware_store_pg::PgOptions::new(u.to_string());
+            // The before/after switch of decision D47, for alternated runs of one build.
+            o.batch_after_lock = std::env::var_os("AWARE_BENCH_PG_BATCH_BEFORE_LOCK").is_none();
+            o
+        });
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()

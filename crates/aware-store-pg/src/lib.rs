@@ -96,9 +96,12 @@ impl PgStore {
         let (tx, rx) = mpsc::channel::<Job>();
         let writer = {
             let (faults, metrics, connector) = (faults.clone(), metrics.clone(), connector.clone());
+            let after_lock = options.batch_after_lock;
             std::thread::Builder::new()
                 .name("aware-pg-writer".into())
-                .spawn(move || writer_loop(Some(first), &connector, rx, &faults, &metrics))
+                .spawn(move || {
+                    writer_loop(Some(first), &connector, rx, &faults, &metrics, after_lock)
+                })
                 .map_err(|e| StoreError::Corrupt(format!("cannot start writer thread: {e}")))?
         };
         Ok(PgStore {

@@ -27,6 +27,10 @@ pub struct PgOptions {
     /// TCP keep-alive idle time; probes every second after it, three lost probes end the
     /// connection. `tcp_user_timeout` is set to the same bound for unacknowledged data.
     pub keepalive_idle: Duration,
+    /// Take the batch's queued ops once the write lock is granted (decision D47) rather than
+    /// before asking for it, so ops that arrive while another gateway holds the lock join this
+    /// gateway's next commit instead of waiting for one more.
+    pub batch_after_lock: bool,
 }
 
 impl std::fmt::Debug for PgOptions {
@@ -37,6 +41,7 @@ impl std::fmt::Debug for PgOptions {
             .field("readers", &self.readers)
             .field("connect_timeout", &self.connect_timeout)
             .field("statement_timeout", &self.statement_timeout)
+            .field("batch_after_lock", &self.batch_after_lock)
             .finish_non_exhaustive()
     }
 }
@@ -54,6 +59,7 @@ impl PgOptions {
             connect_timeout: Duration::from_secs(3),
             statement_timeout: Duration::from_secs(5),
             keepalive_idle: Duration::from_secs(5),
+            batch_after_lock: true,
         }
     }
 

@@ -40,16 +40,29 @@ fn log_batch(conn: &mut conn::Conn, epoch: i64) -> Result<()> {
     Ok(())
 }
 
+/// Moves every op already queued into `batch`, up to [`MAX_GROUP`].
+fn take_queued(rx: &mpsc::Receiver<Job>, batch: &mut Vec<Job>) {
+    while batch.len() < MAX_GROUP {
+        match rx.try_recv() {
+            Ok(job) => batch.push(job),
+            Err(_) => break,
+        }
+    }
+}
+
 /// The writer: wait for one op, take every op already queued (≤ 256), run them in one
 /// transaction under the cluster-wide lock with a savepoint each, commit once, then answer and
 /// run after-commit hooks. Mirrors the SQLite writer; a broken connection is dropped and made
-/// again for the next batch.
+/// again for the next batch. With `after_lock` (decision D47) the queued ops are taken once the
+/// lock is granted: while another gateway's batch holds it, this gateway's clients keep
+/// arriving, and they join this commit instead of the one after it.
 pub(crate) fn writer_loop(
     mut slot: Option<Conn>,
     connector: &Connector,
     rx: mpsc::Receiver<Job>,
     faults: &FaultPlan,
     metrics: &StoreMetrics,
+    after_lock: bool,
 ) {
     while let Ok(first) = rx.recv() {
         while faults.writer_stalled() {
@@ -58,16 +71,16 @@ pub(crate) fn writer_loop(
         // SQLite-only seams (page counts, query_only) have no meaning here.
         let _ = faults.take_writer_pragmas();
         let mut batch = vec![first];
-        while batch.len() < MAX_GROUP {
-            match rx.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
-            }
+        if !after_lock {
+            take_queued(&rx, &mut batch);
         }
         let started = Instant::now();
         let conn = match connector.ensure(&mut slot, Role::Writer) {
             Ok(conn) => conn,
             Err(e) => {
+                // Everything queued fails with it, as before D47: one connect timeout for the
+                // lot, not one each.
+                take_queued(&rx, &mut batch);
                 for job in batch {
                     (job.complete)(Err(StoreError::Unreachable(e.to_string())));
                 }
@@ -113,6 +126,9 @@ pub(crate) fn writer_loop(
         let epoch = match begun_with {
             Ok((epoch, log)) => {
                 conn.rows.begin_batch(epoch, &log);
+                if after_lock {
+                    take_queued(&rx, &mut batch);
+                }
                 epoch
             }
             Err(e) => {
@@ -123,6 +139,9 @@ pub(crate) fn writer_loop(
                     slot = None;
                 }
                 let msg = e.to_string();
+                // A lock that was not granted (the statement timeout) fails everything queued
+                // behind it at once, not one op per timeout.
+                take_queued(&rx, &mut batch);
                 for job in batch {
                     (job.complete)(Err(StoreError::CommitFailed(msg.clone())));
                 }

@@ -434,6 +434,70 @@ mod postgres_only {
         assert!(found.is_some(), "{url}");
     }
 
+    /// Ops queued while another gateway holds the write lock join the commit of the batch that
+    /// waited (decision D47): a gateway's batches do not shrink as gateways are added. Before
+    /// D47 (`batch_after_lock` off) the batch was fixed before the wait and they took a second
+    /// commit.
+    #[test]
+    fn ops_queued_during_a_lock_wait_join_the_batch_that_waited() {
+        for after_lock in [true, false] {
+            let url = PgCluster::shared().database().expect("database");
+            let mut options = PgOptions::new(url);
+            options.batch_after_lock = after_lock;
+            let store = PgStore::open(options).expect("open");
+            // Another writer (as another gateway's batch) holds the lock.
+            let mut holder = store.connect().expect("connect");
+            holder
+                .batch_execute("BEGIN; UPDATE aware_write_epoch SET epoch = epoch + 1")
+                .expect("take the write lock");
+            let commits = store.metrics().commits();
+            let (answers, answered) = std::sync::mpsc::channel();
+            let submit = |n: u32| {
+                let answers = answers.clone();
+                store
+                    .submit(
+                        Box::new(move |tx: &mut dyn WriteTx| {
+                            let key = format!("agent:main:q{n}");
+                            tx.insert_session(&contract::session(&key, "main", 1))
+                                .err()
+                                .map(|e| e.to_string())
+                        }),
+                        Box::new(move |r| {
+                            let _ = answers.send(r.is_ok());
+                        }),
+                    )
+                    .expect("submit")
+            };
+            submit(0);
+            let blocked = "SELECT EXISTS (SELECT 1 FROM pg_stat_activity                            WHERE wait_event_type = 'Lock' AND datname = current_database())";
+            while !holder
+                .query_one(blocked, &[])
+                .expect("pg_stat_activity")
+                .get::<_, bool>(0)
+            {
+                std::thread::yield_now();
+            }
+            for n in 1..10 {
+                submit(n);
+            }
+            holder.batch_execute("ROLLBACK").expect("release the lock");
+            for _ in 0..10 {
+                assert!(answered.recv().expect("an answer"), "an op failed");
+            }
+            let taken = store.metrics().commits() - commits;
+            assert_eq!(
+                taken,
+                if after_lock { 1 } else { 2 },
+                "commits for ten ops, batch_after_lock = {after_lock}"
+            );
+            for n in 0..10 {
+                let key = format!("agent:main:q{n}");
+                let found = store.read(|tx| tx.session_exists(&key, "main"));
+                assert!(found.expect("read"), "{key} was not committed");
+            }
+        }
+    }
+
     /// Writes the writer cached and then rolled back (a failed op, a savepoint rolled back
     /// inside a good op) are not seen by later ops.
     #[test]
