@@ -19,6 +19,7 @@ pub mod agent_cli;
 pub mod engine;
 pub mod fault_proxy;
 pub mod model;
+pub mod model_contract;
 pub mod model_server;
 pub mod options;
 pub mod rng;

@@ -587,7 +587,7 @@ fn apply(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
         Op::Advance { ms } => {
             let now = m.now + ms;
             h.set_clock(now);
-            m.now = now;
+            m.advance(*ms);
         }
         Op::Prune => {
             let report = h.prune();
@@ -596,6 +596,7 @@ fn apply(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
                 age: report["deletedByAge"].as_u64().unwrap(),
                 cap: report["deletedByCap"].as_u64().unwrap(),
                 cursors: report["expiredCursors"].as_u64().unwrap(),
+                system_events: report["expiredSystemEvents"].as_u64().unwrap(),
             };
             assert_eq!(got, want, "{ctx}: prune report");
         }
