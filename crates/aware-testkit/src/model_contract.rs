@@ -105,7 +105,10 @@ pub fn fifo_push(
     if text.is_empty() || text.chars().count() > 4000 {
         return FifoPush::Refused;
     }
-    let key = context_key.map(|k| k.trim().to_lowercase());
+    // An empty key after trimming counts as absent (docs/api.md §2.12).
+    let key = context_key
+        .map(|k| k.trim().to_lowercase())
+        .filter(|k| !k.is_empty());
     if let Some(k) = &key {
         if k.chars().count() > 256 || k.starts_with("session-state:") {
             return FifoPush::Refused;

@@ -1602,6 +1602,106 @@ fn directed_sequences() -> Vec<(&'static str, Vec<Op>)> {
             ],
         ),
         (
+            "wakes: opening, coalescing, merged delivery, drained before due, follow-ups",
+            vec![
+                Op::Register { w: X, t: C },
+                human(C),
+                Op::Advance { ms: 5_000 },
+                human(D),
+                Op::Advance { ms: 15_000 },
+                human(C),
+                drain(W),
+                Op::Advance { ms: 20_000 },
+                human(D),
+                Op::Advance { ms: 1_000 },
+                human(D),
+                drain(W),
+                drain(X),
+                Op::Advance { ms: 19_000 },
+                Op::Restart,
+                Op::Delete { s: X },
+                Op::Create { s: X },
+            ],
+        ),
+        (
+            "FIFO: creation lines, dedupe, refusals, multi-line prompt, cap, ack by id",
+            (0..23u8)
+                .map(|i| Op::SystemEvent {
+                    s: W,
+                    text: i % 4,
+                    key: i % 3,
+                })
+                .chain([
+                    Op::AckFifo { s: W, index: 1 },
+                    Op::AckFifo { s: W, index: 9 },
+                    human(C),
+                    Op::Peek { s: W },
+                    drain(W),
+                    Op::SystemEvent {
+                        s: C,
+                        text: 2,
+                        key: 0,
+                    },
+                    Op::Reset { s: C },
+                    Op::Delete { s: W },
+                    Op::Create { s: X },
+                    Op::Create { s: W },
+                    Op::Delete { s: X },
+                    Op::Create { s: X },
+                ])
+                .collect(),
+        ),
+        (
+            "sessions_send with and without watch, spawn, failing appends and reads",
+            vec![
+                Op::Send {
+                    caller: X,
+                    t: C,
+                    watch: true,
+                },
+                Op::Send {
+                    caller: G,
+                    t: C,
+                    watch: true,
+                },
+                Op::Send {
+                    caller: W,
+                    t: W,
+                    watch: false,
+                },
+                Op::Unwatch { w: X, t: C },
+                Op::Send {
+                    caller: X,
+                    t: C,
+                    watch: true,
+                },
+                human(C),
+                Op::Spawn { caller: W },
+                Op::Spawn { caller: G },
+                Op::FailAppends {
+                    stream: None,
+                    inner: Box::new(Op::Spawn { caller: X }),
+                },
+                Op::FailAppends {
+                    stream: Some(C),
+                    inner: Box::new(human(C)),
+                },
+                Op::FailAppends {
+                    stream: Some(D),
+                    inner: Box::new(human(C)),
+                },
+                Op::Delete { s: D },
+                Op::FailAppends {
+                    stream: Some(D),
+                    inner: Box::new(Op::Create { s: D }),
+                },
+                human(D),
+                Op::FailReads { s: C },
+                drain(W),
+                drain(X),
+            ],
+        ),
+        (
             "runs, goals and deletes with an active run",
             vec![
                 Op::StartRun { t: C },
