@@ -18,8 +18,8 @@ use aware_engine::{
 };
 use aware_engine::{Provenance, ProvenanceKind};
 use aware_store::{CursorRow, Durability};
+use aware_testkit::model_runner::{cases_from_env, regression_seeds, run_seeded};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -1741,16 +1741,7 @@ fn directed_sequences() -> Vec<(&'static str, Vec<Op>)> {
 
 #[test]
 fn model_engine_matches_reference() {
-    let cases = std::env::var("AWARE_MODEL_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(64);
-    let config = Config {
-        cases,
-        failure_persistence: None,
-        max_shrink_iters: 2000,
-        ..Config::default()
-    };
+    let cases = cases_from_env("AWARE_MODEL_CASES", 64);
     for (name, ops) in directed_sequences() {
         let outcome = std::panic::catch_unwind(|| run_case(&ops));
         if let Err(e) = outcome {
@@ -1762,14 +1753,14 @@ fn model_engine_matches_reference() {
             panic!("directed sequence {name:?} failed: {msg}\nops: {ops:?}");
         }
     }
-    let mut runner = TestRunner::new(config);
-    let result = runner.run(&prop::collection::vec(any_op(), 1..60), |ops| {
-        run_case(&ops);
-        Ok(())
-    });
-    if let Err(e) = result {
-        panic!("{e}");
-    }
+    run_seeded(
+        "model_engine",
+        &regression_seeds(include_str!("model_seeds.txt")),
+        cases,
+        2000,
+        &prop::collection::vec(any_op(), 1..60),
+        |ops| run_case(&ops),
+    );
 }
 
 /// Regression (02 §2 step 3 as documented in ARCHITECTURE.md): a re-created parent inherits

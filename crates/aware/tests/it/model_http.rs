@@ -20,12 +20,12 @@
 
 use crate::common::{seg, Resp, Server};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
 use aware_core::Origin;
 use aware_testkit::model::{KindClass as Class, SERVER_CONFIG as CONFIG, *};
+use aware_testkit::model_runner::{cases_from_env, regression_seeds, run_seeded};
 use aware_testkit::spec::DAY;
 
 fn path(s: usize, rest: &str) -> String {
@@ -1097,16 +1097,89 @@ fn directed_sequences() -> Vec<(&'static str, Vec<Op>)> {
                 drain(W),
             ],
         ),
+        (
+            "FIFO and prompt, sessions_send with watch, spawn, failing appends, exact refusals",
+            vec![
+                Op::SystemEvent {
+                    s: W,
+                    text: 0,
+                    key: 0,
+                },
+                Op::SystemEvent {
+                    s: W,
+                    text: 1,
+                    key: 0,
+                },
+                Op::SystemEvent {
+                    s: W,
+                    text: 2,
+                    key: 1,
+                },
+                Op::SystemEvent {
+                    s: W,
+                    text: 2,
+                    key: 2,
+                },
+                Op::SystemEvent {
+                    s: W,
+                    text: 3,
+                    key: 0,
+                },
+                Op::SystemEvent {
+                    s: W,
+                    text: 0,
+                    key: 3,
+                },
+                human(C),
+                Op::Pending { s: W },
+                drain(W),
+                Op::Send {
+                    caller: X,
+                    t: C,
+                    watch: true,
+                },
+                Op::Send {
+                    caller: G,
+                    t: C,
+                    watch: true,
+                },
+                Op::Send {
+                    caller: X,
+                    t: X,
+                    watch: false,
+                },
+                Op::Watch { w: G, t: C },
+                Op::Watch { w: X, t: X },
+                Op::Spawn { caller: W },
+                Op::FailAppends {
+                    stream: None,
+                    inner: Box::new(Op::Spawn { caller: X }),
+                },
+                Op::FailAppends {
+                    stream: Some(C),
+                    inner: Box::new(human(C)),
+                },
+                Op::FailAppends {
+                    stream: Some(D),
+                    inner: Box::new(Op::Compaction { t: D, op: 1 }),
+                },
+                Op::Compaction { t: D, op: 1 },
+                Op::SystemEvent {
+                    s: C,
+                    text: 2,
+                    key: 0,
+                },
+                Op::Reset { s: C },
+                drain(X),
+            ],
+        ),
     ]
 }
 
 #[test]
 fn model_http_matches_reference() {
     let started = std::time::Instant::now();
-    let cases = std::env::var("AWARE_HTTP_MODEL_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(16);
+    let cases = cases_from_env("AWARE_HTTP_MODEL_CASES", 16);
     for (name, ops) in directed_sequences() {
         let outcome = std::panic::catch_unwind(|| run_case(&ops));
         if let Err(e) = outcome {
@@ -1118,21 +1191,15 @@ fn model_http_matches_reference() {
             panic!("directed sequence {name:?} failed: {msg}\nops: {ops:?}");
         }
     }
-    let config = Config {
+    // Each shrink step starts a server: keep shrinking bounded.
+    run_seeded(
+        "model_http",
+        &regression_seeds(include_str!("model_http_seeds.txt")),
         cases,
-        failure_persistence: None,
-        // Each shrink step starts a server: keep shrinking bounded.
-        max_shrink_iters: 200,
-        ..Config::default()
-    };
-    let mut runner = TestRunner::new(config);
-    let result = runner.run(&prop::collection::vec(any_op(), 1..40), |ops| {
-        run_case(&ops);
-        Ok(())
-    });
-    if let Err(e) = result {
-        panic!("{e}");
-    }
+        200,
+        &prop::collection::vec(any_op(), 1..40),
+        |ops| run_case(&ops),
+    );
     println!(
         "model_http: {} directed + {cases} random cases in {:.1} s",
         directed_sequences().len(),
