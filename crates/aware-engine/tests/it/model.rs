@@ -1,12 +1,16 @@
-//! Model-based test of the engine against a small in-memory reference of spec 01 (signal log,
-//! heads, pruned watermarks, retention) and spec 02 (cursor triples, notices, drain/ack,
-//! registration, unwatch, cleanup, restart sweep).
+//! Model-based test of the engine against the reference model of the contract
+//! (`aware_testkit::model`, written from docs/semantics.md): the signal log (heads, pruned
+//! watermarks, retention), cursors and notices (triples, drain/ack, registration, unwatch,
+//! cleanup, restart sweep), the system-event FIFO and prompt rendering, wakes (which watcher,
+//! how often, what each carries, coalescing on the manual clock, the catch-up), `sessions_send`,
+//! spawn, and the failure model (failing appends and reads through the store's fault plan).
 //!
 //! A fixed universe of sessions is driven by random operation sequences; after every step the
 //! engine's observable state (heads, retained streams, history gaps, every cursor row, pending
-//! notices and their text) must equal the model's exactly, and the cross-step properties hold:
-//! heads are never lowered (except by deleting the session), sequences are never reused, and a
-//! pending notice's text does not change until the watcher consumes it.
+//! notices and their text, every FIFO and prompt, the wakes delivered in the step) must equal
+//! the model's exactly, and the cross-step properties hold: heads are never lowered (except by
+//! deleting the session), sequences are never reused, wake ids increase, and a pending notice's
+//! text does not change until the watcher consumes it. Seeds: decision D48.
 
 use aware_core::{
     ActorType, AgentId, CursorState, EventKind, KindClass, Origin, SessionKey, SessionRef,
@@ -155,7 +159,13 @@ const FIFO_TEXTS: [&str; 4] = [
     "line one\nline two",
     " ",
 ];
-const FIFO_KEYS: [Option<&str>; 4] = [None, Some("ci:1"), Some(" CI:1 "), Some("session-state:61")];
+const FIFO_KEYS: [Option<&str>; 5] = [
+    None,
+    Some("ci:1"),
+    Some(" CI:1 "),
+    Some("session-state:61"),
+    Some("  "),
+];
 
 /// Sessions with the parent `W` (whose deletion orphans the children) drawn more often.
 fn session_biased() -> impl Strategy<Value = usize> {
@@ -192,7 +202,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         2 => Just(Op::Restart),
         3 => (s.clone(), 0..9u8, actor, prop::collection::vec(0..N, 0..3))
             .prop_map(|(t, kind, actor, watchers)| Op::AdminAppend { t, kind, actor, watchers }),
-        3 => (s.clone(), 0..4u8, 0..4u8).prop_map(|(s, text, key)| Op::SystemEvent { s, text, key }),
+        3 => (s.clone(), 0..4u8, 0..5u8).prop_map(|(s, text, key)| Op::SystemEvent { s, text, key }),
         1 => (s.clone(), 0..3u8).prop_map(|(s, index)| Op::AckFifo { s, index }),
         3 => (s.clone(), s.clone(), any::<bool>())
             .prop_map(|(caller, t, watch)| Op::Send { caller, t, watch }),

@@ -21,12 +21,14 @@
 use crate::common::{seg, Resp, Server};
 use proptest::prelude::*;
 use serde_json::{json, Value};
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 
 use aware_core::Origin;
 use aware_testkit::model::{KindClass as Class, SERVER_CONFIG as CONFIG, *};
 use aware_testkit::model_runner::{cases_from_env, regression_seeds, run_seeded};
 use aware_testkit::spec::DAY;
+use aware_testkit::wakes::Wakes;
 
 fn path(s: usize, rest: &str) -> String {
     format!("/v1/sessions/{}{rest}", seg(KEYS[s]))
@@ -339,6 +341,8 @@ fn apply_contract(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
             if watched == Some(true) {
                 m.register(*caller, *t);
             }
+            let run_id = r.body["runId"].as_str().unwrap_or_default();
+            m.direct_wake(KEYS[*t], MWakeReason::Message, run_id, *caller);
         }
         Op::Spawn { caller } => {
             let r = h.tool(
@@ -359,6 +363,8 @@ fn apply_contract(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
                 child.starts_with("agent:main:subagent:"),
                 "{ctx}: child key {child}"
             );
+            let run_id = r.body["runId"].as_str().unwrap_or_default();
+            m.direct_wake(&child, MWakeReason::Spawn, run_id, *caller);
             let cpath = format!("/v1/sessions/{}", seg(&child));
             let st = h.tool(
                 KEYS[*caller],
@@ -980,8 +986,75 @@ fn check(h: &Server, m: &Model, prev: &Observed, ctx: &str) -> Observed {
     obs
 }
 
-/// `aware serve` over HTTP as a [`Driver`] of the reference model.
-struct Http(Server);
+/// `aware serve` over HTTP as a [`Driver`] of the reference model, with a wake stream
+/// (`GET /v1/wakes`, no filter) whose wakes are compared after every step.
+struct Http {
+    server: Server,
+    wakes: Wakes,
+    /// Wakes of `wakes.received` already compared.
+    seen: Cell<usize>,
+    /// The stream was opened during the step (after a restart): what it shows is the catch-up.
+    reconnected: bool,
+}
+
+impl Http {
+    fn new(server: Server) -> Self {
+        let wakes = Wakes::subscribe(&server, "", None);
+        Http {
+            server,
+            wakes,
+            seen: Cell::new(0),
+            reconnected: false,
+        }
+    }
+}
+
+fn model_wake(v: &Value) -> MWake {
+    let reason = match v["reason"].as_str() {
+        Some("session-state") => MWakeReason::SessionState,
+        Some("message") => MWakeReason::Message,
+        Some("spawn") => MWakeReason::Spawn,
+        other => panic!("wake reason {other:?}: {v}"),
+    };
+    MWake {
+        session: v["sessionKey"].as_str().unwrap_or_default().to_string(),
+        reason,
+        targets: v["targets"]
+            .as_array()
+            .map(|ts| {
+                ts.iter()
+                    .map(|t| t["sessionKey"].as_str().unwrap_or_default().to_string())
+                    .collect()
+            })
+            .unwrap_or_default(),
+        run_id: v["runId"].as_str().map(str::to_string),
+        from: v["from"].as_str().map(str::to_string),
+        at: v["at"].as_i64().unwrap_or_default(),
+    }
+}
+
+/// The wakes that reached the stream during the step equal the model's, ids increasing; after
+/// a restart the new stream's catch-up equals the model's (the sweep's own wakes went out
+/// before anyone could subscribe).
+fn check_wakes(d: &Http, m: &Model, ctx: &str) {
+    let all = d.wakes.settle();
+    let new = &all[d.seen.get()..];
+    d.seen.set(all.len());
+    let ids: Vec<i64> = new.iter().map(|w| w["id"].as_i64().unwrap_or(0)).collect();
+    assert!(
+        ids.windows(2).all(|p| p[0] < p[1]),
+        "{ctx}: wake ids not increasing: {ids:?}"
+    );
+    let mut got: Vec<MWake> = new.iter().map(model_wake).collect();
+    let mut want = if d.reconnected {
+        m.catch_up()
+    } else {
+        m.wakes.clone()
+    };
+    got.sort();
+    want.sort();
+    assert_eq!(got, want, "{ctx}: wakes on the stream");
+}
 
 impl Driver for Http {
     type Op = Op;
@@ -990,7 +1063,12 @@ impl Driver for Http {
         Op::Create { s }
     }
     fn apply(&mut self, m: &mut Model, op: &Op, ctx: &str) {
-        apply(&mut self.0, m, op, ctx)
+        apply(&mut self.server, m, op, ctx);
+        self.reconnected = matches!(op, Op::Restart | Op::Kill9Restart);
+        if self.reconnected {
+            self.wakes = Wakes::subscribe(&self.server, "", None);
+            self.seen.set(0);
+        }
     }
     fn check(&self, m: &Model, prev: &Observed, op: Option<&Op>, ctx: &str) -> Observed {
         // A deleted session's head may start again from 0.
@@ -998,14 +1076,15 @@ impl Driver for Http {
         if let Some(Op::Delete { s }) = op {
             prev.heads[*s] = 0;
         }
-        check(&self.0, m, &prev, ctx)
+        check_wakes(self, m, ctx);
+        check(&self.server, m, &prev, ctx)
     }
 }
 
 fn run_case(ops: &[Op]) {
     let h = Server::with_config(CONFIG);
     let mut m = Model::new(h.now);
-    aware_testkit::model::run_case(&mut Http(h), &mut m, ops);
+    aware_testkit::model::run_case(&mut Http::new(h), &mut m, ops);
 }
 
 /// Hand-written sequences for the paths random generation reaches rarely.
