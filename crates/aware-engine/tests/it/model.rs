@@ -1372,7 +1372,7 @@ fn check(h: &Harness, m: &Model, prev: &Observed, op: Option<&Op>, ctx: &str) ->
     assert_eq!(total as usize, m.cursors.len(), "{ctx}: cursor count");
 
     // Pending notices: exact, one per pair, and text stable while pending.
-    for s in 0..N {
+    for (s, name) in KEYS.iter().enumerate() {
         let r = e.peek(&sref(s));
         if !m.exists(s) {
             assert!(not_found(&r), "{ctx}");
@@ -1382,7 +1382,7 @@ fn check(h: &Harness, m: &Model, prev: &Observed, op: Option<&Op>, ctx: &str) ->
         let pending = m.pending_of(s);
         check_notices(ctx, s, &d.notices, &pending);
         check_fifo(ctx, s, &d.system_events, &m.fifo[s]);
-        assert_eq!(d.prompt, m.prompt_of(s), "{ctx}: prompt of {}", KEYS[s]);
+        assert_eq!(d.prompt, m.prompt_of(s), "{ctx}: prompt of {name}");
         assert_eq!(
             d.pending_after,
             d.notices.len() as u64,

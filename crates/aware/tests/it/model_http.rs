@@ -1,22 +1,24 @@
-//! Model-based test over HTTP (decision D1): random operation sequences against a real
-//! `aware serve --test-clock` on loopback, compared after every step with a small reference model
-//! of spec 01 (signal log, heads, pruned watermarks, retention) and spec 02 (cursor triples,
-//! notices, drain/ack, registration, unwatch, restart sweep).
+//! Model-based test over HTTP (decisions D1, D48): random operation sequences against a real
+//! `aware serve --test-clock` on loopback, compared after every step with the reference model of
+//! the contract (`aware_testkit::model`, shared with the engine's model test).
 //!
-//! The model follows the shape of the engine's model test (crates/aware-engine/tests/it/model.rs),
-//! restricted to what the HTTP surface shows. Operations: human turns, goal PUT/DELETE as the
-//! operator and as a watcher session (`X-Aware-Session`, self-suppression), run start/end on the
-//! children, compaction, watch (POST watches) and unwatch (`sessions_unwatch` tool or DELETE),
-//! drain, pending, explicit ack, reset, delete and re-create, clock advance, admin prune (with a
-//! small `[retention] max_rows`), graceful restart and `kill -9` restart.
+//! Operations: human turns, goal PUT/DELETE as the operator and as a watcher session
+//! (`X-Aware-Session`, self-suppression), run start/end on the children, compaction, watch (POST
+//! watches) and unwatch (`sessions_unwatch` tool or DELETE), drain, pending, explicit ack,
+//! reset, delete and re-create, clock advance, admin prune (with a small `[retention]
+//! max_rows`), graceful restart and `kill -9` restart, system events, `sessions_send` (with and
+//! without `watch`), `sessions_spawn`, and appending operations under `POST /v1/admin/faults`.
 //!
 //! After every step: every cursor triple from `GET /v1/sessions/{w}/watches` equals the model and
 //! satisfies `lastSeen ≤ notified ≤ material`; pending notices are exact (one per pair, exact
-//! text); heads (`stateVersion`) are never lowered (except by deleting the session); every
-//! retained stream and the exact `historyGap` of `session_status changesSince` match the model;
-//! sequences are never reused.
+//! text), and so are the FIFO and the `prompt`; heads (`stateVersion`) are never lowered (except
+//! by deleting the session); every retained stream and the exact `historyGap` of
+//! `session_status changesSince` match the model; sequences are never reused; the wakes on an
+//! unfiltered `GET /v1/wakes` stream (fenced by markers) are exactly the model's. Every refusal
+//! is checked by its exact status and error code.
 //!
-//! One server per proptest case. `AWARE_HTTP_MODEL_CASES` (default 16) sets the number of cases.
+//! One server per case. `AWARE_HTTP_MODEL_CASES` (default 16) sets the number of cases;
+//! `AWARE_TEST_SEED` repeats a run; `model_http_seeds.txt` keeps failing case seeds.
 
 use crate::common::{seg, Resp, Server};
 use proptest::prelude::*;
