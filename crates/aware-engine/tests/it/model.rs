@@ -151,6 +151,13 @@ enum Op {
     FailReads {
         s: usize,
     },
+    /// A write whose commit fails (01 §12): a human turn on `t`, a send from `caller` to `t`
+    /// with `watch`, a spawn by `caller`, or a registration of `caller` on `t`, by `what`.
+    FailCommit {
+        what: u8,
+        caller: usize,
+        t: usize,
+    },
 }
 
 const FIFO_TEXTS: [&str; 4] = [
@@ -208,6 +215,8 @@ fn op_strategy() -> impl Strategy<Value = Op> {
             .prop_map(|(caller, t, watch)| Op::Send { caller, t, watch }),
         1 => s.clone().prop_map(|caller| Op::Spawn { caller }),
         1 => s.clone().prop_map(|s| Op::FailReads { s }),
+        1 => (0..4u8, s.clone(), s.clone())
+            .prop_map(|(what, caller, t)| Op::FailCommit { what, caller, t }),
     ]
 }
 
@@ -861,7 +870,8 @@ fn apply(h: &mut Harness, m: &mut Model, op: &Op, ctx: &str) {
         | Op::Send { .. }
         | Op::Spawn { .. }
         | Op::FailAppends { .. }
-        | Op::FailReads { .. } => apply_contract(h, m, op, ctx),
+        | Op::FailReads { .. }
+        | Op::FailCommit { .. } => apply_contract(h, m, op, ctx),
         Op::Advance { ms } => {
             let now = h.clock.advance(*ms);
             h.e()
@@ -1129,6 +1139,46 @@ fn apply_contract(h: &mut Harness, m: &mut Model, op: &Op, ctx: &str) {
                     && !page.history_gap,
                 "{ctx}: the degraded page: {page:?}"
             );
+        }
+        Op::FailCommit { what, caller, t } => {
+            let e = h.e();
+            e.store_faults().fail_next_commits(1);
+            let (r, ok) = match what {
+                0 => (
+                    e.post_turn(&sref(*t), NewTurn::user("hello").channel("telegram"))
+                        .map(|_| ()),
+                    m.exists(*t),
+                ),
+                1 => (
+                    e.send_dispatch(&sref(*caller), &sref(*t), "please look", true)
+                        .map(|_| ()),
+                    caller != t && m.exists(*caller) && m.exists(*t),
+                ),
+                2 => (
+                    e.spawn(&sref(*caller), "do the task", None, None, None)
+                        .map(|_| ()),
+                    m.exists(*caller),
+                ),
+                _ => (
+                    e.register_watch(&sref(*caller), &sref(*t)).map(|_| ()),
+                    m.may_register(*caller, *t),
+                ),
+            };
+            e.store_faults().clear();
+            // 01 §12: an op whose commit failed answers store_unavailable, and nothing of it
+            // happened: the model does not move, and the checks after the step (heads, cursors,
+            // FIFOs, wakes) compare the engine with it.
+            if ok {
+                assert!(
+                    matches!(&r, Err(e) if e.kind() == ErrorKind::StoreUnavailable),
+                    "{ctx}: a failed commit answered {r:?}"
+                );
+            } else {
+                assert!(
+                    r.is_err(),
+                    "{ctx}: a refused op under a failing commit: {r:?}"
+                );
+            }
         }
         _ => unreachable!("{ctx}: not a contract op"),
     }
@@ -1707,6 +1757,27 @@ fn directed_sequences() -> Vec<(&'static str, Vec<Op>)> {
                 },
                 human(D),
                 Op::FailReads { s: C },
+                Op::FailCommit {
+                    what: 0,
+                    caller: W,
+                    t: C,
+                },
+                Op::FailCommit {
+                    what: 1,
+                    caller: W,
+                    t: D,
+                },
+                Op::FailCommit {
+                    what: 2,
+                    caller: X,
+                    t: X,
+                },
+                Op::FailCommit {
+                    what: 3,
+                    caller: X,
+                    t: D,
+                },
+                human(D),
                 drain(W),
                 drain(X),
             ],
