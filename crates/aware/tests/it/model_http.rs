@@ -125,6 +125,13 @@ enum Op {
         stream: Option<usize>,
         inner: Box<Op>,
     },
+    /// A write whose commit fails (`failCommits: 1`): a human turn on `t`, a send from `caller`
+    /// to `t` with `watch`, a spawn by `caller`, or a watch of `caller` on `t`, by `what`.
+    FailCommit {
+        what: u8,
+        caller: usize,
+        t: usize,
+    },
 }
 
 const FIFO_TEXTS: [&str; 4] = [
@@ -164,6 +171,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         3 => (0..N, 0..4u8, 0..4u8).prop_map(|(s, text, key)| Op::SystemEvent { s, text, key }),
         3 => (0..N, 0..N, any::<bool>()).prop_map(|(caller, t, watch)| Op::Send { caller, t, watch }),
         1 => (0..N).prop_map(|caller| Op::Spawn { caller }),
+        1 => (0..4u8, 0..N, 0..N).prop_map(|(what, caller, t)| Op::FailCommit { what, caller, t }),
     ]
 }
 
@@ -404,6 +412,69 @@ fn apply_contract(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
             m.append_fault = Some(stream.map_or(AppendFault::All, AppendFault::Stream));
             apply(h, m, inner, ctx);
             expect_status(ctx, &h.post("/v1/admin/faults", json!({})), &[200]);
+        }
+        Op::FailCommit { what, caller, t } => {
+            expect_status(
+                ctx,
+                &h.post("/v1/admin/faults", json!({"failCommits": 1})),
+                &[200],
+            );
+            let (r, ok) = match what {
+                0 => (
+                    call(
+                        h,
+                        "POST",
+                        &path(*t, "/turns"),
+                        None,
+                        Some(json!({"role": "user", "text": "hello", "channel": "telegram"})),
+                    ),
+                    m.exists(*t),
+                ),
+                1 => (
+                    h.tool(
+                        KEYS[*caller],
+                        "sessions_send",
+                        json!({"sessionKey": KEYS[*t], "message": "please look",
+                               "timeoutSeconds": 0, "watch": true}),
+                    ),
+                    caller != t && m.exists(*caller) && m.exists(*t),
+                ),
+                2 => (
+                    h.tool(
+                        KEYS[*caller],
+                        "sessions_spawn",
+                        json!({"task": "do the task"}),
+                    ),
+                    m.exists(*caller),
+                ),
+                _ => (
+                    call(
+                        h,
+                        "POST",
+                        &path(*caller, "/watches"),
+                        None,
+                        Some(json!({"target": KEYS[*t]})),
+                    ),
+                    m.may_register(*caller, *t),
+                ),
+            };
+            expect_status(ctx, &h.post("/v1/admin/faults", json!({})), &[200]);
+            // 01 §12: 503 store_unavailable and nothing of the op happened (the model does not
+            // move; the checks after the step compare everything with it, wakes included).
+            // A refusal decided inside the writer op (a bare or self watcher) shares its batch's
+            // failed commit and is answered 503 too; one decided before it (a missing session)
+            // keeps its 4xx. Either way nothing happened.
+            if ok {
+                expect_error(ctx, &r, 503, "store_unavailable");
+            } else {
+                assert!(
+                    (400..500).contains(&r.status)
+                        || (r.status == 503 && r.body["error"]["code"] == "store_unavailable"),
+                    "{ctx}: a refused op under a failing commit: {} {}",
+                    r.status,
+                    r.body
+                );
+            }
         }
         _ => unreachable!("{ctx}: not a contract op"),
     }
@@ -816,9 +887,11 @@ fn apply(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
                 assert_eq!(version, 0, "{ctx}: a new stream has no head");
             }
         }
-        Op::SystemEvent { .. } | Op::Send { .. } | Op::Spawn { .. } | Op::FailAppends { .. } => {
-            apply_contract(h, m, op, ctx)
-        }
+        Op::SystemEvent { .. }
+        | Op::Send { .. }
+        | Op::Spawn { .. }
+        | Op::FailAppends { .. }
+        | Op::FailCommit { .. } => apply_contract(h, m, op, ctx),
         Op::Advance { ms } => {
             let now = m.now + ms;
             h.set_clock(now);
@@ -1251,6 +1324,26 @@ fn directed_sequences() -> Vec<(&'static str, Vec<Op>)> {
                     key: 0,
                 },
                 Op::Reset { s: C },
+                Op::FailCommit {
+                    what: 0,
+                    caller: W,
+                    t: C,
+                },
+                Op::FailCommit {
+                    what: 1,
+                    caller: W,
+                    t: D,
+                },
+                Op::FailCommit {
+                    what: 2,
+                    caller: X,
+                    t: X,
+                },
+                Op::FailCommit {
+                    what: 3,
+                    caller: X,
+                    t: D,
+                },
                 drain(X),
             ],
         ),
