@@ -103,3 +103,34 @@ pub fn run_seeded<S: Strategy>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regression_files_and_case_seeds() {
+        let text = "# header\n\n42 # kept 2026-12-01\n  7\n";
+        assert_eq!(regression_seeds(text), vec![42, 7]);
+        assert_eq!(case_seed(1, 2), case_seed(1, 2));
+        assert_ne!(case_seed(1, 2), case_seed(1, 3));
+        assert_ne!(case_seed(1, 2), case_seed(2, 2));
+    }
+
+    #[test]
+    fn a_case_seed_draws_the_same_case_again() {
+        let draw = |cs: u64| {
+            let config = Config {
+                rng_seed: RngSeed::Fixed(cs),
+                ..Config::default()
+            };
+            let mut runner = TestRunner::new(config);
+            proptest::collection::vec(0..1000u32, 5..10)
+                .new_tree(&mut runner)
+                .map(|t| proptest::strategy::ValueTree::current(&t))
+                .ok()
+        };
+        assert_eq!(draw(case_seed(9, 0)), draw(case_seed(9, 0)));
+        assert_ne!(draw(case_seed(9, 0)), draw(case_seed(9, 1)));
+    }
+}
