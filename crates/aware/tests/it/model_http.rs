@@ -7,7 +7,8 @@
 //! watches) and unwatch (`sessions_unwatch` tool or DELETE), drain, pending, explicit ack,
 //! reset, delete and re-create, clock advance, admin prune (with a small `[retention]
 //! max_rows`), graceful restart and `kill -9` restart, system events, `sessions_send` (with and
-//! without `watch`), `sessions_spawn`, and appending operations under `POST /v1/admin/faults`.
+//! without `watch`), `sessions_spawn`, and, under `POST /v1/admin/faults`, appending operations, writes
+//! whose commit fails and `session_status` with failing reads.
 //!
 //! After every step: every cursor triple from `GET /v1/sessions/{w}/watches` equals the model and
 //! satisfies `lastSeen ≤ notified ≤ material`; pending notices are exact (one per pair, exact
@@ -125,6 +126,11 @@ enum Op {
         stream: Option<usize>,
         inner: Box<Op>,
     },
+    /// `session_status` of `t` by `caller` with `failReads` (01 §12: degraded, nothing changes).
+    FailReads {
+        caller: usize,
+        t: usize,
+    },
     /// A write whose commit fails (`failCommits: 1`): a human turn on `t`, a send from `caller`
     /// to `t` with `watch`, a spawn by `caller`, or a watch of `caller` on `t`, by `what`.
     FailCommit {
@@ -172,6 +178,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         3 => (0..N, 0..N, any::<bool>()).prop_map(|(caller, t, watch)| Op::Send { caller, t, watch }),
         1 => (0..N).prop_map(|caller| Op::Spawn { caller }),
         1 => (0..4u8, 0..N, 0..N).prop_map(|(what, caller, t)| Op::FailCommit { what, caller, t }),
+        1 => (0..N, 0..N).prop_map(|(caller, t)| Op::FailReads { caller, t }),
     ]
 }
 
@@ -412,6 +419,31 @@ fn apply_contract(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
             m.append_fault = Some(stream.map_or(AppendFault::All, AppendFault::Stream));
             apply(h, m, inner, ctx);
             expect_status(ctx, &h.post("/v1/admin/faults", json!({})), &[200]);
+        }
+        Op::FailReads { caller, t } => {
+            expect_status(
+                ctx,
+                &h.post("/v1/admin/faults", json!({"failReads": true})),
+                &[200],
+            );
+            let r = h.tool(
+                KEYS[*caller],
+                "session_status",
+                json!({"sessionKey": KEYS[*t], "changesSince": 0}),
+            );
+            expect_status(ctx, &h.post("/v1/admin/faults", json!({})), &[200]);
+            if !m.exists(*caller) || !m.exists(*t) {
+                return not_found(ctx, &r);
+            }
+            // 01 §12: the signal-log reads degrade to 0 and the empty page.
+            expect_status(ctx, &r, &[200]);
+            assert_eq!(r.body["stateVersion"], 0, "{ctx}: {}", r.body);
+            assert_eq!(
+                r.body["stateChanges"],
+                json!({"events": [], "truncated": false, "earliestAvailableSequence": 0,
+                       "historyGap": false}),
+                "{ctx}: the degraded page"
+            );
         }
         Op::FailCommit { what, caller, t } => {
             expect_status(
@@ -891,7 +923,8 @@ fn apply(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
         | Op::Send { .. }
         | Op::Spawn { .. }
         | Op::FailAppends { .. }
-        | Op::FailCommit { .. } => apply_contract(h, m, op, ctx),
+        | Op::FailCommit { .. }
+        | Op::FailReads { .. } => apply_contract(h, m, op, ctx),
         Op::Advance { ms } => {
             let now = m.now + ms;
             h.set_clock(now);
@@ -1324,6 +1357,7 @@ fn directed_sequences() -> Vec<(&'static str, Vec<Op>)> {
                     key: 0,
                 },
                 Op::Reset { s: C },
+                Op::FailReads { caller: W, t: D },
                 Op::FailCommit {
                     what: 0,
                     caller: W,
