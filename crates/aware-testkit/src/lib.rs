@@ -19,6 +19,8 @@ pub mod agent_cli;
 pub mod engine;
 pub mod fault_proxy;
 pub mod model;
+pub mod model_contract;
+pub mod model_runner;
 pub mod model_server;
 pub mod options;
 pub mod rng;

@@ -7,6 +7,7 @@
 //! after every step through the [`Driver`] trait ([`run_case`]); each keeps its own operations and
 //! observations (what its surface shows).
 
+pub use crate::model_contract::*;
 pub use aware_core::KindClass;
 use aware_core::{Origin, RetentionPolicy};
 use std::collections::{BTreeMap, BTreeSet};
@@ -46,6 +47,23 @@ pub const SERVER_CONFIG: &str = "notify_on_create = false\n[retention]\nmax_age_
 /// Whether session `i` has an agent-qualified key (only those can watch).
 pub fn qualified(i: usize) -> bool {
     i != G
+}
+
+/// 02 §10: only an agent-qualified watcher that is not a subagent is woken (`session-state`).
+pub fn wake_eligible(i: usize) -> bool {
+    qualified(i) && !KEYS[i].contains(":subagent:")
+}
+
+/// The `session-state` coalescing window the model assumes (`[wakes] coalesce_secs`, 20 s).
+pub const COALESCE_MS: i64 = 20_000;
+
+/// Which appends fail for the current step (the store's fault seam, 01 §12).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppendFault {
+    /// Every append.
+    All,
+    /// The appends to the stream of one session of the universe.
+    Stream(usize),
 }
 
 /// The parent recorded on a session row (kept after the parent is deleted).
@@ -118,6 +136,18 @@ pub struct Model {
     pub cursors: BTreeMap<(usize, usize), MCursor>,
     pub max_seq: i64,
     pub runs: u64,
+    /// Each session's system-event FIFO (02 §8.3), oldest first.
+    pub fifo: [Vec<MSysEvent>; N],
+    /// The in-memory `session-state` coalescing (02 §10); a restart forgets it.
+    pub coalescer: MCoalescer,
+    /// `session-state` wake requests of the current step, in the order they were made; they
+    /// are decided after the step's commit ([`Model::commit_effects`]).
+    pub wake_requests: Vec<usize>,
+    /// The wakes the system must have delivered during the current step (cleared by
+    /// [`run_case`] after the step's check).
+    pub wakes: Vec<MWake>,
+    /// Appends that fail during the current step.
+    pub append_fault: Option<AppendFault>,
 }
 
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -125,6 +155,7 @@ pub struct MPrune {
     pub age: u64,
     pub cap: u64,
     pub cursors: u64,
+    pub system_events: u64,
 }
 
 impl Model {
@@ -137,7 +168,126 @@ impl Model {
             cursors: BTreeMap::new(),
             max_seq: 0,
             runs: 0,
+            fifo: Default::default(),
+            coalescer: MCoalescer::new(COALESCE_MS),
+            wake_requests: Vec::new(),
+            wakes: Vec::new(),
+            append_fault: None,
         }
+    }
+
+    /// Whether an append to `stream` fails now (01 §12: the action that caused it stands, the
+    /// event leaves no trace: no sequence, no head, no cursor, no wake).
+    pub fn append_fails(&self, stream: usize) -> bool {
+        match self.append_fault {
+            Some(AppendFault::All) => true,
+            Some(AppendFault::Stream(s)) => s == stream,
+            None => false,
+        }
+    }
+
+    /// A sequence the system issued outside the universe (a spawned child's stream): it must
+    /// still be above every earlier one (01 §3).
+    pub fn issued(&mut self, seq: i64, ctx: &str) {
+        assert!(
+            seq > self.max_seq,
+            "{ctx}: sequence {seq} reused or not increasing (max issued so far {})",
+            self.max_seq
+        );
+        self.max_seq = seq;
+    }
+
+    /// 03 §4.1: an operator's creation of `s` (created via `api`) is announced in the main
+    /// session's FIFO when the main session exists and `s` is not it and has no parent.
+    pub fn announce_creation(&mut self, s: usize) {
+        if s == W || parent_of(s).is_some() || !self.exists(W) {
+            return;
+        }
+        let (text, key) = spec_created_line(KEYS[s], "api");
+        fifo_push(&mut self.fifo[W], &text, Some(&key), self.now);
+    }
+
+    /// 03 §3.5 / 02 §11: a reset drops the cursors the session watches with and its FIFO.
+    pub fn reset(&mut self, s: usize) {
+        self.cursors.retain(|&(w, _), _| w != s);
+        self.fifo[s].clear();
+    }
+
+    /// The prompt of a drain or peek of `w` (02 §8.4) from the model's FIFO and notices.
+    pub fn prompt_of(&self, w: usize) -> String {
+        let mut items: Vec<(i64, String)> = self.fifo[w]
+            .iter()
+            .map(|e| (e.at, e.text.clone()))
+            .collect();
+        for (t, c) in self.pending_of(w) {
+            let opened = c.opened.unwrap_or(c.updated);
+            items.push((opened, spec_notice_text(KEYS[t], c.ls)));
+        }
+        spec_prompt(&items)
+    }
+
+    /// A `message` or `spawn` wake (02 §10): immediate, never coalesced.
+    pub fn direct_wake(&mut self, session: &str, reason: MWakeReason, run_id: &str, from: usize) {
+        self.wakes.push(MWake {
+            session: session.to_string(),
+            reason,
+            targets: Vec::new(),
+            run_id: Some(run_id.to_string()),
+            from: Some(KEYS[from].to_string()),
+            at: self.now,
+        });
+    }
+
+    fn state_wake(&self, w: usize) -> MWake {
+        MWake {
+            session: KEYS[w].to_string(),
+            reason: MWakeReason::SessionState,
+            targets: self
+                .pending_of(w)
+                .iter()
+                .map(|(t, _)| KEYS[*t].to_string())
+                .collect(),
+            run_id: None,
+            from: None,
+            at: self.now,
+        }
+    }
+
+    /// After the step's commit: each `session-state` request of the step, in order, through
+    /// the coalescer (02 §10); a wake delivered at once lists the watcher's pending targets as
+    /// they are after the commit. Also ends the step's append fault.
+    pub fn commit_effects(&mut self) {
+        let now = self.now;
+        for w in std::mem::take(&mut self.wake_requests) {
+            if wake_eligible(w) && self.coalescer.request(w, now) {
+                let wake = self.state_wake(w);
+                self.wakes.push(wake);
+            }
+        }
+        self.append_fault = None;
+    }
+
+    /// The engine clock moves by `ms`; the merged deliveries that fell due go out when the
+    /// watcher still has something pending, else nothing is sent (02 §10).
+    pub fn advance(&mut self, ms: i64) {
+        self.now += ms;
+        for w in self.coalescer.take_due(self.now) {
+            if !self.pending_of(w).is_empty() {
+                let wake = self.state_wake(w);
+                self.wakes.push(wake);
+                self.coalescer.delivered(w, self.now);
+            }
+        }
+    }
+
+    /// 02 §10 catch-up: one `session-state` wake per eligible watcher with pending notices, in
+    /// key order.
+    pub fn catch_up(&self) -> Vec<MWake> {
+        let mut ws: Vec<usize> = (0..N)
+            .filter(|&w| wake_eligible(w) && self.exists(w) && !self.pending_of(w).is_empty())
+            .collect();
+        ws.sort_by_key(|&w| KEYS[w]);
+        ws.into_iter().map(|w| self.state_wake(w)).collect()
     }
 
     pub fn exists(&self, i: usize) -> bool {
@@ -258,6 +408,7 @@ impl Model {
                     if c.n == c.ls {
                         c.n = seq;
                         c.opened = Some(now);
+                        self.wake_requests.push(w);
                     }
                     c.m = seq;
                     c.updated = now;
@@ -280,6 +431,29 @@ impl Model {
         v
     }
 
+    /// 02 §7 registration of `(w, t)` that the system accepted: a new or muted row settles at
+    /// the target's head (origin `watch`), an unmuted one only refreshes `updated_at`.
+    pub fn register(&mut self, w: usize, t: usize) -> MCursor {
+        let now = self.now;
+        let head = self.head(t);
+        *self
+            .cursors
+            .entry((w, t))
+            .and_modify(|c| {
+                if c.muted {
+                    *c = MCursor::settled(head, false, Origin::Watch, now);
+                } else {
+                    c.updated = now;
+                }
+            })
+            .or_insert(MCursor::settled(head, false, Origin::Watch, now))
+    }
+
+    /// Whether registering `(w, t)` is accepted (02 §7 step 1).
+    pub fn may_register(&self, w: usize, t: usize) -> bool {
+        qualified(w) && w != t && self.exists(w) && self.exists(t)
+    }
+
     /// 02 §9 step 3; returns whether a follow-up opened.
     pub fn ack(&mut self, w: usize, t: usize) -> bool {
         let now = self.now;
@@ -290,6 +464,9 @@ impl Model {
         c.updated = now;
         let follow = m > n;
         c.opened = follow.then_some(now);
+        if follow {
+            self.wake_requests.push(w);
+        }
         follow
     }
 
@@ -298,6 +475,8 @@ impl Model {
         self.cursors.retain(|&(w, t), _| w != s && t != s);
         self.events.retain(|_, e| e.stream != s);
         self.heads[s] = None;
+        self.fifo[s].clear();
+        self.coalescer.forget(s);
         for child in 0..N {
             if parent_of(child) == Some(s) {
                 if let Some(cs) = self.sessions[child].as_mut() {
@@ -307,7 +486,7 @@ impl Model {
         }
     }
 
-    /// 01 §9 phases 1–3.
+    /// 01 §9 phases 1–4.
     pub fn prune(&mut self) -> MPrune {
         let p = policy();
         let mut report = MPrune::default();
@@ -331,6 +510,11 @@ impl Model {
         let before = self.cursors.len();
         self.cursors.retain(|_, c| c.muted || c.updated >= ccut);
         report.cursors = (before - self.cursors.len()) as u64;
+        for fifo in self.fifo.iter_mut() {
+            let before = fifo.len();
+            fifo.retain(|e| e.at >= cutoff);
+            report.system_events += (before - fifo.len()) as u64;
+        }
         report
     }
 
@@ -341,19 +525,24 @@ impl Model {
         }
     }
 
-    /// 02 §12 steps 1–2; returns the number of re-frozen rows.
+    /// 02 §12 steps 1–3 after a restart (which forgets the coalescing state); returns the
+    /// number of re-frozen rows. One wake request per distinct watcher with a re-frozen row.
     pub fn sweep(&mut self) -> u64 {
         let now = self.now;
+        self.coalescer = MCoalescer::new(self.coalescer.window);
         let exists: Vec<bool> = (0..N).map(|i| self.exists(i)).collect();
         let mut n = 0;
+        let mut woken = BTreeSet::new();
         for (&(w, _), c) in self.cursors.iter_mut() {
             if c.pending() && exists[w] {
                 c.n = c.m;
                 c.updated = now;
                 c.opened = Some(c.opened.unwrap_or(now));
                 n += 1;
+                woken.insert(KEYS[w]);
             }
         }
+        self.wake_requests.extend(woken.into_iter().map(index_of));
         n
     }
 }
@@ -384,19 +573,25 @@ pub trait Driver {
 }
 
 /// Runs one case: creates every session of the universe (W, X, G, C, D), then takes `ops`,
-/// checking the system against `model` after every step.
+/// checking the system against `model` after every step. The model's after-commit effects
+/// (wake decisions) are settled between `apply` and `check`; a driver that observes wakes
+/// compares them with [`Model::wakes`] in `check`.
 pub fn run_case<S: Driver>(system: &mut S, model: &mut Model, ops: &[S::Op]) {
     let mut obs = S::Observed::default();
     for s in [W, X, G, C, D] {
         let op = S::create(s);
         let ctx = format!("setup {op:?}");
         system.apply(model, &op, &ctx);
+        model.commit_effects();
         obs = system.check(model, &obs, Some(&op), &ctx);
+        model.wakes.clear();
     }
     for (i, op) in ops.iter().enumerate() {
         let ctx = format!("step {i} {op:?}");
         system.apply(model, op, &ctx);
+        model.commit_effects();
         obs = system.check(model, &obs, Some(op), &ctx);
+        model.wakes.clear();
     }
     system.finish();
 }

@@ -1,24 +1,30 @@
-//! Model-based test of the engine against a small in-memory reference of spec 01 (signal log,
-//! heads, pruned watermarks, retention) and spec 02 (cursor triples, notices, drain/ack,
-//! registration, unwatch, cleanup, restart sweep).
+//! Model-based test of the engine against the reference model of the contract
+//! (`aware_testkit::model`, written from docs/semantics.md): the signal log (heads, pruned
+//! watermarks, retention), cursors and notices (triples, drain/ack, registration, unwatch,
+//! cleanup, restart sweep), the system-event FIFO and prompt rendering, wakes (which watcher,
+//! how often, what each carries, coalescing on the manual clock, the catch-up), `sessions_send`,
+//! spawn, and the failure model (failing appends and reads through the store's fault plan).
 //!
 //! A fixed universe of sessions is driven by random operation sequences; after every step the
 //! engine's observable state (heads, retained streams, history gaps, every cursor row, pending
-//! notices and their text) must equal the model's exactly, and the cross-step properties hold:
-//! heads are never lowered (except by deleting the session), sequences are never reused, and a
-//! pending notice's text does not change until the watcher consumes it.
+//! notices and their text, every FIFO and prompt, the wakes delivered in the step) must equal
+//! the model's exactly, and the cross-step properties hold: heads are never lowered (except by
+//! deleting the session), sequences are never reused, wake ids increase, and a pending notice's
+//! text does not change until the watcher consumes it. Seeds: decision D48.
 
 use aware_core::{
     ActorType, AgentId, CursorState, EventKind, KindClass, Origin, SessionKey, SessionRef,
 };
 use aware_engine::{
     AckNotice, Actor, AppendOutcome, AppendRequest, CreateSession, Engine, EngineConfig,
-    EngineError, GoalStatus, ManualClock, NewTurn, PruneReport, RunOutcome,
+    EngineError, ErrorKind, GoalStatus, ManualClock, NewTurn, NotRecorded, PruneReport, RunOutcome,
+    Wake, WakeReason,
 };
 use aware_engine::{Provenance, ProvenanceKind};
 use aware_store::{CursorRow, Durability};
+use aware_testkit::model_runner::{cases_from_env, regression_seeds, run_seeded};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -113,7 +119,60 @@ enum Op {
         actor: Option<usize>,
         watchers: Vec<usize>,
     },
+    /// A host's line into the FIFO of `s` (02 §8.3): `text` and `key` pick from small sets
+    /// that collide (dedupe), are blank or reserved (refused), or span lines (rendering).
+    SystemEvent {
+        s: usize,
+        text: u8,
+        key: u8,
+    },
+    /// Explicit ack of the FIFO entry at `index` of `s` (or an id that is not there).
+    AckFifo {
+        s: usize,
+        index: u8,
+    },
+    /// `sessions_send` dispatch (03 §6.1) from `caller` to `t`, with or without `watch`.
+    Send {
+        caller: usize,
+        t: usize,
+        watch: bool,
+    },
+    /// `sessions_spawn` (03 §6.5) by `caller`; the child lives for this step only (the universe
+    /// is fixed), then is deleted.
+    Spawn {
+        caller: usize,
+    },
+    /// `inner` with the store failing appends (to the stream of `stream`, or every append).
+    FailAppends {
+        stream: Option<usize>,
+        inner: Box<Op>,
+    },
+    /// The reads of `s` with the store failing reads (01 §12: degraded answers, no change).
+    FailReads {
+        s: usize,
+    },
+    /// A write whose commit fails (01 §12): a human turn on `t`, a send from `caller` to `t`
+    /// with `watch`, a spawn by `caller`, or a registration of `caller` on `t`, by `what`.
+    FailCommit {
+        what: u8,
+        caller: usize,
+        t: usize,
+    },
 }
+
+const FIFO_TEXTS: [&str; 4] = [
+    "deploy finished",
+    "  deploy finished ",
+    "line one\nline two",
+    " ",
+];
+const FIFO_KEYS: [Option<&str>; 5] = [
+    None,
+    Some("ci:1"),
+    Some(" CI:1 "),
+    Some("session-state:61"),
+    Some("  "),
+];
 
 /// Sessions with the parent `W` (whose deletion orphans the children) drawn more often.
 fn session_biased() -> impl Strategy<Value = usize> {
@@ -150,6 +209,40 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         2 => Just(Op::Restart),
         3 => (s.clone(), 0..9u8, actor, prop::collection::vec(0..N, 0..3))
             .prop_map(|(t, kind, actor, watchers)| Op::AdminAppend { t, kind, actor, watchers }),
+        3 => (s.clone(), 0..4u8, 0..5u8).prop_map(|(s, text, key)| Op::SystemEvent { s, text, key }),
+        1 => (s.clone(), 0..3u8).prop_map(|(s, index)| Op::AckFifo { s, index }),
+        3 => (s.clone(), s.clone(), any::<bool>())
+            .prop_map(|(caller, t, watch)| Op::Send { caller, t, watch }),
+        1 => s.clone().prop_map(|caller| Op::Spawn { caller }),
+        1 => s.clone().prop_map(|s| Op::FailReads { s }),
+        1 => (0..4u8, s.clone(), s.clone())
+            .prop_map(|(what, caller, t)| Op::FailCommit { what, caller, t }),
+    ]
+}
+
+/// The operations that append, for [`Op::FailAppends`].
+fn appending_op() -> impl Strategy<Value = Op> {
+    let s = 0..N;
+    let actor = prop::option::of(0..4usize);
+    prop_oneof![
+        3 => s.clone().prop_map(|t| Op::HumanTurn { t, human_id: None }),
+        2 => (s.clone(), 0..2u8, any::<bool>(), actor.clone())
+            .prop_map(|(t, text, complete, actor)| Op::SetGoal { t, text, complete, actor }),
+        1 => (prop_oneof![Just(C), Just(D)], 0..4u8).prop_map(|(t, outcome)| Op::EndRun { t, outcome }),
+        1 => (s.clone(), 0..3u8).prop_map(|(t, op)| Op::Compaction { t, op }),
+        1 => prop_oneof![Just(C), Just(D), Just(X)].prop_map(|s| Op::Create { s }),
+        1 => s.clone().prop_map(|caller| Op::Spawn { caller }),
+        1 => (s.clone(), 0..9u8, actor, prop::collection::vec(0..N, 0..3))
+            .prop_map(|(t, kind, actor, watchers)| Op::AdminAppend { t, kind, actor, watchers }),
+    ]
+}
+
+/// Every operation, a few of them under a failing store.
+fn any_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        30 => op_strategy(),
+        1 => (prop::option::of(0..N), appending_op())
+            .prop_map(|(stream, inner)| Op::FailAppends { stream, inner: Box::new(inner) }),
     ]
 }
 
@@ -165,6 +258,11 @@ struct Harness {
     engine: Option<Engine>,
     clock: Arc<ManualClock>,
     config: EngineConfig,
+    /// Every wake the engine delivered (02 §10), subscribed before `start` so the restart
+    /// sweep's wakes are seen too.
+    wakes: RefCell<tokio::sync::broadcast::Receiver<Wake>>,
+    /// The id of the last wake seen: ids increase within a process.
+    last_wake_id: Cell<u64>,
     _dir: tempfile::TempDir,
 }
 
@@ -173,15 +271,21 @@ impl Harness {
         let dir = tempfile::TempDir::new().unwrap();
         let mut config = EngineConfig::new(dir.path().join("state.db"));
         config.retention = policy();
+        // Prunes are the model's steps, never a timer's: `run_timers` fires coalesced wakes only.
+        config.retention.prune_interval_secs = 31_536_000;
+        config.coalesce_secs = (COALESCE_MS / 1000) as u64;
         // Restarts here are clean closes, never crashes: `normal` keeps the case fast.
         config.durability = Durability::Normal;
         let clock = Arc::new(ManualClock::new(START));
         let engine = Engine::open(config.clone(), clock.clone()).unwrap();
+        let wakes = engine.subscribe_wakes();
         engine.start().unwrap();
         Harness {
             engine: Some(engine),
             clock,
             config,
+            wakes: RefCell::new(wakes),
+            last_wake_id: Cell::new(0),
             _dir: dir,
         }
     }
@@ -195,6 +299,8 @@ impl Harness {
         old.close();
         drop(old);
         let engine = Engine::open(self.config.clone(), self.clock.clone()).unwrap();
+        self.wakes = RefCell::new(engine.subscribe_wakes());
+        self.last_wake_id.set(0);
         let (sweep, prune) = engine.start().unwrap();
         self.engine = Some(engine);
         (sweep.cursors, prune.expect("no concurrent prune pass"))
@@ -311,7 +417,7 @@ fn apply(h: &mut Harness, m: &mut Model, op: &Op, ctx: &str) {
                 return;
             }
             let out = r.unwrap_or_else(|e| panic!("{ctx}: post_turn failed: {e}"));
-            let predicted = m.human_turn_records(*t);
+            let predicted = m.human_turn_records(*t) && !m.append_fails(*t);
             assert_eq!(
                 out.event.is_some(),
                 predicted,
@@ -377,7 +483,11 @@ fn apply(h: &mut Harness, m: &mut Model, op: &Op, ctx: &str) {
             let changed = sess.goal != Some((*text, *complete));
             sess.goal = Some((*text, *complete));
             assert_eq!(out.changed, changed, "{ctx}: goal changed?");
-            assert_eq!(out.event.is_some(), changed, "{ctx}: goal event?");
+            assert_eq!(
+                out.event.is_some(),
+                changed && !m.append_fails(*t),
+                "{ctx}: goal event?"
+            );
             if let Some(e) = out.event {
                 assert_eq!(e.actor_id.as_deref(), actor.map(|a| KEYS[a]));
                 let passed: Vec<usize> = parent_of(*t).into_iter().collect();
@@ -406,7 +516,11 @@ fn apply(h: &mut Harness, m: &mut Model, op: &Op, ctx: &str) {
             let sess = m.sessions[*t].as_mut().unwrap();
             let changed = sess.goal.take().is_some();
             assert_eq!(out.changed, changed, "{ctx}: goal cleared?");
-            assert_eq!(out.event.is_some(), changed, "{ctx}: goal event?");
+            assert_eq!(
+                out.event.is_some(),
+                changed && !m.append_fails(*t),
+                "{ctx}: goal event?"
+            );
             if let Some(e) = out.event {
                 let passed: Vec<usize> = parent_of(*t).into_iter().collect();
                 m.record(
@@ -469,9 +583,17 @@ fn apply(h: &mut Harness, m: &mut Model, op: &Op, ctx: &str) {
                 .end_run(&sref(*t), &run_id, outcome)
                 .unwrap_or_else(|e| panic!("{ctx}: end_run failed: {e}"));
             m.sessions[*t].as_mut().unwrap().run = None;
-            let e = out
-                .event
-                .unwrap_or_else(|| panic!("{ctx}: a child's run end recorded nothing"));
+            let Some(e) = out.event else {
+                assert!(
+                    m.append_fails(*t),
+                    "{ctx}: a child's run end recorded nothing"
+                );
+                return;
+            };
+            assert!(
+                !m.append_fails(*t),
+                "{ctx}: a failed append answered an event"
+            );
             let want = if outcome == RunOutcome::Ok {
                 EventKind::RunCompleted
             } else {
@@ -501,7 +623,13 @@ fn apply(h: &mut Harness, m: &mut Model, op: &Op, ctx: &str) {
             }
             let out = r.unwrap_or_else(|e| panic!("{ctx}: compaction failed: {e}"));
             let dedupe = format!("compacted:main:{}:{op_id}", KEYS[*t]);
-            let e = out.event.expect("compaction answers an event");
+            let Some(e) = out.event else {
+                assert!(
+                    m.append_fails(*t) && m.event_by_dedupe(&dedupe).is_none() && !out.duplicate,
+                    "{ctx}: compaction answered no event: {out:?}"
+                );
+                return;
+            };
             match m.event_by_dedupe(&dedupe) {
                 Some(seq) => {
                     assert!(out.duplicate, "{ctx}: repeated operationId not a duplicate");
@@ -527,26 +655,12 @@ fn apply(h: &mut Harness, m: &mut Model, op: &Op, ctx: &str) {
         }
         Op::Register { w, t } => {
             let r = h.e().register_watch(&sref(*w), &sref(*t));
-            let ok = qualified(*w) && w != t && m.exists(*w) && m.exists(*t);
-            if !ok {
+            if !m.may_register(*w, *t) {
                 assert!(r.is_err(), "{ctx}: registration should be refused: {r:?}");
                 return;
             }
             let row = r.unwrap_or_else(|e| panic!("{ctx}: register failed: {e}"));
-            let now = m.now;
-            let head = m.head(*t);
-            let c = m
-                .cursors
-                .entry((*w, *t))
-                .and_modify(|c| {
-                    if c.muted {
-                        *c = MCursor::settled(head, false, Origin::Watch, now);
-                    } else {
-                        c.updated = now;
-                    }
-                })
-                .or_insert(MCursor::settled(head, false, Origin::Watch, now));
-            let c = *c;
+            let c = m.register(*w, *t);
             assert_cursor_eq(ctx, (*w, *t), &row, &c);
         }
         Op::Unwatch { w, t } => {
@@ -591,6 +705,9 @@ fn apply(h: &mut Harness, m: &mut Model, op: &Op, ctx: &str) {
             let d = r.unwrap_or_else(|e| panic!("{ctx}: drain failed: {e}"));
             let pending = m.pending_of(*s);
             check_notices(ctx, *s, &d.notices, &pending);
+            check_fifo(ctx, *s, &d.system_events, &m.fifo[*s]);
+            assert_eq!(d.prompt, m.prompt_of(*s), "{ctx}: drain prompt");
+            m.fifo[*s].clear();
             let mut follow = 0;
             for (t, _) in &pending {
                 if m.ack(*s, *t) {
@@ -683,7 +800,7 @@ fn apply(h: &mut Harness, m: &mut Model, op: &Op, ctx: &str) {
                 Some(_) => {
                     let (sess, _) = r.unwrap_or_else(|e| panic!("{ctx}: reset failed: {e}"));
                     assert_eq!(sess.state_version, m.head(*s), "{ctx}: head kept by reset");
-                    m.cursors.retain(|&(w, _), _| w != *s);
+                    m.reset(*s);
                 }
             }
         }
@@ -727,9 +844,14 @@ fn apply(h: &mut Harness, m: &mut Model, op: &Op, ctx: &str) {
                 goal: None,
                 run: None,
             });
+            m.announce_creation(*s);
             if let Some(p) = parent_of(*s) {
                 let seq = h.e().version(&sref(*s));
                 assert_eq!(sess.state_version, seq, "{ctx}");
+                if m.append_fails(*s) {
+                    assert_eq!(seq, 0, "{ctx}: a failed child_spawned left a head");
+                    return;
+                }
                 m.record(
                     *s,
                     seq,
@@ -743,9 +865,19 @@ fn apply(h: &mut Harness, m: &mut Model, op: &Op, ctx: &str) {
                 assert_eq!(sess.state_version, 0, "{ctx}: a new stream has no head");
             }
         }
+        Op::SystemEvent { .. }
+        | Op::AckFifo { .. }
+        | Op::Send { .. }
+        | Op::Spawn { .. }
+        | Op::FailAppends { .. }
+        | Op::FailReads { .. }
+        | Op::FailCommit { .. } => apply_contract(h, m, op, ctx),
         Op::Advance { ms } => {
             let now = h.clock.advance(*ms);
-            m.now += ms;
+            h.e()
+                .run_timers()
+                .unwrap_or_else(|e| panic!("{ctx}: timers failed: {e}"));
+            m.advance(*ms);
             assert_eq!(now, m.now);
         }
         Op::Prune => {
@@ -755,6 +887,7 @@ fn apply(h: &mut Harness, m: &mut Model, op: &Op, ctx: &str) {
                 age: report.deleted_by_age,
                 cap: report.deleted_by_cap,
                 cursors: report.expired_cursors,
+                system_events: report.expired_system_events,
             };
             assert_eq!(got, want, "{ctx}: prune report");
         }
@@ -767,6 +900,7 @@ fn apply(h: &mut Harness, m: &mut Model, op: &Op, ctx: &str) {
                 age: report.deleted_by_age,
                 cap: report.deleted_by_cap,
                 cursors: report.expired_cursors,
+                system_events: report.expired_system_events,
             };
             assert_eq!(got, want, "{ctx}: start-up prune report");
         }
@@ -805,6 +939,13 @@ fn apply(h: &mut Harness, m: &mut Model, op: &Op, ctx: &str) {
                 return;
             }
             let out = r.unwrap_or_else(|e| panic!("{ctx}: append failed: {e}"));
+            if m.append_fails(*t) {
+                assert!(
+                    matches!(out, AppendOutcome::NotRecorded(NotRecorded::Failed)),
+                    "{ctx}: a failing append answered {out:?}"
+                );
+                return;
+            }
             let AppendOutcome::Recorded(e) = out else {
                 panic!("{ctx}: admin append not recorded: {out:?}");
             };
@@ -818,6 +959,297 @@ fn apply(h: &mut Harness, m: &mut Model, op: &Op, ctx: &str) {
                 ctx,
             );
         }
+    }
+}
+
+/// The operations beyond the signal log and cursors: the FIFO, `sessions_send`, spawn and the
+/// store's fault seams.
+fn apply_contract(h: &mut Harness, m: &mut Model, op: &Op, ctx: &str) {
+    match op {
+        Op::SystemEvent { s, text, key } => {
+            let (text, key) = (FIFO_TEXTS[*text as usize], FIFO_KEYS[*key as usize]);
+            let r = h.e().enqueue_system_event(&sref(*s), text, key);
+            let mut fifo = m.fifo[*s].clone();
+            let want = fifo_push(&mut fifo, text, key, m.now);
+            if want == FifoPush::Refused {
+                assert!(
+                    matches!(&r, Err(e) if e.kind() == ErrorKind::InvalidArgument),
+                    "{ctx}: expected invalid_argument, got {r:?}"
+                );
+                return;
+            }
+            if !m.exists(*s) {
+                assert!(
+                    not_found(&r),
+                    "{ctx}: expected session_not_found, got {r:?}"
+                );
+                return;
+            }
+            let id = r.unwrap_or_else(|e| panic!("{ctx}: enqueue failed: {e}"));
+            assert_eq!(
+                id.is_some(),
+                want == FifoPush::Inserted,
+                "{ctx}: enqueued (Some(id)) or a duplicate (None)?"
+            );
+            m.fifo[*s] = fifo;
+        }
+        Op::AckFifo { s, index } => {
+            let ids: Vec<i64> = match h.e().peek(&sref(*s)) {
+                Ok(d) => d.system_events.iter().map(|e| e.id).collect(),
+                Err(_) => Vec::new(),
+            };
+            let id = ids.get(*index as usize).copied().unwrap_or(i64::MAX);
+            let r = h.e().ack(&sref(*s), vec![], vec![id]);
+            if !m.exists(*s) {
+                assert!(
+                    not_found(&r),
+                    "{ctx}: expected session_not_found, got {r:?}"
+                );
+                return;
+            }
+            let res = r.unwrap_or_else(|e| panic!("{ctx}: ack failed: {e}"));
+            let removed = (*index as usize) < m.fifo[*s].len();
+            assert_eq!(
+                res,
+                aware_engine::AckResult {
+                    removed_system_events: u64::from(removed),
+                    ..Default::default()
+                },
+                "{ctx}: ack of a FIFO id"
+            );
+            if removed {
+                m.fifo[*s].remove(*index as usize);
+            }
+        }
+        Op::Send { caller, t, watch } => {
+            let r = h
+                .e()
+                .send_dispatch(&sref(*caller), &sref(*t), "please look", *watch);
+            if caller == t {
+                assert!(
+                    matches!(&r, Err(e) if e.kind() == ErrorKind::InvalidArgument)
+                        || (!m.exists(*t) && not_found(&r)),
+                    "{ctx}: a send to the caller's own session: {r:?}"
+                );
+                return;
+            }
+            if !m.exists(*caller) || !m.exists(*t) {
+                assert!(
+                    not_found(&r),
+                    "{ctx}: expected session_not_found, got {r:?}"
+                );
+                return;
+            }
+            let out = r.unwrap_or_else(|e| panic!("{ctx}: send failed: {e}"));
+            // 03 §6.1: `watched` only when asked; false for a bare caller.
+            let watched = watch.then(|| m.may_register(*caller, *t));
+            assert_eq!(out.watched, watched, "{ctx}: watched");
+            if watched == Some(true) {
+                m.register(*caller, *t);
+            }
+            m.direct_wake(KEYS[*t], MWakeReason::Message, &out.run_id, *caller);
+        }
+        Op::Spawn { caller } => {
+            let r = h.e().spawn(&sref(*caller), "do the task", None, None, None);
+            if !m.exists(*caller) {
+                assert!(
+                    not_found(&r),
+                    "{ctx}: expected session_not_found, got {r:?}"
+                );
+                return;
+            }
+            let out = r.unwrap_or_else(|e| panic!("{ctx}: spawn failed: {e}"));
+            let uuid = out
+                .child_key
+                .strip_prefix("agent:main:subagent:")
+                .unwrap_or_else(|| panic!("{ctx}: child key {}", out.child_key));
+            assert!(
+                uuid.len() == 36 && uuid.bytes().all(|b| b == b'-' || b.is_ascii_hexdigit()),
+                "{ctx}: child key {}",
+                out.child_key
+            );
+            let child = SessionRef::with_default(
+                SessionKey::parse(&out.child_key).unwrap(),
+                &AgentId::parse("main").unwrap(),
+            );
+            // 03 §6.5: `created` then `child_spawned` on the child's stream, the latter seeding
+            // the caller's cursor (02 §4); a failing store records neither, the spawn stands.
+            let page = h.e().list_since(&child, 0, 10).unwrap();
+            let kinds: Vec<EventKind> = page.events.iter().map(|e| e.kind).collect();
+            let rows = h.e().watchers(&child).unwrap();
+            if m.append_fault == Some(AppendFault::All) {
+                assert!(kinds.is_empty(), "{ctx}: failed appends left {kinds:?}");
+                assert!(
+                    rows.is_empty(),
+                    "{ctx}: a cursor without its event: {rows:?}"
+                );
+            } else {
+                assert_eq!(
+                    kinds,
+                    [EventKind::Created, EventKind::ChildSpawned],
+                    "{ctx}: the child's stream"
+                );
+                for e in &page.events {
+                    m.issued(e.sequence, ctx);
+                }
+                let seeded = page.events[1].sequence;
+                let want: Vec<(String, MCursor)> = if qualified(*caller) {
+                    vec![(
+                        KEYS[*caller].to_string(),
+                        MCursor::settled(seeded, false, Origin::Spawn, m.now),
+                    )]
+                } else {
+                    vec![]
+                };
+                let got: Vec<(String, MCursor)> = rows
+                    .iter()
+                    .map(|r| (r.watcher.clone(), model_cursor(r)))
+                    .collect();
+                assert_eq!(got, want, "{ctx}: the child's watchers");
+            }
+            let (turns, _) = h.e().list_turns(&child, None, 10).unwrap();
+            assert_eq!(turns.len(), 1, "{ctx}: the task turn");
+            m.direct_wake(&out.child_key, MWakeReason::Spawn, &out.run_id, *caller);
+            h.e()
+                .delete_session(&child)
+                .unwrap_or_else(|e| panic!("{ctx}: deleting the child failed: {e}"));
+        }
+        Op::FailAppends { stream, inner } => {
+            let faults = h.e().store_faults();
+            match stream {
+                Some(s) => faults.set_fail_appends_for(Some(KEYS[*s].to_string())),
+                None => faults.set_fail_appends(true),
+            }
+            m.append_fault = Some(stream.map_or(AppendFault::All, AppendFault::Stream));
+            apply(h, m, inner, ctx);
+            h.e().store_faults().clear();
+        }
+        Op::FailReads { s } => {
+            h.e().store_faults().set_fail_reads(true);
+            let version = h.e().version(&sref(*s));
+            let page = h.e().list_since(&sref(*s), 0, 200);
+            h.e().store_faults().clear();
+            // 01 §12: a failed read degrades to 0 and the empty page, and changes nothing.
+            assert_eq!(version, 0, "{ctx}: version under a read failure");
+            let page = page.unwrap_or_else(|e| panic!("{ctx}: listSince failed: {e}"));
+            assert!(
+                page.events.is_empty()
+                    && !page.truncated
+                    && page.earliest_available_sequence == 0
+                    && !page.history_gap,
+                "{ctx}: the degraded page: {page:?}"
+            );
+        }
+        Op::FailCommit { what, caller, t } => {
+            let e = h.e();
+            e.store_faults().fail_next_commits(1);
+            let (r, ok) = match what {
+                0 => (
+                    e.post_turn(&sref(*t), NewTurn::user("hello").channel("telegram"))
+                        .map(|_| ()),
+                    m.exists(*t),
+                ),
+                1 => (
+                    e.send_dispatch(&sref(*caller), &sref(*t), "please look", true)
+                        .map(|_| ()),
+                    caller != t && m.exists(*caller) && m.exists(*t),
+                ),
+                2 => (
+                    e.spawn(&sref(*caller), "do the task", None, None, None)
+                        .map(|_| ()),
+                    m.exists(*caller),
+                ),
+                _ => (
+                    e.register_watch(&sref(*caller), &sref(*t)).map(|_| ()),
+                    m.may_register(*caller, *t),
+                ),
+            };
+            e.store_faults().clear();
+            // 01 §12: an op whose commit failed answers store_unavailable, and nothing of it
+            // happened: the model does not move, and the checks after the step (heads, cursors,
+            // FIFOs, wakes) compare the engine with it.
+            if ok {
+                assert!(
+                    matches!(&r, Err(e) if e.kind() == ErrorKind::StoreUnavailable),
+                    "{ctx}: a failed commit answered {r:?}"
+                );
+            } else {
+                assert!(
+                    r.is_err(),
+                    "{ctx}: a refused op under a failing commit: {r:?}"
+                );
+            }
+        }
+        _ => unreachable!("{ctx}: not a contract op"),
+    }
+}
+
+fn check_fifo(ctx: &str, s: usize, got: &[aware_store::SystemEventRow], want: &[MSysEvent]) {
+    let got_v: Vec<MSysEvent> = got
+        .iter()
+        .map(|e| MSysEvent {
+            text: e.text.clone(),
+            context_key: e.context_key.clone(),
+            at: e.enqueued_at,
+        })
+        .collect();
+    assert_eq!(got_v, want, "{ctx}: FIFO of {}", KEYS[s]);
+    assert!(
+        got.windows(2).all(|p| p[0].id < p[1].id),
+        "{ctx}: FIFO ids not in arrival order"
+    );
+}
+
+/// The wakes delivered during the step equal the model's (which watcher, how often, what each
+/// carries), ids increase, and a new subscriber's catch-up is one wake per pending watcher.
+fn check_wakes(h: &Harness, m: &Model, ctx: &str) {
+    let mut got = Vec::new();
+    {
+        let mut rx = h.wakes.borrow_mut();
+        loop {
+            match rx.try_recv() {
+                Ok(w) => {
+                    assert!(
+                        w.id > h.last_wake_id.get(),
+                        "{ctx}: wake id {} not above {}",
+                        w.id,
+                        h.last_wake_id.get()
+                    );
+                    h.last_wake_id.set(w.id);
+                    got.push(model_wake(&w));
+                }
+                Err(tokio::sync::broadcast::error::TryRecvError::Empty) => break,
+                Err(e) => panic!("{ctx}: wake stream: {e}"),
+            }
+        }
+    }
+    // Within a step every wake has the same time; their order among watchers is not specified.
+    let mut want = m.wakes.clone();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want, "{ctx}: wakes delivered");
+    let catch_up: Vec<MWake> = h
+        .e()
+        .catch_up_wakes()
+        .unwrap()
+        .iter()
+        .map(model_wake)
+        .collect();
+    assert_eq!(catch_up, m.catch_up(), "{ctx}: catch-up wakes");
+}
+
+fn model_wake(w: &Wake) -> MWake {
+    MWake {
+        session: w.session_key.clone(),
+        reason: match w.reason {
+            WakeReason::SessionState => MWakeReason::SessionState,
+            WakeReason::Message => MWakeReason::Message,
+            WakeReason::Spawn => MWakeReason::Spawn,
+        },
+        targets: w.targets.iter().map(|(k, _)| k.clone()).collect(),
+        run_id: w.run_id.clone(),
+        from: w.from.clone(),
+        at: w.at,
     }
 }
 
@@ -990,7 +1422,7 @@ fn check(h: &Harness, m: &Model, prev: &Observed, op: Option<&Op>, ctx: &str) ->
     assert_eq!(total as usize, m.cursors.len(), "{ctx}: cursor count");
 
     // Pending notices: exact, one per pair, and text stable while pending.
-    for s in 0..N {
+    for (s, name) in KEYS.iter().enumerate() {
         let r = e.peek(&sref(s));
         if !m.exists(s) {
             assert!(not_found(&r), "{ctx}");
@@ -999,6 +1431,8 @@ fn check(h: &Harness, m: &Model, prev: &Observed, op: Option<&Op>, ctx: &str) ->
         let d = r.unwrap();
         let pending = m.pending_of(s);
         check_notices(ctx, s, &d.notices, &pending);
+        check_fifo(ctx, s, &d.system_events, &m.fifo[s]);
+        assert_eq!(d.prompt, m.prompt_of(s), "{ctx}: prompt of {name}");
         assert_eq!(
             d.pending_after,
             d.notices.len() as u64,
@@ -1014,6 +1448,7 @@ fn check(h: &Harness, m: &Model, prev: &Observed, op: Option<&Op>, ctx: &str) ->
         Some(Op::Ack { w, .. }) => Some(*w),
         _ => None,
     };
+    check_wakes(h, m, ctx);
     for (pair, text) in &obs.notices {
         if Some(pair.0) == consumed_by {
             continue;
@@ -1227,6 +1662,127 @@ fn directed_sequences() -> Vec<(&'static str, Vec<Op>)> {
             ],
         ),
         (
+            "wakes: opening, coalescing, merged delivery, drained before due, follow-ups",
+            vec![
+                Op::Register { w: X, t: C },
+                human(C),
+                Op::Advance { ms: 5_000 },
+                human(D),
+                Op::Advance { ms: 15_000 },
+                human(C),
+                drain(W),
+                Op::Advance { ms: 20_000 },
+                human(D),
+                Op::Advance { ms: 1_000 },
+                human(D),
+                drain(W),
+                drain(X),
+                Op::Advance { ms: 19_000 },
+                Op::Restart,
+                Op::Delete { s: X },
+                Op::Create { s: X },
+            ],
+        ),
+        (
+            "FIFO: creation lines, dedupe, refusals, multi-line prompt, cap, ack by id",
+            (0..23u8)
+                .map(|i| Op::SystemEvent {
+                    s: W,
+                    text: i % 4,
+                    key: i % 3,
+                })
+                .chain([
+                    Op::AckFifo { s: W, index: 1 },
+                    Op::AckFifo { s: W, index: 9 },
+                    human(C),
+                    Op::Peek { s: W },
+                    drain(W),
+                    Op::SystemEvent {
+                        s: C,
+                        text: 2,
+                        key: 0,
+                    },
+                    Op::Reset { s: C },
+                    Op::Delete { s: W },
+                    Op::Create { s: X },
+                    Op::Create { s: W },
+                    Op::Delete { s: X },
+                    Op::Create { s: X },
+                ])
+                .collect(),
+        ),
+        (
+            "sessions_send with and without watch, spawn, failing appends and reads",
+            vec![
+                Op::Send {
+                    caller: X,
+                    t: C,
+                    watch: true,
+                },
+                Op::Send {
+                    caller: G,
+                    t: C,
+                    watch: true,
+                },
+                Op::Send {
+                    caller: W,
+                    t: W,
+                    watch: false,
+                },
+                Op::Unwatch { w: X, t: C },
+                Op::Send {
+                    caller: X,
+                    t: C,
+                    watch: true,
+                },
+                human(C),
+                Op::Spawn { caller: W },
+                Op::Spawn { caller: G },
+                Op::FailAppends {
+                    stream: None,
+                    inner: Box::new(Op::Spawn { caller: X }),
+                },
+                Op::FailAppends {
+                    stream: Some(C),
+                    inner: Box::new(human(C)),
+                },
+                Op::FailAppends {
+                    stream: Some(D),
+                    inner: Box::new(human(C)),
+                },
+                Op::Delete { s: D },
+                Op::FailAppends {
+                    stream: Some(D),
+                    inner: Box::new(Op::Create { s: D }),
+                },
+                human(D),
+                Op::FailReads { s: C },
+                Op::FailCommit {
+                    what: 0,
+                    caller: W,
+                    t: C,
+                },
+                Op::FailCommit {
+                    what: 1,
+                    caller: W,
+                    t: D,
+                },
+                Op::FailCommit {
+                    what: 2,
+                    caller: X,
+                    t: X,
+                },
+                Op::FailCommit {
+                    what: 3,
+                    caller: X,
+                    t: D,
+                },
+                human(D),
+                drain(W),
+                drain(X),
+            ],
+        ),
+        (
             "runs, goals and deletes with an active run",
             vec![
                 Op::StartRun { t: C },
@@ -1266,16 +1822,7 @@ fn directed_sequences() -> Vec<(&'static str, Vec<Op>)> {
 
 #[test]
 fn model_engine_matches_reference() {
-    let cases = std::env::var("AWARE_MODEL_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(64);
-    let config = Config {
-        cases,
-        failure_persistence: None,
-        max_shrink_iters: 2000,
-        ..Config::default()
-    };
+    let cases = cases_from_env("AWARE_MODEL_CASES", 64);
     for (name, ops) in directed_sequences() {
         let outcome = std::panic::catch_unwind(|| run_case(&ops));
         if let Err(e) = outcome {
@@ -1287,14 +1834,14 @@ fn model_engine_matches_reference() {
             panic!("directed sequence {name:?} failed: {msg}\nops: {ops:?}");
         }
     }
-    let mut runner = TestRunner::new(config);
-    let result = runner.run(&prop::collection::vec(op_strategy(), 1..60), |ops| {
-        run_case(&ops);
-        Ok(())
-    });
-    if let Err(e) = result {
-        panic!("{e}");
-    }
+    run_seeded(
+        "model_engine",
+        &regression_seeds(include_str!("model_seeds.txt")),
+        cases,
+        2000,
+        &prop::collection::vec(any_op(), 1..60),
+        |ops| run_case(&ops),
+    );
 }
 
 /// Regression (02 §2 step 3 as documented in ARCHITECTURE.md): a re-created parent inherits

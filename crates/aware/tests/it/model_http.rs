@@ -1,32 +1,37 @@
-//! Model-based test over HTTP (decision D1): random operation sequences against a real
-//! `aware serve --test-clock` on loopback, compared after every step with a small reference model
-//! of spec 01 (signal log, heads, pruned watermarks, retention) and spec 02 (cursor triples,
-//! notices, drain/ack, registration, unwatch, restart sweep).
+//! Model-based test over HTTP (decisions D1, D48): random operation sequences against a real
+//! `aware serve --test-clock` on loopback, compared after every step with the reference model of
+//! the contract (`aware_testkit::model`, shared with the engine's model test).
 //!
-//! The model follows the shape of the engine's model test (crates/aware-engine/tests/it/model.rs),
-//! restricted to what the HTTP surface shows. Operations: human turns, goal PUT/DELETE as the
-//! operator and as a watcher session (`X-Aware-Session`, self-suppression), run start/end on the
-//! children, compaction, watch (POST watches) and unwatch (`sessions_unwatch` tool or DELETE),
-//! drain, pending, explicit ack, reset, delete and re-create, clock advance, admin prune (with a
-//! small `[retention] max_rows`), graceful restart and `kill -9` restart.
+//! Operations: human turns, goal PUT/DELETE as the operator and as a watcher session
+//! (`X-Aware-Session`, self-suppression), run start/end on the children, compaction, watch (POST
+//! watches) and unwatch (`sessions_unwatch` tool or DELETE), drain, pending, explicit ack,
+//! reset, delete and re-create, clock advance, admin prune (with a small `[retention]
+//! max_rows`), graceful restart and `kill -9` restart, system events, `sessions_send` (with and
+//! without `watch`), `sessions_spawn`, and, under `POST /v1/admin/faults`, appending operations, writes
+//! whose commit fails and `session_status` with failing reads.
 //!
 //! After every step: every cursor triple from `GET /v1/sessions/{w}/watches` equals the model and
 //! satisfies `lastSeen ≤ notified ≤ material`; pending notices are exact (one per pair, exact
-//! text); heads (`stateVersion`) are never lowered (except by deleting the session); every
-//! retained stream and the exact `historyGap` of `session_status changesSince` match the model;
-//! sequences are never reused.
+//! text), and so are the FIFO and the `prompt`; heads (`stateVersion`) are never lowered (except
+//! by deleting the session); every retained stream and the exact `historyGap` of
+//! `session_status changesSince` match the model; sequences are never reused; the wakes on an
+//! unfiltered `GET /v1/wakes` stream (fenced by markers) are exactly the model's. Every refusal
+//! is checked by its exact status and error code.
 //!
-//! One server per proptest case. `AWARE_HTTP_MODEL_CASES` (default 16) sets the number of cases.
+//! One server per case. `AWARE_HTTP_MODEL_CASES` (default 16) sets the number of cases;
+//! `AWARE_TEST_SEED` repeats a run; `model_http_seeds.txt` keeps failing case seeds.
 
 use crate::common::{seg, Resp, Server};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
 use serde_json::{json, Value};
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 
 use aware_core::Origin;
 use aware_testkit::model::{KindClass as Class, SERVER_CONFIG as CONFIG, *};
+use aware_testkit::model_runner::{cases_from_env, regression_seeds, run_seeded};
 use aware_testkit::spec::DAY;
+use aware_testkit::wakes::Wakes;
 
 fn path(s: usize, rest: &str) -> String {
     format!("/v1/sessions/{}{rest}", seg(KEYS[s]))
@@ -99,7 +104,49 @@ enum Op {
     Prune,
     Restart,
     Kill9Restart,
+    /// `POST …/system-events` (02 §8.3) from small sets of texts and keys that collide, are
+    /// blank or reserved, or span lines.
+    SystemEvent {
+        s: usize,
+        text: u8,
+        key: u8,
+    },
+    /// The `sessions_send` tool (03 §6.1), `timeoutSeconds: 0`, with or without `watch`.
+    Send {
+        caller: usize,
+        t: usize,
+        watch: bool,
+    },
+    /// The `sessions_spawn` tool (03 §6.5); the child is deleted within the step.
+    Spawn {
+        caller: usize,
+    },
+    /// `inner` with `POST /v1/admin/faults` failing appends (to one stream, or all).
+    FailAppends {
+        stream: Option<usize>,
+        inner: Box<Op>,
+    },
+    /// `session_status` of `t` by `caller` with `failReads` (01 §12: degraded, nothing changes).
+    FailReads {
+        caller: usize,
+        t: usize,
+    },
+    /// A write whose commit fails (`failCommits: 1`): a human turn on `t`, a send from `caller`
+    /// to `t` with `watch`, a spawn by `caller`, or a watch of `caller` on `t`, by `what`.
+    FailCommit {
+        what: u8,
+        caller: usize,
+        t: usize,
+    },
 }
+
+const FIFO_TEXTS: [&str; 4] = [
+    "deploy finished",
+    "  deploy finished ",
+    "line one\nline two",
+    " ",
+];
+const FIFO_KEYS: [Option<&str>; 4] = [None, Some("ci:1"), Some(" CI:1 "), Some("session-state:61")];
 
 fn op_strategy() -> impl Strategy<Value = Op> {
     let s = 0..N;
@@ -127,6 +174,34 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         2 => Just(Op::Prune),
         1 => Just(Op::Restart),
         1 => Just(Op::Kill9Restart),
+        3 => (0..N, 0..4u8, 0..4u8).prop_map(|(s, text, key)| Op::SystemEvent { s, text, key }),
+        3 => (0..N, 0..N, any::<bool>()).prop_map(|(caller, t, watch)| Op::Send { caller, t, watch }),
+        1 => (0..N).prop_map(|caller| Op::Spawn { caller }),
+        1 => (0..4u8, 0..N, 0..N).prop_map(|(what, caller, t)| Op::FailCommit { what, caller, t }),
+        1 => (0..N, 0..N).prop_map(|(caller, t)| Op::FailReads { caller, t }),
+    ]
+}
+
+/// The operations that append, for [`Op::FailAppends`].
+fn appending_op() -> impl Strategy<Value = Op> {
+    let s = 0..N;
+    prop_oneof![
+        3 => s.clone().prop_map(|t| Op::HumanTurn { t }),
+        2 => (s.clone(), 0..2u8, any::<bool>(), prop::option::of(0..4usize))
+            .prop_map(|(t, text, complete, actor)| Op::SetGoal { t, text, complete, actor }),
+        1 => (prop_oneof![Just(C), Just(D)], 0..4u8).prop_map(|(t, outcome)| Op::EndRun { t, outcome }),
+        1 => (s.clone(), 0..3u8).prop_map(|(t, op)| Op::Compaction { t, op }),
+        1 => prop_oneof![Just(C), Just(D), Just(X)].prop_map(|s| Op::Create { s }),
+        1 => s.prop_map(|caller| Op::Spawn { caller }),
+    ]
+}
+
+/// Every operation, a few of them under a failing store.
+fn any_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        30 => op_strategy(),
+        1 => (prop::option::of(0..N), appending_op())
+            .prop_map(|(stream, inner)| Op::FailAppends { stream, inner: Box::new(inner) }),
     ]
 }
 
@@ -143,13 +218,18 @@ fn expect_status(ctx: &str, r: &Resp, want: &[u16]) {
     );
 }
 
-fn expect_refused(ctx: &str, r: &Resp) {
+/// A refusal with exactly this status and error code (docs/api.md).
+fn expect_error(ctx: &str, r: &Resp, status: u16, code: &str) {
     assert!(
-        (400..500).contains(&r.status),
-        "{ctx}: expected a 4xx refusal, got {}: {}",
+        r.status == status && r.body["error"]["code"] == code,
+        "{ctx}: expected {status} {code}, got {}: {}",
         r.status,
         r.body
     );
+}
+
+fn not_found(ctx: &str, r: &Resp) {
+    expect_error(ctx, r, 404, "session_not_found")
 }
 
 fn seq_of(ctx: &str, ev: &Value) -> i64 {
@@ -202,6 +282,236 @@ fn check_notices(ctx: &str, w: usize, got: &Value, want: &[(usize, MCursor)]) {
     assert_eq!(pairs.len(), got.len(), "{ctx}: two notices for one pair");
 }
 
+/// The FIFO of a drain or pending answer and its `prompt` (02 §8.3, §8.4).
+fn check_fifo(ctx: &str, s: usize, body: &Value, m: &Model) {
+    let got: Vec<MSysEvent> = body["systemEvents"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{ctx}: no systemEvents: {body}"))
+        .iter()
+        .map(|e| MSysEvent {
+            text: e["text"].as_str().unwrap().to_string(),
+            context_key: e["contextKey"].as_str().map(str::to_string),
+            at: e["enqueuedAt"].as_i64().unwrap(),
+        })
+        .collect();
+    assert_eq!(got, m.fifo[s], "{ctx}: FIFO of {}", KEYS[s]);
+    assert_eq!(
+        body["prompt"],
+        m.prompt_of(s),
+        "{ctx}: prompt of {}",
+        KEYS[s]
+    );
+}
+
+/// The operations beyond the signal log and cursors: the FIFO, `sessions_send`, spawn and
+/// failing appends.
+fn apply_contract(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
+    match op {
+        Op::SystemEvent { s, text, key } => {
+            let (text, key) = (FIFO_TEXTS[*text as usize], FIFO_KEYS[*key as usize]);
+            let mut body = json!({ "text": text });
+            if let Some(k) = key {
+                body["contextKey"] = k.into();
+            }
+            let r = call(h, "POST", &path(*s, "/system-events"), None, Some(body));
+            if !m.exists(*s) {
+                return not_found(ctx, &r);
+            }
+            let mut fifo = m.fifo[*s].clone();
+            match fifo_push(&mut fifo, text, key, m.now) {
+                FifoPush::Refused => expect_error(ctx, &r, 400, "invalid_argument"),
+                FifoPush::Duplicate => {
+                    expect_status(ctx, &r, &[200]);
+                    assert_eq!(r.body, json!({"deduped": true}), "{ctx}");
+                }
+                FifoPush::Inserted => {
+                    expect_status(ctx, &r, &[201]);
+                    assert!(r.body["id"].is_i64(), "{ctx}: {}", r.body);
+                    m.fifo[*s] = fifo;
+                }
+            }
+        }
+        Op::Send { caller, t, watch } => {
+            let r = h.tool(
+                KEYS[*caller],
+                "sessions_send",
+                json!({"sessionKey": KEYS[*t], "message": "please look", "timeoutSeconds": 0,
+                       "watch": watch}),
+            );
+            // docs/api.md §3.1: the caller, then the target (404), then the caller's own session.
+            if !m.exists(*caller) || !m.exists(*t) {
+                return not_found(ctx, &r);
+            }
+            if caller == t {
+                return expect_error(ctx, &r, 400, "invalid_argument");
+            }
+            expect_status(ctx, &r, &[200]);
+            assert_eq!(r.body["status"], "accepted", "{ctx}: {}", r.body);
+            assert_eq!(r.body["sessionKey"], KEYS[*t], "{ctx}: {}", r.body);
+            let watched = watch.then(|| m.may_register(*caller, *t));
+            assert_eq!(
+                r.body.get("watched").and_then(Value::as_bool),
+                watched,
+                "{ctx}: watched: {}",
+                r.body
+            );
+            if watched == Some(true) {
+                m.register(*caller, *t);
+            }
+            let run_id = r.body["runId"].as_str().unwrap_or_default();
+            m.direct_wake(KEYS[*t], MWakeReason::Message, run_id, *caller);
+        }
+        Op::Spawn { caller } => {
+            let r = h.tool(
+                KEYS[*caller],
+                "sessions_spawn",
+                json!({"task": "do the task"}),
+            );
+            if !m.exists(*caller) {
+                return not_found(ctx, &r);
+            }
+            expect_status(ctx, &r, &[200]);
+            assert_eq!(r.body["status"], "accepted", "{ctx}: {}", r.body);
+            let child = r.body["childSessionKey"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{ctx}: no childSessionKey: {}", r.body))
+                .to_string();
+            assert!(
+                child.starts_with("agent:main:subagent:"),
+                "{ctx}: child key {child}"
+            );
+            let run_id = r.body["runId"].as_str().unwrap_or_default();
+            m.direct_wake(&child, MWakeReason::Spawn, run_id, *caller);
+            let cpath = format!("/v1/sessions/{}", seg(&child));
+            let st = h.tool(
+                KEYS[*caller],
+                "session_status",
+                json!({"sessionKey": child, "changesSince": 0}),
+            );
+            expect_status(ctx, &st, &[200]);
+            let kinds: Vec<&str> = st.body["stateChanges"]["events"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["kind"].as_str().unwrap())
+                .collect();
+            if m.append_fault == Some(AppendFault::All) {
+                assert!(kinds.is_empty(), "{ctx}: failed appends left {kinds:?}");
+            } else {
+                assert_eq!(
+                    kinds,
+                    ["created", "child_spawned"],
+                    "{ctx}: the child's stream"
+                );
+                for e in st.body["stateChanges"]["events"].as_array().unwrap() {
+                    m.issued(seq_of(ctx, e), ctx);
+                }
+            }
+            let r = h.delete(&cpath);
+            expect_status(ctx, &r, &[200]);
+        }
+        Op::FailAppends { stream, inner } => {
+            let faults = match stream {
+                Some(s) => json!({ "failAppendsFor": KEYS[*s] }),
+                None => json!({ "failAppends": true }),
+            };
+            expect_status(ctx, &h.post("/v1/admin/faults", faults), &[200]);
+            m.append_fault = Some(stream.map_or(AppendFault::All, AppendFault::Stream));
+            apply(h, m, inner, ctx);
+            expect_status(ctx, &h.post("/v1/admin/faults", json!({})), &[200]);
+        }
+        Op::FailReads { caller, t } => {
+            expect_status(
+                ctx,
+                &h.post("/v1/admin/faults", json!({"failReads": true})),
+                &[200],
+            );
+            let r = h.tool(
+                KEYS[*caller],
+                "session_status",
+                json!({"sessionKey": KEYS[*t], "changesSince": 0}),
+            );
+            expect_status(ctx, &h.post("/v1/admin/faults", json!({})), &[200]);
+            if !m.exists(*caller) || !m.exists(*t) {
+                return not_found(ctx, &r);
+            }
+            // 01 §12: the signal-log reads degrade to 0 and the empty page.
+            expect_status(ctx, &r, &[200]);
+            assert_eq!(r.body["stateVersion"], 0, "{ctx}: {}", r.body);
+            assert_eq!(
+                r.body["stateChanges"],
+                json!({"events": [], "truncated": false, "earliestAvailableSequence": 0,
+                       "historyGap": false}),
+                "{ctx}: the degraded page"
+            );
+        }
+        Op::FailCommit { what, caller, t } => {
+            expect_status(
+                ctx,
+                &h.post("/v1/admin/faults", json!({"failCommits": 1})),
+                &[200],
+            );
+            let (r, ok) = match what {
+                0 => (
+                    call(
+                        h,
+                        "POST",
+                        &path(*t, "/turns"),
+                        None,
+                        Some(json!({"role": "user", "text": "hello", "channel": "telegram"})),
+                    ),
+                    m.exists(*t),
+                ),
+                1 => (
+                    h.tool(
+                        KEYS[*caller],
+                        "sessions_send",
+                        json!({"sessionKey": KEYS[*t], "message": "please look",
+                               "timeoutSeconds": 0, "watch": true}),
+                    ),
+                    caller != t && m.exists(*caller) && m.exists(*t),
+                ),
+                2 => (
+                    h.tool(
+                        KEYS[*caller],
+                        "sessions_spawn",
+                        json!({"task": "do the task"}),
+                    ),
+                    m.exists(*caller),
+                ),
+                _ => (
+                    call(
+                        h,
+                        "POST",
+                        &path(*caller, "/watches"),
+                        None,
+                        Some(json!({"target": KEYS[*t]})),
+                    ),
+                    m.may_register(*caller, *t),
+                ),
+            };
+            expect_status(ctx, &h.post("/v1/admin/faults", json!({})), &[200]);
+            // 01 §12: 503 store_unavailable and nothing of the op happened (the model does not
+            // move; the checks after the step compare everything with it, wakes included).
+            // A refusal decided inside the writer op (a bare or self watcher) shares its batch's
+            // failed commit and is answered 503 too; one decided before it (a missing session)
+            // keeps its 4xx. Either way nothing happened.
+            if ok {
+                expect_error(ctx, &r, 503, "store_unavailable");
+            } else {
+                assert!(
+                    (400..500).contains(&r.status)
+                        || (r.status == 503 && r.body["error"]["code"] == "store_unavailable"),
+                    "{ctx}: a refused op under a failing commit: {} {}",
+                    r.status,
+                    r.body
+                );
+            }
+        }
+        _ => unreachable!("{ctx}: not a contract op"),
+    }
+}
+
 fn apply(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
     match *op {
         Op::HumanTurn { t } => {
@@ -213,13 +523,13 @@ fn apply(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
                 Some(json!({"role": "user", "text": "hello", "channel": "telegram"})),
             );
             if !m.exists(t) {
-                return expect_status(ctx, &r, &[404]);
+                return not_found(ctx, &r);
             }
             expect_status(ctx, &r, &[201]);
             let ev = r.body.get("event");
             assert_eq!(
                 ev.is_some(),
-                m.human_turn_records(t),
+                m.human_turn_records(t) && !m.append_fails(t),
                 "{ctx}: human turn recorded? {}",
                 r.body
             );
@@ -252,7 +562,7 @@ fn apply(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
                 Some(json!({"text": format!("goal text {text}"), "status": status})),
             );
             if !m.exists(t) || actor.is_some_and(|a| !m.exists(a)) {
-                return expect_status(ctx, &r, &[404]);
+                return not_found(ctx, &r);
             }
             expect_status(ctx, &r, &[200]);
             let sess = m.sessions[t].as_mut().unwrap();
@@ -263,7 +573,11 @@ fn apply(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
                 "{ctx}: goal changed? {}",
                 r.body
             );
-            assert_eq!(r.body.get("event").is_some(), changed, "{ctx}: goal event?");
+            assert_eq!(
+                r.body.get("event").is_some(),
+                changed && !m.append_fails(t),
+                "{ctx}: goal event?"
+            );
             if let Some(ev) = r.body.get("event") {
                 assert_eq!(
                     ev["actorId"].as_str(),
@@ -285,12 +599,16 @@ fn apply(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
         Op::ClearGoal { t, actor } => {
             let r = call(h, "DELETE", &path(t, "/goal"), actor, None);
             if !m.exists(t) || actor.is_some_and(|a| !m.exists(a)) {
-                return expect_status(ctx, &r, &[404]);
+                return not_found(ctx, &r);
             }
             expect_status(ctx, &r, &[200]);
             let changed = m.sessions[t].as_mut().unwrap().goal.take().is_some();
             assert_eq!(r.body["changed"], changed, "{ctx}: goal cleared?");
-            assert_eq!(r.body.get("event").is_some(), changed, "{ctx}: goal event?");
+            assert_eq!(
+                r.body.get("event").is_some(),
+                changed && !m.append_fails(t),
+                "{ctx}: goal event?"
+            );
             if let Some(ev) = r.body.get("event") {
                 let passed: Vec<usize> = parent_of(t).into_iter().collect();
                 m.record(
@@ -315,8 +633,8 @@ fn apply(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
                 Some(json!({"runId": run_id})),
             );
             match m.sessions[t].as_mut() {
-                None => expect_status(ctx, &r, &[404]),
-                Some(s) if s.run.is_some() => expect_status(ctx, &r, &[409]),
+                None => not_found(ctx, &r),
+                Some(s) if s.run.is_some() => expect_error(ctx, &r, 409, "run_active"),
                 Some(s) => {
                     expect_status(ctx, &r, &[201]);
                     s.run = Some(run_id);
@@ -353,10 +671,17 @@ fn apply(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
             );
             expect_status(ctx, &r, &[200]);
             m.sessions[t].as_mut().unwrap().run = None;
-            let ev = r
-                .body
-                .get("event")
-                .unwrap_or_else(|| panic!("{ctx}: a child's run end recorded nothing"));
+            let Some(ev) = r.body.get("event") else {
+                assert!(
+                    m.append_fails(t),
+                    "{ctx}: a child's run end recorded nothing"
+                );
+                return;
+            };
+            assert!(
+                !m.append_fails(t),
+                "{ctx}: a failed append answered an event"
+            );
             let want = if outcome == "ok" {
                 "run_completed"
             } else {
@@ -376,7 +701,7 @@ fn apply(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
                 Some(json!({"operationId": op_id})),
             );
             if !m.exists(t) {
-                return expect_status(ctx, &r, &[404]);
+                return not_found(ctx, &r);
             }
             let dedupe = format!("compacted:main:{}:{op_id}", KEYS[t]);
             let ev = r.body["event"].clone();
@@ -385,6 +710,15 @@ fn apply(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
                     expect_status(ctx, &r, &[200]);
                     assert_eq!(r.body["duplicate"], true, "{ctx}: not a duplicate");
                     assert_eq!(seq_of(ctx, &ev), seq, "{ctx}: duplicate answers the first");
+                }
+                None if m.append_fails(t) => {
+                    // 01 §12: the compaction stands, its event is not recorded.
+                    assert!(
+                        r.status < 300 && r.body.get("event").is_none(),
+                        "{ctx}: compaction under a failing append: {} {}",
+                        r.status,
+                        r.body
+                    );
                 }
                 None => {
                     expect_status(ctx, &r, &[201]);
@@ -409,23 +743,18 @@ fn apply(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
                 None,
                 Some(json!({"target": KEYS[t]})),
             );
-            if !(qualified(w) && w != t && m.exists(w) && m.exists(t)) {
-                return expect_refused(ctx, &r);
+            // docs/api.md §2.19, in the dispatcher's order: the path session, then the fields.
+            if !m.exists(w) {
+                return not_found(ctx, &r);
+            }
+            if !qualified(w) || w == t {
+                return expect_error(ctx, &r, 400, "invalid_argument");
+            }
+            if !m.exists(t) {
+                return not_found(ctx, &r);
             }
             expect_status(ctx, &r, &[200]);
-            let now = m.now;
-            let head = m.head(t);
-            let c = *m
-                .cursors
-                .entry((w, t))
-                .and_modify(|c| {
-                    if c.muted {
-                        *c = MCursor::settled(head, false, Origin::Watch, now);
-                    } else {
-                        c.updated = now;
-                    }
-                })
-                .or_insert(MCursor::settled(head, false, Origin::Watch, now));
+            let c = m.register(w, t);
             let got = &r.body["cursor"];
             assert_eq!(
                 (
@@ -450,7 +779,7 @@ fn apply(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
                 )
             };
             if !m.exists(w) || !m.exists(t) {
-                return expect_status(ctx, &r, &[404]);
+                return not_found(ctx, &r);
             }
             expect_status(ctx, &r, &[200]);
             let existing = m.cursors.get(&(w, t)).copied();
@@ -467,11 +796,13 @@ fn apply(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
         Op::Drain { s } => {
             let r = call(h, "POST", &path(s, "/drain"), None, Some(json!({})));
             if !m.exists(s) {
-                return expect_status(ctx, &r, &[404]);
+                return not_found(ctx, &r);
             }
             expect_status(ctx, &r, &[200]);
             let pending = m.pending_of(s);
             check_notices(ctx, s, &r.body, &pending);
+            check_fifo(ctx, s, &r.body, m);
+            m.fifo[s].clear();
             let mut follow = 0;
             for (t, _) in &pending {
                 if m.ack(s, *t) {
@@ -483,7 +814,7 @@ fn apply(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
         Op::Pending { s } => {
             let r = call(h, "GET", &path(s, "/pending"), None, None);
             if !m.exists(s) {
-                return expect_status(ctx, &r, &[404]);
+                return not_found(ctx, &r);
             }
             expect_status(ctx, &r, &[200]);
             check_notices(ctx, s, &r.body, &m.pending_of(s));
@@ -508,7 +839,7 @@ fn apply(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
                 Some(json!({"notices": [notice]})),
             );
             if !m.exists(w) {
-                return expect_status(ctx, &r, &[404]);
+                return not_found(ctx, &r);
             }
             expect_status(ctx, &r, &[200]);
             let (mut acked, mut follow, mut ignored) = (0, 0, Vec::<String>::new());
@@ -531,8 +862,8 @@ fn apply(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
         Op::Reset { s } => {
             let r = call(h, "POST", &path(s, "/reset"), None, Some(json!({})));
             match m.sessions[s].as_ref() {
-                None => expect_status(ctx, &r, &[404]),
-                Some(ss) if ss.run.is_some() => expect_status(ctx, &r, &[409]),
+                None => not_found(ctx, &r),
+                Some(ss) if ss.run.is_some() => expect_error(ctx, &r, 409, "run_active"),
                 Some(_) => {
                     expect_status(ctx, &r, &[200]);
                     assert_eq!(
@@ -540,14 +871,14 @@ fn apply(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
                         m.head(s),
                         "{ctx}: head kept by reset"
                     );
-                    m.cursors.retain(|&(w, _), _| w != s);
+                    m.reset(s);
                 }
             }
         }
         Op::Delete { s } => {
             let r = call(h, "DELETE", &path(s, ""), None, None);
             if !m.exists(s) {
-                return expect_status(ctx, &r, &[404]);
+                return not_found(ctx, &r);
             }
             expect_status(ctx, &r, &[200]);
             m.delete(s);
@@ -564,7 +895,7 @@ fn apply(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
                 return expect_status(ctx, &r, &[200]);
             }
             if parent_of(s).is_some_and(|p| !m.exists(p)) {
-                return expect_status(ctx, &r, &[404]);
+                return not_found(ctx, &r);
             }
             expect_status(ctx, &r, &[201]);
             let sess = &r.body["session"];
@@ -578,16 +909,26 @@ fn apply(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
                 run: None,
             });
             let version = sess["stateVersion"].as_i64().unwrap();
+            if parent_of(s).is_some() && m.append_fails(s) {
+                assert_eq!(version, 0, "{ctx}: a failed child_spawned left a head");
+                return;
+            }
             if let Some(p) = parent_of(s) {
                 m.record(s, version, None, Class::Seeds, None, &[p], ctx);
             } else {
                 assert_eq!(version, 0, "{ctx}: a new stream has no head");
             }
         }
+        Op::SystemEvent { .. }
+        | Op::Send { .. }
+        | Op::Spawn { .. }
+        | Op::FailAppends { .. }
+        | Op::FailCommit { .. }
+        | Op::FailReads { .. } => apply_contract(h, m, op, ctx),
         Op::Advance { ms } => {
             let now = m.now + ms;
             h.set_clock(now);
-            m.now = now;
+            m.advance(ms);
         }
         Op::Prune => {
             let report = h.prune();
@@ -596,6 +937,7 @@ fn apply(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
                 age: report["deletedByAge"].as_u64().unwrap(),
                 cap: report["deletedByCap"].as_u64().unwrap(),
                 cursors: report["expiredCursors"].as_u64().unwrap(),
+                system_events: report["expiredSystemEvents"].as_u64().unwrap(),
             };
             assert_eq!(got, want, "{ctx}: prune report");
         }
@@ -642,7 +984,7 @@ fn check(h: &Server, m: &Model, prev: &Observed, ctx: &str) -> Observed {
     for (i, name) in KEYS.iter().enumerate() {
         if !m.exists(i) {
             let r = h.get(&path(i, ""));
-            expect_status(ctx, &r, &[404]);
+            not_found(ctx, &r);
             continue;
         }
         let st = status(h, i, i, 0, ctx);
@@ -742,17 +1084,85 @@ fn check(h: &Server, m: &Model, prev: &Observed, ctx: &str) -> Observed {
             .collect();
         assert_eq!(got, want, "{ctx}: cursors of {}", wkey);
         total += got.len();
-        // Pending notices: exact text, one per pair.
+        // Pending notices: exact text, one per pair; the FIFO and the prompt.
         let r = h.get(&path(w, "/pending"));
         expect_status(ctx, &r, &[200]);
         check_notices(ctx, w, &r.body, &m.pending_of(w));
+        check_fifo(ctx, w, &r.body, m);
     }
     assert_eq!(total, m.cursors.len(), "{ctx}: cursor count");
     obs
 }
 
-/// `aware serve` over HTTP as a [`Driver`] of the reference model.
-struct Http(Server);
+/// `aware serve` over HTTP as a [`Driver`] of the reference model, with a wake stream
+/// (`GET /v1/wakes`, no filter) whose wakes are compared after every step.
+struct Http {
+    server: Server,
+    wakes: Wakes,
+    /// Wakes of `wakes.received` already compared.
+    seen: Cell<usize>,
+    /// The stream was opened during the step (after a restart): what it shows is the catch-up.
+    reconnected: bool,
+}
+
+impl Http {
+    fn new(server: Server) -> Self {
+        let wakes = Wakes::subscribe(&server, "", None);
+        Http {
+            server,
+            wakes,
+            seen: Cell::new(0),
+            reconnected: false,
+        }
+    }
+}
+
+fn model_wake(v: &Value) -> MWake {
+    let reason = match v["reason"].as_str() {
+        Some("session-state") => MWakeReason::SessionState,
+        Some("message") => MWakeReason::Message,
+        Some("spawn") => MWakeReason::Spawn,
+        other => panic!("wake reason {other:?}: {v}"),
+    };
+    MWake {
+        session: v["sessionKey"].as_str().unwrap_or_default().to_string(),
+        reason,
+        targets: v["targets"]
+            .as_array()
+            .map(|ts| {
+                ts.iter()
+                    .map(|t| t["sessionKey"].as_str().unwrap_or_default().to_string())
+                    .collect()
+            })
+            .unwrap_or_default(),
+        run_id: v["runId"].as_str().map(str::to_string),
+        from: v["from"].as_str().map(str::to_string),
+        at: v["at"].as_i64().unwrap_or_default(),
+    }
+}
+
+/// The wakes that reached the stream during the step equal the model's, ids increasing; after
+/// a restart the new stream's catch-up equals the model's (the sweep's own wakes went out
+/// before anyone could subscribe).
+fn check_wakes(d: &Http, m: &Model, ctx: &str) {
+    let all = d.wakes.settle();
+    let new = &all[d.seen.get()..];
+    d.seen.set(all.len());
+    let ids: Vec<i64> = new.iter().map(|w| w["id"].as_i64().unwrap_or(0)).collect();
+    assert!(
+        ids.windows(2).all(|p| p[0] < p[1]),
+        "{ctx}: wake ids not increasing: {ids:?}"
+    );
+    let mut got: Vec<MWake> = new.iter().map(model_wake).collect();
+    let mut want = if d.reconnected {
+        m.catch_up()
+    } else {
+        m.wakes.clone()
+    };
+    got.sort();
+    want.sort();
+    assert_eq!(got, want, "{ctx}: wakes on the stream");
+}
 
 impl Driver for Http {
     type Op = Op;
@@ -761,7 +1171,12 @@ impl Driver for Http {
         Op::Create { s }
     }
     fn apply(&mut self, m: &mut Model, op: &Op, ctx: &str) {
-        apply(&mut self.0, m, op, ctx)
+        apply(&mut self.server, m, op, ctx);
+        self.reconnected = matches!(op, Op::Restart | Op::Kill9Restart);
+        if self.reconnected {
+            self.wakes = Wakes::subscribe(&self.server, "", None);
+            self.seen.set(0);
+        }
     }
     fn check(&self, m: &Model, prev: &Observed, op: Option<&Op>, ctx: &str) -> Observed {
         // A deleted session's head may start again from 0.
@@ -769,14 +1184,15 @@ impl Driver for Http {
         if let Some(Op::Delete { s }) = op {
             prev.heads[*s] = 0;
         }
-        check(&self.0, m, &prev, ctx)
+        check_wakes(self, m, ctx);
+        check(&self.server, m, &prev, ctx)
     }
 }
 
 fn run_case(ops: &[Op]) {
     let h = Server::with_config(CONFIG);
     let mut m = Model::new(h.now);
-    aware_testkit::model::run_case(&mut Http(h), &mut m, ops);
+    aware_testkit::model::run_case(&mut Http::new(h), &mut m, ops);
 }
 
 /// Hand-written sequences for the paths random generation reaches rarely.
@@ -868,16 +1284,110 @@ fn directed_sequences() -> Vec<(&'static str, Vec<Op>)> {
                 drain(W),
             ],
         ),
+        (
+            "FIFO and prompt, sessions_send with watch, spawn, failing appends, exact refusals",
+            vec![
+                Op::SystemEvent {
+                    s: W,
+                    text: 0,
+                    key: 0,
+                },
+                Op::SystemEvent {
+                    s: W,
+                    text: 1,
+                    key: 0,
+                },
+                Op::SystemEvent {
+                    s: W,
+                    text: 2,
+                    key: 1,
+                },
+                Op::SystemEvent {
+                    s: W,
+                    text: 2,
+                    key: 2,
+                },
+                Op::SystemEvent {
+                    s: W,
+                    text: 3,
+                    key: 0,
+                },
+                Op::SystemEvent {
+                    s: W,
+                    text: 0,
+                    key: 3,
+                },
+                human(C),
+                Op::Pending { s: W },
+                drain(W),
+                Op::Send {
+                    caller: X,
+                    t: C,
+                    watch: true,
+                },
+                Op::Send {
+                    caller: G,
+                    t: C,
+                    watch: true,
+                },
+                Op::Send {
+                    caller: X,
+                    t: X,
+                    watch: false,
+                },
+                Op::Watch { w: G, t: C },
+                Op::Watch { w: X, t: X },
+                Op::Spawn { caller: W },
+                Op::FailAppends {
+                    stream: None,
+                    inner: Box::new(Op::Spawn { caller: X }),
+                },
+                Op::FailAppends {
+                    stream: Some(C),
+                    inner: Box::new(human(C)),
+                },
+                Op::FailAppends {
+                    stream: Some(D),
+                    inner: Box::new(Op::Compaction { t: D, op: 1 }),
+                },
+                Op::Compaction { t: D, op: 1 },
+                Op::SystemEvent {
+                    s: C,
+                    text: 2,
+                    key: 0,
+                },
+                Op::Reset { s: C },
+                Op::FailReads { caller: W, t: D },
+                Op::FailCommit {
+                    what: 0,
+                    caller: W,
+                    t: C,
+                },
+                Op::FailCommit {
+                    what: 1,
+                    caller: W,
+                    t: D,
+                },
+                Op::FailCommit {
+                    what: 2,
+                    caller: X,
+                    t: X,
+                },
+                Op::FailCommit {
+                    what: 3,
+                    caller: X,
+                    t: D,
+                },
+                drain(X),
+            ],
+        ),
     ]
 }
 
 #[test]
 fn model_http_matches_reference() {
     let started = std::time::Instant::now();
-    let cases = std::env::var("AWARE_HTTP_MODEL_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(16);
+    let cases = cases_from_env("AWARE_HTTP_MODEL_CASES", 16);
     for (name, ops) in directed_sequences() {
         let outcome = std::panic::catch_unwind(|| run_case(&ops));
         if let Err(e) = outcome {
@@ -889,21 +1399,15 @@ fn model_http_matches_reference() {
             panic!("directed sequence {name:?} failed: {msg}\nops: {ops:?}");
         }
     }
-    let config = Config {
+    // Each shrink step starts a server: keep shrinking bounded.
+    run_seeded(
+        "model_http",
+        &regression_seeds(include_str!("model_http_seeds.txt")),
         cases,
-        failure_persistence: None,
-        // Each shrink step starts a server: keep shrinking bounded.
-        max_shrink_iters: 200,
-        ..Config::default()
-    };
-    let mut runner = TestRunner::new(config);
-    let result = runner.run(&prop::collection::vec(op_strategy(), 1..40), |ops| {
-        run_case(&ops);
-        Ok(())
-    });
-    if let Err(e) = result {
-        panic!("{e}");
-    }
+        200,
+        &prop::collection::vec(any_op(), 1..40),
+        |ops| run_case(&ops),
+    );
     println!(
         "model_http: {} directed + {cases} random cases in {:.1} s",
         directed_sequences().len(),
