@@ -133,12 +133,29 @@ pub(crate) async fn render(state: &Shared) -> ApiResult<Response> {
         None => aware_engine::storage::StoreGauges::default(),
     };
     let mut o = String::new();
-    build_and_process(&mut o);
-    let g = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
     let em = engine.as_ref().map(|e| e.metrics());
+    build_and_process(&mut o);
+    engine_counters(&mut o, state, em);
+    commits(&mut o, engine.as_ref().map(|e| e.store_metrics()));
+    gauges(&mut o, state, &counts);
+    wakes_and_prune(&mut o, state, em);
+    http_requests(&mut o, state);
+    outside_io(&mut o, state);
+    crate::cluster::metrics(state, &mut o);
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        o,
+    )
+        .into_response())
+}
+
+/// The engine's and the upstream monitor's counters.
+fn engine_counters(o: &mut String, state: &Shared, em: Option<&EngineMetrics>) {
+    let g = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
     let v = |f: &dyn Fn(&EngineMetrics) -> u64| em.map_or(0, f);
     line(
-        &mut o,
+        o,
         "aware_events_appended_total",
         "Events appended to the signal log, by kind.",
         "counter",
@@ -235,12 +252,16 @@ pub(crate) async fn render(state: &Shared) -> ApiResult<Response> {
         ),
     ];
     for (name, help, value) in counters {
-        line(&mut o, name, help, "counter");
+        line(o, name, help, "counter");
         let _ = writeln!(o, "{name} {value}");
     }
-    let store = engine.as_ref().map(|e| e.store_metrics());
+}
+
+/// The writer's commits: count, ops per commit, commit latency.
+fn commits(o: &mut String, store: Option<&aware_engine::storage::StoreMetrics>) {
+    let g = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
     line(
-        &mut o,
+        o,
         "aware_commits_total",
         "Writer transactions committed.",
         "counter",
@@ -250,12 +271,7 @@ pub(crate) async fn render(state: &Shared) -> ApiResult<Response> {
         "aware_commits_total {}",
         store.map_or(0, |s| s.commits())
     );
-    line(
-        &mut o,
-        "aware_group_commit_ops",
-        "Ops per commit.",
-        "histogram",
-    );
+    line(o, "aware_group_commit_ops", "Ops per commit.", "histogram");
     let mut cum = 0;
     for (i, b) in aware_engine::storage::GROUP_BUCKETS.iter().enumerate() {
         cum += store.map_or(0, |s| g(&s.group_buckets[i]));
@@ -264,7 +280,7 @@ pub(crate) async fn render(state: &Shared) -> ApiResult<Response> {
     let commits = store.map_or(0, |s| s.commits());
     let _ = writeln!(o, "aware_group_commit_ops_bucket{{le=\"+Inf\"}} {commits}\naware_group_commit_ops_sum {}\naware_group_commit_ops_count {commits}", store.map_or(0, |s| s.ops()));
     line(
-        &mut o,
+        o,
         "aware_commit_seconds",
         "Commit latency of writer batches.",
         "histogram",
@@ -280,12 +296,12 @@ pub(crate) async fn render(state: &Shared) -> ApiResult<Response> {
     }
     let sum_us = store.map_or(0, |s| g(&s.commit_us_sum));
     let _ = writeln!(o, "aware_commit_seconds_bucket{{le=\"+Inf\"}} {commits}\naware_commit_seconds_sum {}\naware_commit_seconds_count {commits}", sum_us as f64 / 1e6);
-    line(
-        &mut o,
-        "aware_pending_notices",
-        "Pending notices now.",
-        "gauge",
-    );
+}
+
+/// What the store and the process hold now.
+fn gauges(o: &mut String, state: &Shared, counts: &aware_engine::storage::StoreGauges) {
+    let g = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    line(o, "aware_pending_notices", "Pending notices now.", "gauge");
     let _ = writeln!(o, "aware_pending_notices {}", counts.pending);
     for (name, help, value) in [
         (
@@ -304,19 +320,19 @@ pub(crate) async fn render(state: &Shared) -> ApiResult<Response> {
             g(&state.http.stream_subscribers),
         ),
     ] {
-        line(&mut o, name, help, "gauge");
+        line(o, name, help, "gauge");
         let _ = writeln!(o, "{name} {value}");
     }
     let exec = &state.provider_exec.metrics;
     line(
-        &mut o,
+        o,
         "aware_provider_calls_running",
         "Provider and paired-node calls running on the provider executor now.",
         "gauge",
     );
     let _ = writeln!(o, "aware_provider_calls_running {}", g(&exec.running));
     line(
-        &mut o,
+        o,
         "aware_provider_call_timeouts_total",
         "Provider calls (monitor and catalog) not answered within their deadline.",
         "counter",
@@ -326,8 +342,14 @@ pub(crate) async fn render(state: &Shared) -> ApiResult<Response> {
         "aware_provider_call_timeouts_total {}",
         g(&exec.timeouts)
     );
+}
+
+/// Wake requests and deliveries, and what retention deleted.
+fn wakes_and_prune(o: &mut String, state: &Shared, em: Option<&EngineMetrics>) {
+    let g = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    let v = |f: &dyn Fn(&EngineMetrics) -> u64| em.map_or(0, f);
     line(
-        &mut o,
+        o,
         "aware_wakes_requested_total",
         "Wake requests by reason.",
         "counter",
@@ -352,7 +374,7 @@ pub(crate) async fn render(state: &Shared) -> ApiResult<Response> {
         );
     }
     line(
-        &mut o,
+        o,
         "aware_wakes_delivered_total",
         "Wakes delivered by channel.",
         "counter",
@@ -368,7 +390,7 @@ pub(crate) async fn render(state: &Shared) -> ApiResult<Response> {
         g(&state.webhook_delivered)
     );
     line(
-        &mut o,
+        o,
         "aware_prune_deleted_total",
         "Events deleted by retention.",
         "counter",
@@ -383,8 +405,12 @@ pub(crate) async fn render(state: &Shared) -> ApiResult<Response> {
         "aware_prune_deleted_total{{reason=\"cap\"}} {}",
         v(&|m| EngineMetrics::get(&m.prune_deleted_cap))
     );
+}
+
+/// Requests and their durations, by route and status.
+fn http_requests(o: &mut String, state: &Shared) {
     line(
-        &mut o,
+        o,
         "aware_http_requests_total",
         "HTTP requests by route and status.",
         "counter",
@@ -414,12 +440,17 @@ pub(crate) async fn render(state: &Shared) -> ApiResult<Response> {
         }
     }
     line(
-        &mut o,
+        o,
         "aware_http_request_duration_seconds",
         "Time to answer HTTP requests (until the response head), by route and status.",
         "histogram",
     );
     o.push_str(&hist);
+}
+
+/// Outside I/O bounds: webhook lanes and reply waiters.
+fn outside_io(o: &mut String, state: &Shared) {
+    let g = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
     // Outside I/O bounds (decision D4): webhook lanes and reply waiters.
     let wh = &state.webhooks;
     for (name, help, kind, value) in [
@@ -454,14 +485,7 @@ pub(crate) async fn render(state: &Shared) -> ApiResult<Response> {
             state.reply_waiters.load(Ordering::Relaxed) as u64,
         ),
     ] {
-        line(&mut o, name, help, kind);
+        line(o, name, help, kind);
         let _ = writeln!(o, "{name} {value}");
     }
-    crate::cluster::metrics(state, &mut o);
-    Ok((
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        o,
-    )
-        .into_response())
 }
