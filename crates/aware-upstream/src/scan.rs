@@ -458,9 +458,9 @@ mod tests {
         /// Real rows, mutated where the fast paths decide (block types, `is_error`, the row's
         /// `type`, duplicate keys before or after the original ones, string content, keys spelt
         /// with escapes, whitespace between tokens, a block that is an array, escaped quotes and
-        /// backslashes in the strings the probe skips): a line the
-        /// prefilter or the tool-result probe skips still classifies `NotHuman` by the full
-        /// parse, so the fast paths never change a count on hostile transcripts.
+        /// backslashes in the strings the probe skips): a line the prefilter or the tool-result
+        /// probe skips still classifies `NotHuman` by the full parse, so the fast paths never
+        /// change a count on hostile transcripts.
         #[test]
         fn fast_paths_agree_with_the_full_parse_on_mutated_fixture_rows(
             pick in any::<prop::sample::Index>(),
