@@ -20,5 +20,6 @@ pub mod exec;
 pub mod local;
 pub mod monitor;
 pub mod node;
+mod probe;
 pub mod provider;
 pub mod scan;
