@@ -101,6 +101,11 @@ pub(crate) async fn watch(
     check_visible(req, Some(&t), key, agent)?;
     check_visible(req, c, key, agent)?;
     must_exist(req, "session", &target_ref).await?;
+    // Decided here, before the write, as the engine would decide it inside: a refusal made
+    // inside the writer op shares its batch's commit, and a failed commit would answer it 503.
+    if t == target_ref {
+        return Err(ApiError::invalid("a session cannot watch itself"));
+    }
     let row = engine_call(&req.state, move |e| e.register_watch(&t, &target_ref)).await?;
     wire::ok(answers::watched(&row))
 }

@@ -493,15 +493,14 @@ fn apply_contract(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
             expect_status(ctx, &h.post("/v1/admin/faults", json!({})), &[200]);
             // 01 §12: 503 store_unavailable and nothing of the op happened (the model does not
             // move; the checks after the step compare everything with it, wakes included).
-            // A refusal decided inside the writer op (a bare or self watcher) shares its batch's
-            // failed commit and is answered 503 too; one decided before it (a missing session)
-            // keeps its 4xx. Either way nothing happened.
+            // A refusal keeps its 4xx under a failing commit: the gateway decides the ones the
+            // engine would decide inside the writer op (a bare or self watcher, a send to
+            // oneself) before the write, so they never share the batch's failed commit.
             if ok {
                 expect_error(ctx, &r, 503, "store_unavailable");
             } else {
                 assert!(
-                    (400..500).contains(&r.status)
-                        || (r.status == 503 && r.body["error"]["code"] == "store_unavailable"),
+                    (400..500).contains(&r.status),
                     "{ctx}: a refused op under a failing commit: {} {}",
                     r.status,
                     r.body
