@@ -116,7 +116,6 @@ pub fn run(args: ScaleArgs) -> Result<()> {
         };
         for &scale in &scales {
             let t = Instant::now();
-            work::reset_peak();
             let mut sample = Sample::new();
             let db = Db::create(tmp.path(), &format!("events-{scale}"), cluster.as_ref())?;
             let streams = db.fill_events(rows * scale)?;
