@@ -32,7 +32,7 @@ pub struct ScaleArgs {
     /// The largest scale: 1, 10 or 100 (× the base work).
     #[arg(long, default_value_t = 100)]
     pub max_scale: u64,
-    /// Small bases (rows 2,000, sessions 2,000), for CI.
+    /// Small bases (rows 1,000, sessions 2,000) and 60 calls per latency, for CI.
     #[arg(long)]
     pub quick: bool,
     /// Directory for the SQLite files (a temporary directory is made inside it).
@@ -50,7 +50,7 @@ pub enum Stores {
 /// Base work at 1×: (event rows, sessions = pending cursors).
 fn bases(quick: bool) -> (u64, u64) {
     if quick {
-        (2_000, 2_000)
+        (1_000, 2_000)
     } else {
         (50_000, 10_000)
     }
@@ -120,13 +120,13 @@ pub fn run(args: ScaleArgs) -> Result<()> {
             let db = Db::create(tmp.path(), &format!("events-{scale}"), cluster.as_ref())?;
             let streams = db.fill_events(rows * scale)?;
             let filled = t.elapsed();
-            work::page(&db, streams, &mut sample)?;
+            work::page(&db, streams, work::calls(args.quick), &mut sample)?;
             drop_db(db);
             let db = Db::create(tmp.path(), &format!("sessions-{scale}"), cluster.as_ref())?;
             let t2 = Instant::now();
             db.fill_sessions(sessions * scale)?;
             let filled = filled + t2.elapsed();
-            work::sessions(&db, sessions * scale, &mut sample)?;
+            work::sessions(&db, sessions * scale, work::calls(args.quick), &mut sample)?;
             drop_db(db);
             let line: Vec<String> = sample
                 .iter()

@@ -7,8 +7,15 @@ use crate::store_seam::{open_pg_engine, store_metrics, CommitWatch};
 use crate::util::*;
 use aware_engine::views::{ConsoleFilter, SessionFilter};
 
-/// Calls per latency figure (the first tenth is warm-up, not counted).
-const CALLS: usize = 220;
+/// Calls per latency figure (the first tenth is warm-up, not counted); `--quick` makes fewer,
+/// so that the console's counts at 200,000 sessions on the debug build fit CI's time.
+pub(crate) fn calls(quick: bool) -> usize {
+    if quick {
+        60
+    } else {
+        220
+    }
+}
 
 fn open(db: &Db) -> Result<Engine> {
     match db {
@@ -17,13 +24,13 @@ fn open(db: &Db) -> Result<Engine> {
     }
 }
 
-/// p50 and p99 in ms of `CALLS` calls of `f(i)`, the first tenth left out.
-fn latency(mut f: impl FnMut(usize) -> Result<()>) -> Result<(f64, f64)> {
-    let mut ns = Vec::with_capacity(CALLS);
-    for i in 0..CALLS {
+/// p50 and p99 in ms of `calls` calls of `f(i)`, the first tenth left out.
+fn latency(calls: usize, mut f: impl FnMut(usize) -> Result<()>) -> Result<(f64, f64)> {
+    let mut ns = Vec::with_capacity(calls);
+    for i in 0..calls {
         let t = Instant::now();
         f(i)?;
-        if i >= CALLS / 10 {
+        if i >= calls / 10 {
             ns.push(t.elapsed().as_nanos() as u64);
         }
     }
@@ -52,13 +59,13 @@ fn reset_peak() {
 }
 
 /// W4's page: a 50-event `list_since` page of one of `streams` streams.
-pub(crate) fn page(db: &Db, streams: u64, out: &mut Sample) -> Result<()> {
+pub(crate) fn page(db: &Db, streams: u64, calls: usize, out: &mut Sample) -> Result<()> {
     let engine = open(db)?;
     let refs: Vec<SessionRef> = (0..streams.min(100_000))
         .map(|k| session_ref(&format!("agent:main:s{k}")))
         .collect::<Result<_>>()?;
     let mut rng = Lcg(0x5ca1e);
-    let (p50, p99) = latency(|_| {
+    let (p50, p99) = latency(calls, |_| {
         let r = &refs[(rng.next() % refs.len() as u64) as usize];
         let page = engine.list_since(r, 0, 50)?;
         if page.events.len() != 50 {
@@ -76,12 +83,12 @@ pub(crate) fn page(db: &Db, streams: u64, out: &mut Sample) -> Result<()> {
 
 /// The session-table reads (list paging, the console's page and overview), the drain of hot
 /// watchers, then the restart sweep, on `n` sessions with one pending cursor each.
-pub(crate) fn sessions(db: &Db, n: u64, out: &mut Sample) -> Result<()> {
+pub(crate) fn sessions(db: &Db, n: u64, calls: usize, out: &mut Sample) -> Result<()> {
     // The peak is the engine's: the fill (plain SQL, in this process on SQLite) is behind us.
     reset_peak();
     let engine = open(db)?;
     // The first ten pages of the session list, newest first, as a client pages through it.
-    let (p50, p99) = latency(|i| {
+    let (p50, p99) = latency(calls, |i| {
         let filter = SessionFilter {
             limit: 50,
             offset: (i % 10) as u64 * 50,
@@ -95,7 +102,7 @@ pub(crate) fn sessions(db: &Db, n: u64, out: &mut Sample) -> Result<()> {
     })?;
     out.push(Point::latency("list", p50, p99));
     // The console's session table (`/v1/console/sessions`: a page and the matching count).
-    let (p50, p99) = latency(|i| {
+    let (p50, p99) = latency(calls, |i| {
         let filter = ConsoleFilter {
             limit: 50,
             offset: (i % 10) as u64 * 50,
@@ -109,7 +116,7 @@ pub(crate) fn sessions(db: &Db, n: u64, out: &mut Sample) -> Result<()> {
     })?;
     out.push(Point::latency("console_page", p50, p99));
     // `/v1/console/overview`: the session count and the pending-notices count.
-    let (p50, p99) = latency(|_| {
+    let (p50, p99) = latency(calls, |_| {
         let (_, total) = engine.console_sessions(&ConsoleFilter {
             limit: 1,
             ..Default::default()
