@@ -17,6 +17,7 @@ pub mod http;
 mod prelude;
 mod raw_sqlite;
 mod report;
+pub mod scale;
 pub mod soak;
 pub mod stall;
 mod store_seam;

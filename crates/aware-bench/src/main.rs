@@ -3,7 +3,7 @@
 //! are the real `aware` binary, found next to this one (or at `AWARE_BIN`).
 
 use anyhow::Result;
-use aware_bench::{engine, http, soak, stall};
+use aware_bench::{engine, http, scale, soak, stall};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -29,6 +29,9 @@ enum Command {
     /// fds, threads, store size and per-route latency sampled, slopes printed; fails on a
     /// violation, a 5xx, an error or fd/thread growth.
     Soak(soak::SoakArgs),
+    /// How cost grows with the work: each workload at 1×, 10× and 100× on SQLite and
+    /// PostgreSQL, its growth per 10× next to the target, an SVG chart of the curves.
+    Scale(scale::ScaleArgs),
 }
 
 fn main() {
@@ -51,6 +54,7 @@ fn main() {
         }
         Command::Stall(args) => stall::run(args),
         Command::Soak(args) => soak::run(args),
+        Command::Scale(args) => scale::run(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -43,6 +43,29 @@ pub(crate) fn create_schema(path: &Path, durability: Durability) -> Result<()> {
     Ok(())
 }
 
+/// Creates the store's schema in a new PostgreSQL database by opening (and closing) a
+/// `PgStore` on it.
+pub(crate) fn create_pg_schema(url: &str) -> Result<()> {
+    let store = aware_store_pg::PgStore::open(aware_store_pg::PgOptions::new(url))?;
+    store.close();
+    Ok(())
+}
+
+/// The engine on a PostgreSQL store (statements may run for a minute: the scale bench's
+/// biggest sweeps and counts are what it measures, not what it refuses).
+pub(crate) fn open_pg_engine(url: &str) -> Result<Engine> {
+    let mut options = aware_store_pg::PgOptions::new(url);
+    options.statement_timeout = Duration::from_secs(60);
+    let store: Arc<dyn Store> = Arc::new(aware_store_pg::PgStore::open(options)?);
+    let config =
+        aware_engine::EngineConfig::new(std::env::temp_dir().join("aware-bench-unused.db"));
+    Ok(Engine::open_with_store(
+        store,
+        config,
+        Arc::new(aware_engine::SystemClock),
+    )?)
+}
+
 /// Records the duration of every commit by polling the writer's `commit_us_sum` (each change is
 /// one commit when commits are further apart than the poll interval).
 pub(crate) struct CommitWatch {
@@ -88,6 +111,14 @@ impl CommitWatch {
 impl CommitTimes {
     pub(crate) fn max_us(&self) -> u64 {
         self.0.iter().copied().max().unwrap_or(0)
+    }
+
+    /// The median commit: the typical batch, which the maximum over more batches hides on a
+    /// loaded machine (the maximum of 1,000 samples is further out than that of 10).
+    pub(crate) fn median_us(&self) -> u64 {
+        let mut v = self.0.clone();
+        v.sort_unstable();
+        v.get(v.len() / 2).copied().unwrap_or(0)
     }
 
     pub(crate) fn describe_max(&self, commits: u64) -> String {

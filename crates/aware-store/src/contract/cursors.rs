@@ -227,6 +227,14 @@ pub fn sweep_pages_and_refreezes_pending_cursors(store: &dyn Store) {
         Some(10),
         "an open notice keeps its opening time"
     );
+    // Already frozen at its material sequence (SQLite updates it without naming
+    // `notified_sequence`, to spare the pending indexes): swept all the same.
+    let c = read(store, |r| r.cursor("agent:main:w2", "agent:main:t", "main")).expect("cursor");
+    assert_eq!(
+        (c.state.notified, c.state.material, c.state.updated_at),
+        (3, 3, 500)
+    );
+    assert_eq!(c.state.notice_opened_at, Some(10));
     let c = read(store, |r| r.cursor("agent:main:w3", "agent:main:t", "main")).expect("cursor");
     assert_eq!(c.state.notified, 4, "a settled cursor is not swept");
     let c = read(store, |r| {

@@ -369,23 +369,31 @@ impl WriteTx for SqlTx<'_> {
         limit: u32,
         now: i64,
     ) -> Result<(Option<i64>, Vec<String>)> {
-        let rows: Vec<(i64, String)> = self.query_vec(
-            "SELECT c.rowid, c.watcher_session_key FROM session_watch_cursors c \
+        let rows: Vec<(i64, String, bool)> = self.query_vec(
+            "SELECT c.rowid, c.watcher_session_key, c.notified_sequence = c.material_sequence \
+             FROM session_watch_cursors c \
              WHERE c.rowid > ?1 AND c.muted = 0 AND c.notified_sequence > c.last_seen_sequence \
              AND EXISTS (SELECT 1 FROM sessions s WHERE s.session_key = c.watcher_session_key) \
              ORDER BY c.rowid LIMIT ?2",
             &[&after_rowid, &i64::from(limit)],
-            |r| Ok((r.get(0)?, r.get(1)?)),
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )?;
         let mut watchers = Vec::with_capacity(rows.len());
-        for (rowid, watcher) in &rows {
-            self.exec(
+        for (rowid, watcher, frozen) in &rows {
+            // A statement that names `notified_sequence` rewrites the entries of both pending
+            // partial indexes (their WHERE reads it), at scattered places in big indexes: twice
+            // the pages per batch. A cursor already frozen at its material sequence keeps its
+            // value, so leave the column out of its update (docs/performance.md, D45).
+            let sql = if *frozen {
+                "UPDATE session_watch_cursors SET updated_at = ?2, \
+                 notice_opened_at = COALESCE(notice_opened_at, ?2) WHERE rowid = ?1"
+            } else {
                 "UPDATE session_watch_cursors SET notified_sequence = material_sequence, updated_at = ?2, \
-                 notice_opened_at = COALESCE(notice_opened_at, ?2) WHERE rowid = ?1",
-                &[rowid, &now],
-            )?;
+                 notice_opened_at = COALESCE(notice_opened_at, ?2) WHERE rowid = ?1"
+            };
+            self.exec(sql, &[rowid, &now])?;
             watchers.push(watcher.clone());
         }
-        Ok((rows.last().map(|(r, _)| *r), watchers))
+        Ok((rows.last().map(|(r, _, _)| *r), watchers))
     }
 }
