@@ -415,23 +415,19 @@ fn apply_contract(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
                 Some(s) => json!({ "failAppendsFor": KEYS[*s] }),
                 None => json!({ "failAppends": true }),
             };
-            expect_status(ctx, &h.post("/v1/admin/faults", faults), &[200]);
+            set_faults(h, faults, ctx);
             m.append_fault = Some(stream.map_or(AppendFault::All, AppendFault::Stream));
             apply(h, m, inner, ctx);
-            expect_status(ctx, &h.post("/v1/admin/faults", json!({})), &[200]);
+            set_faults(h, json!({}), ctx);
         }
         Op::FailReads { caller, t } => {
-            expect_status(
-                ctx,
-                &h.post("/v1/admin/faults", json!({"failReads": true})),
-                &[200],
-            );
+            set_faults(h, json!({"failReads": true}), ctx);
             let r = h.tool(
                 KEYS[*caller],
                 "session_status",
                 json!({"sessionKey": KEYS[*t], "changesSince": 0}),
             );
-            expect_status(ctx, &h.post("/v1/admin/faults", json!({})), &[200]);
+            set_faults(h, json!({}), ctx);
             if !m.exists(*caller) || !m.exists(*t) {
                 return not_found(ctx, &r);
             }
@@ -446,11 +442,7 @@ fn apply_contract(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
             );
         }
         Op::FailCommit { what, caller, t } => {
-            expect_status(
-                ctx,
-                &h.post("/v1/admin/faults", json!({"failCommits": 1})),
-                &[200],
-            );
+            set_faults(h, json!({"failCommits": 1}), ctx);
             let (r, ok) = match what {
                 0 => (
                     call(
@@ -490,7 +482,7 @@ fn apply_contract(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
                     m.may_register(*caller, *t),
                 ),
             };
-            expect_status(ctx, &h.post("/v1/admin/faults", json!({})), &[200]);
+            set_faults(h, json!({}), ctx);
             // 01 §12: 503 store_unavailable and nothing of the op happened (the model does not
             // move; the checks after the step compare everything with it, wakes included).
             // A refusal keeps its 4xx under a failing commit: the gateway decides the ones the
@@ -1140,6 +1132,23 @@ fn model_wake(v: &Value) -> MWake {
     }
 }
 
+/// The fault plan of every gateway (a request may reach any of them; on one gateway, that one).
+/// The plan is set for one op and cleared right after it, so an armed failure on a gateway the op
+/// did not reach fails nothing: the test's requests are its only writes.
+fn set_faults(h: &Server, body: Value, ctx: &str) {
+    let body = body.to_string();
+    for i in 0..h.gateway_count() {
+        let r = h.request_to(
+            h.gateway_base(i),
+            "POST",
+            "/v1/admin/faults",
+            &[],
+            Some(&body),
+        );
+        expect_status(ctx, &r, &[200]);
+    }
+}
+
 /// The wakes that reached the stream during the step equal the model's, ids increasing; after
 /// a restart the new stream's catch-up equals the model's (the sweep's own wakes went out
 /// before anyone could subscribe).
@@ -1183,7 +1192,13 @@ impl Driver for Http {
         if let Some(Op::Delete { s }) = op {
             prev.heads[*s] = 0;
         }
-        check_wakes(self, m, ctx);
+        // The wake comparison holds for one process: on several gateways each numbers its own
+        // wakes and coalesces only the requests it made (the reason S59 is left out there, see
+        // CLUSTER_OPT_OUT), so a merged wake's time and ids depend on which gateway each
+        // request reached. The rest of the contract is compared on every gateway count.
+        if self.server.gateway_count() == 1 {
+            check_wakes(self, m, ctx);
+        }
         check(&self.server, m, &prev, ctx)
     }
 }
