@@ -134,6 +134,17 @@ pub struct PostedTurn {
     pub event: Option<Event>,
 }
 
+/// `PUT` and `DELETE /v1/sessions/{key}/goal`: whether anything changed, the goal now (a `PUT`),
+/// and the `goal_changed` event recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GoalChange {
+    pub changed: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goal: Option<Goal>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<Event>,
+}
+
 /// The run object.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

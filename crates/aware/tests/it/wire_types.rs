@@ -120,7 +120,7 @@ fn drains_acks_and_wakes_read_into_the_wire_types() {
 #[test]
 fn session_routes_read_into_the_wire_types() {
     use aware_wire::sessions::{
-        CreatedSession, Cursor, PostedTurn, Run, Session, SessionPage, TurnPage,
+        CreatedSession, Cursor, GoalChange, PostedTurn, Run, Session, SessionPage, TurnPage,
     };
     let mut s = Server::start();
     s.create(W);
@@ -137,6 +137,14 @@ fn session_routes_read_into_the_wire_types() {
         json!({"text": "move the tests to staging", "actor": {"type": "human", "id": "alice"}}),
     );
     assert_eq!(r.status, 200, "{}", r.body);
+    let set: GoalChange = same("goal set", &r.body);
+    assert!(set.changed && set.goal.is_some() && set.event.is_some());
+    let r = s.put(
+        &format!("/v1/sessions/{}/goal", seg(C)),
+        json!({"text": "move the tests to staging", "actor": {"type": "human", "id": "alice"}}),
+    );
+    let unchanged: GoalChange = same("goal set again", &r.body);
+    assert!(!unchanged.changed, "{}", r.body);
     let r = s.post(
         &format!("/v1/sessions/{}/runs", seg(C)),
         json!({"runId": "run-1"}),
@@ -191,4 +199,8 @@ fn session_routes_read_into_the_wire_types() {
         .map(|c| same::<Cursor>("watch of W", c))
         .collect();
     assert_eq!(cursors.len(), 1, "{watches}");
+    let r = s.delete(&format!("/v1/sessions/{}/goal", seg(C)));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let cleared: GoalChange = same("goal cleared", &r.body);
+    assert!(cleared.changed && cleared.goal.is_none() && cleared.event.is_some());
 }
