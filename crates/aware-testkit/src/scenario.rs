@@ -121,4 +121,20 @@ impl Server {
                 .and_then(|rest| rest.trim().parse().ok())
         })
     }
+    /// Sets the fault plan (`POST /v1/admin/faults`) of every gateway of the set: the seam is
+    /// per process and a request may reach any gateway, so on a cluster the failure model is
+    /// every gateway failing alike (on one gateway, that one).
+    pub fn set_faults(&self, body: &Value) {
+        let body = body.to_string();
+        for i in 0..self.gateway_count() {
+            let r = self.request_to(
+                self.gateway_base(i),
+                "POST",
+                "/v1/admin/faults",
+                &[],
+                Some(&body),
+            );
+            assert_eq!(r.status, 200, "faults of gateway {i}: {}", r.body);
+        }
+    }
 }

@@ -415,19 +415,19 @@ fn apply_contract(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
                 Some(s) => json!({ "failAppendsFor": KEYS[*s] }),
                 None => json!({ "failAppends": true }),
             };
-            set_faults(h, faults, ctx);
+            h.set_faults(&faults);
             m.append_fault = Some(stream.map_or(AppendFault::All, AppendFault::Stream));
             apply(h, m, inner, ctx);
-            set_faults(h, json!({}), ctx);
+            h.set_faults(&json!({}));
         }
         Op::FailReads { caller, t } => {
-            set_faults(h, json!({"failReads": true}), ctx);
+            h.set_faults(&json!({"failReads": true}));
             let r = h.tool(
                 KEYS[*caller],
                 "session_status",
                 json!({"sessionKey": KEYS[*t], "changesSince": 0}),
             );
-            set_faults(h, json!({}), ctx);
+            h.set_faults(&json!({}));
             if !m.exists(*caller) || !m.exists(*t) {
                 return not_found(ctx, &r);
             }
@@ -442,7 +442,7 @@ fn apply_contract(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
             );
         }
         Op::FailCommit { what, caller, t } => {
-            set_faults(h, json!({"failCommits": 1}), ctx);
+            h.set_faults(&json!({"failCommits": 1}));
             let (r, ok) = match what {
                 0 => (
                     call(
@@ -482,7 +482,7 @@ fn apply_contract(h: &mut Server, m: &mut Model, op: &Op, ctx: &str) {
                     m.may_register(*caller, *t),
                 ),
             };
-            set_faults(h, json!({}), ctx);
+            h.set_faults(&json!({}));
             // 01 §12: 503 store_unavailable and nothing of the op happened (the model does not
             // move; the checks after the step compare everything with it, wakes included).
             // A refusal keeps its 4xx under a failing commit: the gateway decides the ones the
@@ -1129,23 +1129,6 @@ fn model_wake(v: &Value) -> MWake {
         run_id: v["runId"].as_str().map(str::to_string),
         from: v["from"].as_str().map(str::to_string),
         at: v["at"].as_i64().unwrap_or_default(),
-    }
-}
-
-/// The fault plan of every gateway (a request may reach any of them; on one gateway, that one).
-/// The plan is set for one op and cleared right after it, so an armed failure on a gateway the op
-/// did not reach fails nothing: the test's requests are its only writes.
-fn set_faults(h: &Server, body: Value, ctx: &str) {
-    let body = body.to_string();
-    for i in 0..h.gateway_count() {
-        let r = h.request_to(
-            h.gateway_base(i),
-            "POST",
-            "/v1/admin/faults",
-            &[],
-            Some(&body),
-        );
-        expect_status(ctx, &r, &[200]);
     }
 }
 

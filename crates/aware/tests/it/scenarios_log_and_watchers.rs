@@ -80,22 +80,6 @@ fn compaction(s: &Server, key: &str, op: &str) -> Resp {
     )
 }
 
-/// Sets the fault plan of every gateway of the set: the seam is per process, and a request may
-/// reach any gateway, so on a cluster the failure model is shown as every gateway failing alike.
-fn faults(s: &Server, body: Value) {
-    let body = body.to_string();
-    for i in 0..s.gateway_count() {
-        let r = s.request_to(
-            s.gateway_base(i),
-            "POST",
-            "/v1/admin/faults",
-            &[],
-            Some(&body),
-        );
-        assert_eq!(r.status, 200, "faults of gateway {i}: {}", r.body);
-    }
-}
-
 fn seq_of(r: &Resp) -> i64 {
     r.body["event"]["sequence"]
         .as_i64()
@@ -564,7 +548,7 @@ fn s013_a_failed_append_never_fails_the_turn() {
     let s = Server::family();
     // D's turn is the log marker below.
     s.create_child(D, W);
-    faults(&s, json!({"failAppends": true}));
+    s.set_faults(&json!({"failAppends": true}));
     let r = s.hdm(C);
     assert!(r.body.get("event").is_none(), "{}", r.body);
     let ts = turns(&s, C);
@@ -598,7 +582,7 @@ fn s013_a_failed_append_never_fails_the_turn() {
     assert_eq!(s.status(W, C, 0)["stateVersion"], 1);
     assert!(no_notices(&s, W));
 
-    faults(&s, json!({}));
+    s.set_faults(&json!({}));
     assert!(s.hdm_seq(C) > 1);
 }
 
@@ -606,7 +590,7 @@ fn s013_a_failed_append_never_fails_the_turn() {
 
 fn s014_failed_reads_degrade() {
     let s = Server::family();
-    faults(&s, json!({"failReads": true}));
+    s.set_faults(&json!({"failReads": true}));
     let st = s.status(W, C, 0);
     assert_eq!(st["stateVersion"], 0, "{st}");
     assert_eq!(
@@ -865,7 +849,7 @@ fn s018_acknowledged_events_survive_kill_9() {
 fn s019_one_failing_append_does_not_spoil_the_batch() {
     let s = Server::family();
     s.create_child(D, W);
-    faults(&s, json!({"failAppendsFor": "agent:main:subagent:d1"}));
+    s.set_faults(&json!({"failAppendsFor": "agent:main:subagent:d1"}));
     let barrier = std::sync::Barrier::new(20);
     let answers: Vec<(String, Resp)> = std::thread::scope(|sc| {
         let hs: Vec<_> = (0..20)

@@ -189,17 +189,7 @@ impl Up {
 
     /// Every gateway's fault plan (a request may reach any of them).
     fn faults(&self, body: Value) {
-        let body = body.to_string();
-        for i in 0..self.s.gateway_count() {
-            let r = self.s.request_to(
-                self.s.gateway_base(i),
-                "POST",
-                "/v1/admin/faults",
-                &[],
-                Some(&body),
-            );
-            assert_eq!(r.status, 200, "faults of gateway {i}: {}", r.body);
-        }
+        self.s.set_faults(&body);
     }
 
     fn start_run(&self, run: &str) {
