@@ -17,9 +17,11 @@ use axum::response::Response;
 use serde_json::Value;
 
 /// Names, descriptions and JSON input schemas (the same for HTTP and MCP), generated from the
-/// argument types of `aware_wire` (decision D49).
+/// argument types of `aware_wire` (decision D49) once per process: they never change while it
+/// runs, and generating them is the costly part of `GET /v1/tools`.
 pub fn list() -> Value {
-    Tool::list()
+    static LIST: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+    LIST.get_or_init(Tool::list).clone()
 }
 
 /// A tool call. The caller's existence is not checked yet: `session_status` checks it in its
