@@ -5,8 +5,8 @@ use crate::lookup::load_session;
 use crate::types::{Notice, Session};
 use crate::{Engine, Result};
 use aware_core::{SessionRef, StoredEvent};
-use aware_store::StoreExt;
 use aware_store::{ConsoleFilter, ConsoleRow, CursorRow, RunRow, SystemEventRow, TurnRow};
+use aware_store::{ReadTx, StoreExt};
 use std::collections::{BTreeSet, HashSet, VecDeque};
 
 /// One session as the console's session page shows it.
@@ -163,168 +163,49 @@ impl Engine {
         limit: u32,
         agents: &[String],
     ) -> Result<Graph> {
-        let visible = |agent: &str| agents.is_empty() || agents.iter().any(|a| a == agent);
         self.inner.store.read_as(|tx| {
-            (|| -> Result<_> {
-                let mut truncated = false;
-                let mut nodes: BTreeSet<(String, String)> = BTreeSet::new();
-                let mut known_rows: Option<Vec<ConsoleRow>> = None;
-                match focus {
-                    Some(f) => {
-                        load_session(tx, f)?;
-                        let start = (f.key.as_str().to_string(), f.agent.as_str().to_string());
-                        let mut queue = VecDeque::from([(start.clone(), 0u32)]);
-                        nodes.insert(start);
-                        while let Some(((key, agent), d)) = queue.pop_front() {
-                            if truncated {
-                                break;
-                            }
-                            if d >= depth {
-                                continue;
-                            }
-                            // (neighbour, must be checked to exist). Cursor ends and children
-                            // exist (deleting a session deletes its cursors); only a parent
-                            // link may name a session that is gone, so only it costs a lookup.
-                            let mut next: Vec<((String, String), bool)> = Vec::new();
-                            for c in tx.cursors_by_target(&key, &agent)? {
-                                if let Some(a) = agent_of(&c.watcher) {
-                                    next.push(((c.watcher, a), false));
-                                }
-                            }
-                            if agent_of(&key).is_some() {
-                                for c in tx.cursors_by_watcher(&key)? {
-                                    next.push(((c.target_key, c.target_agent), false));
-                                }
-                            }
-                            if let Some(row) = tx.session(&key, &agent)? {
-                                if let Some(p) = row.parent_key {
-                                    let pa = agent_of(&p).unwrap_or_else(|| agent.clone());
-                                    next.push(((p, pa), true));
-                                }
-                            }
-                            let children = tx.list_sessions(&aware_store::SessionFilter {
-                                parent_key: Some(key.clone()),
-                                limit: limit + 1,
-                                ..Default::default()
-                            })?;
-                            next.extend(children.into_iter().map(|c| ((c.key, c.agent_id), false)));
-                            for (n, check) in next {
-                                if !visible(&n.1) || nodes.contains(&n) {
-                                    continue;
-                                }
-                                if nodes.len() >= limit as usize {
-                                    truncated = true;
-                                    break;
-                                }
-                                if !check || tx.session_exists(&n.0, &n.1)? {
-                                    nodes.insert(n.clone());
-                                    queue.push_back((n, d + 1));
-                                }
-                            }
-                        }
-                    }
-                    None => {
-                        let (rows, total) = tx.console_sessions(&ConsoleFilter {
-                            agents: agents.to_vec(),
-                            descending: true,
-                            limit,
-                            ..Default::default()
-                        })?;
-                        truncated = total > u64::from(limit);
-                        nodes.extend(
-                            rows.iter()
-                                .map(|r| (r.session.key.clone(), r.session.agent_id.clone())),
-                        );
-                        known_rows = Some(rows);
-                    }
+            let (nodes, known_rows, truncated) = match focus {
+                Some(f) => {
+                    let (nodes, truncated) = neighbourhood(tx, f, depth, limit, agents)?;
+                    (nodes, None, truncated)
                 }
-                let keys: Vec<(String, String)> = nodes.iter().cloned().collect();
-                // An empty key list means "no restriction" to the store: answer here.
-                if keys.is_empty() {
-                    return Ok(Graph::default());
+                None => {
+                    let (rows, total) = tx.console_sessions(&ConsoleFilter {
+                        agents: agents.to_vec(),
+                        descending: true,
+                        limit,
+                        ..Default::default()
+                    })?;
+                    let nodes = rows
+                        .iter()
+                        .map(|r| (r.session.key.clone(), r.session.agent_id.clone()))
+                        .collect();
+                    (nodes, Some(rows), total > u64::from(limit))
                 }
-                let rows = match known_rows {
-                    Some(rows) => rows,
-                    None => {
-                        tx.console_sessions(&ConsoleFilter {
-                            keys: keys.clone(),
-                            sort: aware_store::ConsoleSort::Key,
-                            limit: keys.len() as u32,
-                            ..Default::default()
-                        })?
-                        .0
-                    }
-                };
-                // One query for the cursors of every node: reading them watcher by watcher was
-                // most of the route's time at 300 nodes. Watchers are agent-qualified keys.
-                let watchers: Vec<String> = keys
-                    .iter()
-                    .filter(|(k, a)| agent_of(k).as_deref() == Some(a.as_str()))
-                    .map(|(k, _)| k.clone())
-                    .collect();
-                let member: HashSet<(&str, &str)> =
-                    keys.iter().map(|(k, a)| (k.as_str(), a.as_str())).collect();
-                let mut edges: Vec<GraphEdge> = Vec::new();
-                // Rows come unique per (watcher, target), so no edge repeats here.
-                for c in tx.console_cursors_held_by(&watchers)? {
-                    let Some(wa) = agent_of(&c.watcher) else {
-                        continue;
-                    };
-                    if !member.contains(&(c.watcher.as_str(), wa.as_str()))
-                        || !member.contains(&(c.target_key.as_str(), c.target_agent.as_str()))
-                    {
-                        continue;
-                    }
-                    let kind = if c.state.muted {
-                        EdgeKind::Muted
-                    } else if c.state.origin == aware_core::Origin::Watch {
-                        EdgeKind::Watch
-                    } else {
-                        EdgeKind::Spawn
-                    };
-                    edges.push(GraphEdge {
-                        from: (c.watcher.clone(), wa),
-                        to: (c.target_key.clone(), c.target_agent.clone()),
-                        kind,
-                        pending: c.state.is_pending(),
-                        implied: false,
-                        cursor: Some(c),
-                    });
+            };
+            let keys: Vec<Pair> = nodes.into_iter().collect();
+            // An empty key list means "no restriction" to the store: answer here.
+            if keys.is_empty() {
+                return Ok(Graph::default());
+            }
+            let rows = match known_rows {
+                Some(rows) => rows,
+                None => {
+                    tx.console_sessions(&ConsoleFilter {
+                        keys: keys.clone(),
+                        sort: aware_store::ConsoleSort::Key,
+                        limit: keys.len() as u32,
+                        ..Default::default()
+                    })?
+                    .0
                 }
-                // A child's parent watches it before any cursor row exists (02 §5).
-                let mut implied = Vec::new();
-                {
-                    let stored: HashSet<(&Pair, &Pair)> =
-                        edges.iter().map(|e| (&e.from, &e.to)).collect();
-                    for r in &rows {
-                        let Some(p) = &r.session.parent_key else {
-                            continue;
-                        };
-                        let Some(pa) = agent_of(p) else { continue };
-                        let from = (p.clone(), pa);
-                        let to = (r.session.key.clone(), r.session.agent_id.clone());
-                        if member.contains(&(from.0.as_str(), from.1.as_str()))
-                            && !stored.contains(&(&from, &to))
-                        {
-                            implied.push(GraphEdge {
-                                from,
-                                to,
-                                kind: EdgeKind::Spawn,
-                                pending: false,
-                                implied: true,
-                                cursor: None,
-                            });
-                        }
-                    }
-                }
-                edges.extend(implied);
-                edges.sort_by(|a, b| (&a.from, &a.to).cmp(&(&b.from, &b.to)));
-                Ok(Graph {
-                    nodes: rows,
-                    edges,
-                    truncated,
-                })
-            })()
+            };
+            let edges = edges_among(tx, &keys, &rows)?;
+            Ok(Graph {
+                nodes: rows,
+                edges,
+                truncated,
+            })
         })
     }
 
@@ -342,4 +223,138 @@ impl Engine {
     pub fn subscribe_changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.inner.changes.subscribe()
     }
+}
+
+/// The sessions within `depth` hops of `focus` along cursors and parent links in either
+/// direction, of the `agents` shown (all when empty), at most `limit`; and whether the limit cut
+/// the walk short.
+fn neighbourhood(
+    tx: &dyn ReadTx,
+    focus: &SessionRef,
+    depth: u32,
+    limit: u32,
+    agents: &[String],
+) -> Result<(BTreeSet<Pair>, bool)> {
+    let visible = |agent: &str| agents.is_empty() || agents.iter().any(|a| a == agent);
+    load_session(tx, focus)?;
+    let start = (
+        focus.key.as_str().to_string(),
+        focus.agent.as_str().to_string(),
+    );
+    let mut nodes: BTreeSet<Pair> = BTreeSet::new();
+    let mut queue = VecDeque::from([(start.clone(), 0u32)]);
+    nodes.insert(start);
+    while let Some(((key, agent), d)) = queue.pop_front() {
+        if d >= depth {
+            continue;
+        }
+        // (neighbour, must be checked to exist). Cursor ends and children
+        // exist (deleting a session deletes its cursors); only a parent
+        // link may name a session that is gone, so only it costs a lookup.
+        let mut next: Vec<((String, String), bool)> = Vec::new();
+        for c in tx.cursors_by_target(&key, &agent)? {
+            if let Some(a) = agent_of(&c.watcher) {
+                next.push(((c.watcher, a), false));
+            }
+        }
+        if agent_of(&key).is_some() {
+            for c in tx.cursors_by_watcher(&key)? {
+                next.push(((c.target_key, c.target_agent), false));
+            }
+        }
+        if let Some(row) = tx.session(&key, &agent)? {
+            if let Some(p) = row.parent_key {
+                let pa = agent_of(&p).unwrap_or_else(|| agent.clone());
+                next.push(((p, pa), true));
+            }
+        }
+        let children = tx.list_sessions(&aware_store::SessionFilter {
+            parent_key: Some(key.clone()),
+            limit: limit + 1,
+            ..Default::default()
+        })?;
+        next.extend(children.into_iter().map(|c| ((c.key, c.agent_id), false)));
+        for (n, check) in next {
+            if !visible(&n.1) || nodes.contains(&n) {
+                continue;
+            }
+            if nodes.len() >= limit as usize {
+                return Ok((nodes, true));
+            }
+            if !check || tx.session_exists(&n.0, &n.1)? {
+                nodes.insert(n.clone());
+                queue.push_back((n, d + 1));
+            }
+        }
+    }
+    Ok((nodes, false))
+}
+
+/// The edges among `keys` (whose table rows are `rows`): every stored cursor between two of
+/// them, and the implied spawn edge of a child whose parent is shown, sorted.
+fn edges_among(tx: &dyn ReadTx, keys: &[Pair], rows: &[ConsoleRow]) -> Result<Vec<GraphEdge>> {
+    // One query for the cursors of every node: reading them watcher by watcher was
+    // most of the route's time at 300 nodes. Watchers are agent-qualified keys.
+    let watchers: Vec<String> = keys
+        .iter()
+        .filter(|(k, a)| agent_of(k).as_deref() == Some(a.as_str()))
+        .map(|(k, _)| k.clone())
+        .collect();
+    let member: HashSet<(&str, &str)> =
+        keys.iter().map(|(k, a)| (k.as_str(), a.as_str())).collect();
+    let mut edges: Vec<GraphEdge> = Vec::new();
+    // Rows come unique per (watcher, target), so no edge repeats here.
+    for c in tx.console_cursors_held_by(&watchers)? {
+        let Some(wa) = agent_of(&c.watcher) else {
+            continue;
+        };
+        if !member.contains(&(c.watcher.as_str(), wa.as_str()))
+            || !member.contains(&(c.target_key.as_str(), c.target_agent.as_str()))
+        {
+            continue;
+        }
+        let kind = if c.state.muted {
+            EdgeKind::Muted
+        } else if c.state.origin == aware_core::Origin::Watch {
+            EdgeKind::Watch
+        } else {
+            EdgeKind::Spawn
+        };
+        edges.push(GraphEdge {
+            from: (c.watcher.clone(), wa),
+            to: (c.target_key.clone(), c.target_agent.clone()),
+            kind,
+            pending: c.state.is_pending(),
+            implied: false,
+            cursor: Some(c),
+        });
+    }
+    // A child's parent watches it before any cursor row exists (02 §5).
+    let mut implied = Vec::new();
+    {
+        let stored: HashSet<(&Pair, &Pair)> = edges.iter().map(|e| (&e.from, &e.to)).collect();
+        for r in rows {
+            let Some(p) = &r.session.parent_key else {
+                continue;
+            };
+            let Some(pa) = agent_of(p) else { continue };
+            let from = (p.clone(), pa);
+            let to = (r.session.key.clone(), r.session.agent_id.clone());
+            if member.contains(&(from.0.as_str(), from.1.as_str()))
+                && !stored.contains(&(&from, &to))
+            {
+                implied.push(GraphEdge {
+                    from,
+                    to,
+                    kind: EdgeKind::Spawn,
+                    pending: false,
+                    implied: true,
+                    cursor: None,
+                });
+            }
+        }
+    }
+    edges.extend(implied);
+    edges.sort_by(|a, b| (&a.from, &a.to).cmp(&(&b.from, &b.to)));
+    Ok(edges)
 }

@@ -14,6 +14,7 @@
 mod cache;
 mod conn;
 mod connector;
+mod epoch;
 mod locks;
 pub mod migrate;
 mod options;

@@ -1,9 +1,9 @@
 //! The writer thread: group commit under the cluster-wide write lock, and the epoch / write-log
 //! protocol that keeps every gateway's row cache exact.
 
-use crate::cache;
-use crate::conn::{self, col, Conn};
+use crate::conn::Conn;
 use crate::connector::Connector;
+use crate::epoch;
 use crate::stats::{self, Role};
 use crate::tx::{Hook, PgTx};
 use aware_store::{Completion, FaultPlan, Result, StoreError, StoreMetrics, WriteOp};
@@ -19,27 +19,6 @@ pub(crate) struct Job {
     pub(crate) complete: Completion,
 }
 
-/// Batches kept in `aware_write_log`: a writer whose last commit is older finds a gap and
-/// empties its whole cache, which is always right.
-const WRITE_LOG_KEPT: i64 = 1_024;
-
-/// Queues this batch's `aware_write_log` row (it commits or rolls back with the batch), and
-/// now and then the pruning of rows no writer still needs.
-fn log_batch(conn: &mut conn::Conn, epoch: i64) -> Result<()> {
-    let (everything, keys) = conn.rows.touched();
-    conn.defer(
-        "INSERT INTO aware_write_log (epoch, everything, keys) VALUES ($1, $2, $3)",
-        vec![Box::new(epoch), Box::new(everything), Box::new(keys)],
-    )?;
-    if epoch % 128 == 0 {
-        conn.defer(
-            "DELETE FROM aware_write_log WHERE epoch < $1",
-            vec![Box::new(epoch - WRITE_LOG_KEPT)],
-        )?;
-    }
-    Ok(())
-}
-
 /// Moves every op already queued into `batch`, up to [`MAX_GROUP`].
 fn take_queued(rx: &mpsc::Receiver<Job>, batch: &mut Vec<Job>) {
     while batch.len() < MAX_GROUP {
@@ -47,6 +26,19 @@ fn take_queued(rx: &mpsc::Receiver<Job>, batch: &mut Vec<Job>) {
             Ok(job) => batch.push(job),
             Err(_) => break,
         }
+    }
+}
+
+/// Fails `batch` and every op queued behind it with `error`.
+fn fail_all(
+    rx: &mpsc::Receiver<Job>,
+    mut batch: Vec<Job>,
+    error: fn(String) -> StoreError,
+    why: &str,
+) {
+    take_queued(rx, &mut batch);
+    for job in batch {
+        (job.complete)(Err(error(why.to_string())));
     }
 }
 
@@ -80,50 +72,11 @@ pub(crate) fn writer_loop(
             Err(e) => {
                 // Everything queued fails with it, as before D47: one connect timeout for the
                 // lot, not one each.
-                take_queued(&rx, &mut batch);
-                for job in batch {
-                    (job.complete)(Err(StoreError::Unreachable(e.to_string())));
-                }
+                fail_all(&rx, batch, StoreError::Unreachable, &e.to_string());
                 continue;
             }
         };
-        // One round trip: the transaction; the lock that orders it among all gateways (the
-        // row lock of the epoch's UPDATE, held to the commit: an advisory lock any connecting
-        // role could hold, decision D33); the write epoch, which says whether another writer
-        // committed since this one's last batch; and the log of those batches (the keys they
-        // wrote, so only those rows leave the row cache), read once the lock is held so it sees
-        // the last holder's batch. Each op's savepoint release travels with the next op's.
-        conn.end_transaction();
-        conn.defer_simple(
-            "BEGIN ISOLATION LEVEL READ COMMITTED; UPDATE aware_write_epoch SET epoch = epoch + 1",
-        );
-        let since = conn.rows.last_epoch().unwrap_or(i64::MAX);
-        let begun_with = conn
-            .query(
-                "SELECT e.epoch, l.epoch, l.everything, l.keys FROM aware_write_epoch e \
-                 LEFT JOIN aware_write_log l ON l.epoch > $1 AND l.epoch < e.epoch \
-                 WHERE e.id = 1 ORDER BY l.epoch",
-                &[&since],
-            )
-            .and_then(|rows| {
-                let mut epoch = None;
-                let mut log = Vec::new();
-                for row in &rows {
-                    epoch = Some(col::<i64>(row, 0)?);
-                    if let Some(e) = col::<Option<i64>>(row, 1)? {
-                        log.push(cache::LoggedBatch {
-                            epoch: e,
-                            everything: col::<Option<bool>>(row, 2)?.unwrap_or(true),
-                            keys: col::<Option<Vec<String>>>(row, 3)?.unwrap_or_default(),
-                        });
-                    }
-                }
-                match epoch {
-                    Some(epoch) => Ok((epoch, log)),
-                    None => Err(StoreError::Corrupt("aware_write_epoch has no row".into())),
-                }
-            });
-        let epoch = match begun_with {
+        let epoch = match epoch::begin(conn) {
             Ok((epoch, log)) => {
                 conn.rows.begin_batch(epoch, &log);
                 if after_lock {
@@ -138,122 +91,155 @@ pub(crate) fn writer_loop(
                 if conn.is_closed() || matches!(e, StoreError::Unreachable(_)) {
                     slot = None;
                 }
-                let msg = e.to_string();
                 // A lock that was not granted (the statement timeout) fails everything queued
                 // behind it at once, not one op per timeout.
-                take_queued(&rx, &mut batch);
-                for job in batch {
-                    (job.complete)(Err(StoreError::CommitFailed(msg.clone())));
-                }
+                fail_all(&rx, batch, StoreError::CommitFailed, &e.to_string());
                 continue;
             }
         };
         let begun = started.elapsed();
-        // (completion, hooks, a failure of this op alone that the commit does not undo)
-        let mut done: Vec<(Completion, Vec<Hook>, Option<String>)> =
-            Vec::with_capacity(batch.len());
-        // Set when the transaction can no longer be used (the connection broke): ops not run
-        // yet are failed without running and the batch is rolled back.
-        let mut lost: Option<String> = None;
-        for job in batch {
-            if let Some(msg) = &lost {
-                (job.complete)(Err(StoreError::CommitFailed(msg.clone())));
-                continue;
-            }
-            conn.savepoint("op");
-            let (failed, mut hooks) = {
-                let mut tx = PgTx::new(conn, faults, false);
-                let failed = (job.run)(&mut tx);
-                (failed, tx.take_hooks())
-            };
-            // The op's queued writes are not waited for: they travel with the next exchange
-            // (a later op's read, or the COMMIT), so ops stream to the server without a round
-            // trip each. A queued write that the server refuses is found by that exchange and
-            // fails the batch (see `Conn`), unless it is found within its own op.
-            let clean = failed.is_none() && conn.healthy();
-            let settled = if clean {
-                conn.release_queued("op");
-                Ok(None)
-            } else {
-                hooks.clear();
-                // The op failed, or swallowed a failed statement (PostgreSQL then refuses
-                // everything until a rollback): undo the op, and in the second case say so,
-                // instead of a COMMIT that PostgreSQL would turn into a silent rollback of the
-                // whole batch. (A failed rollback loses the batch: the safe side.)
-                let why = conn.failure().unwrap_or("a statement failed").to_string();
-                conn.rollback_to("op").map(|()| {
-                    failed
-                        .is_none()
-                        .then(|| format!("the op's writes were rolled back: {why}"))
-                })
-            };
-            match settled {
-                Ok(own_failure) => done.push((job.complete, hooks, own_failure)),
-                Err(e) => {
-                    lost = Some(e.to_string());
-                    done.push((job.complete, Vec::new(), None));
-                }
+        let (done, lost) = run_ops(conn, batch, faults);
+        let committing = Instant::now();
+        let commit = commit(conn, lost, faults, epoch);
+        conn.end_transaction();
+        if settle(
+            conn,
+            commit,
+            epoch,
+            done,
+            metrics,
+            (started, begun, committing),
+        ) {
+            slot = None;
+        }
+    }
+}
+
+/// What an op left for the commit: its completion, its after-commit hooks, and a failure of this
+/// op alone that the commit does not undo.
+type Done = (Completion, Vec<Hook>, Option<String>);
+
+/// Runs each op of the batch under its own savepoint. Answers what each op left, and why the
+/// transaction can no longer be used when the connection broke: ops not run yet are then failed
+/// without running and the batch is rolled back.
+fn run_ops(conn: &mut Conn, batch: Vec<Job>, faults: &FaultPlan) -> (Vec<Done>, Option<String>) {
+    let mut done: Vec<Done> = Vec::with_capacity(batch.len());
+    // Set when the transaction can no longer be used (the connection broke): ops not run
+    // yet are failed without running and the batch is rolled back.
+    let mut lost: Option<String> = None;
+    for job in batch {
+        if let Some(msg) = &lost {
+            (job.complete)(Err(StoreError::CommitFailed(msg.clone())));
+            continue;
+        }
+        conn.savepoint("op");
+        let (failed, mut hooks) = {
+            let mut tx = PgTx::new(conn, faults, false);
+            let failed = (job.run)(&mut tx);
+            (failed, tx.take_hooks())
+        };
+        // The op's queued writes are not waited for: they travel with the next exchange
+        // (a later op's read, or the COMMIT), so ops stream to the server without a round
+        // trip each. A queued write that the server refuses is found by that exchange and
+        // fails the batch (see `Conn`), unless it is found within its own op.
+        let clean = failed.is_none() && conn.healthy();
+        let settled = if clean {
+            conn.release_queued("op");
+            Ok(None)
+        } else {
+            hooks.clear();
+            // The op failed, or swallowed a failed statement (PostgreSQL then refuses
+            // everything until a rollback): undo the op, and in the second case say so,
+            // instead of a COMMIT that PostgreSQL would turn into a silent rollback of the
+            // whole batch. (A failed rollback loses the batch: the safe side.)
+            let why = conn.failure().unwrap_or("a statement failed").to_string();
+            conn.rollback_to("op").map(|()| {
+                failed
+                    .is_none()
+                    .then(|| format!("the op's writes were rolled back: {why}"))
+            })
+        };
+        match settled {
+            Ok(own_failure) => done.push((job.complete, hooks, own_failure)),
+            Err(e) => {
+                lost = Some(e.to_string());
+                done.push((job.complete, Vec::new(), None));
             }
         }
-        let committing = Instant::now();
-        let commit = if let Some(msg) = lost {
-            Err(StoreError::CommitFailed(msg))
-        } else if let Some(why) = conn.failure() {
-            // Every op ends healthy or rolled back; this is the last guard before a COMMIT
-            // that PostgreSQL would turn into a rollback.
-            Err(StoreError::CommitFailed(format!(
-                "a failed statement stands: {why}"
-            )))
-        } else if faults.take_commit_failure() {
-            Err(StoreError::CommitFailed("injected commit failure".into()))
-        } else {
-            conn.queue_sequence_catch_up()
-                .and_then(|()| log_batch(conn, epoch))
-                .and_then(|()| conn.batch("COMMIT"))
-                .map_err(|e| StoreError::CommitFailed(e.to_string()))
-        };
-        conn.end_transaction();
-        match commit {
-            Ok(()) => {
-                conn.rows.committed(epoch);
-                let total = started.elapsed().as_micros() as u64;
-                metrics.record_commit(done.len() as u64, total);
-                stats::batch(
-                    done.len() as u64,
-                    begun.as_micros() as u64,
-                    committing.elapsed().as_micros() as u64,
-                    total,
-                );
-                for (complete, hooks, own_failure) in done {
-                    match own_failure {
-                        Some(msg) => complete(Err(StoreError::CommitFailed(msg))),
-                        None => {
-                            for hook in hooks {
-                                hook();
-                            }
-                            complete(Ok(()));
+    }
+    (done, lost)
+}
+
+/// Commits the batch unless an op lost the transaction, a failed statement stands, or a commit
+/// failure is injected.
+fn commit(conn: &mut Conn, lost: Option<String>, faults: &FaultPlan, epoch: i64) -> Result<()> {
+    if let Some(msg) = lost {
+        Err(StoreError::CommitFailed(msg))
+    } else if let Some(why) = conn.failure() {
+        // Every op ends healthy or rolled back; this is the last guard before a COMMIT
+        // that PostgreSQL would turn into a rollback.
+        Err(StoreError::CommitFailed(format!(
+            "a failed statement stands: {why}"
+        )))
+    } else if faults.take_commit_failure() {
+        Err(StoreError::CommitFailed("injected commit failure".into()))
+    } else {
+        conn.queue_sequence_catch_up()
+            .and_then(|()| epoch::log_batch(conn, epoch))
+            .and_then(|()| conn.batch("COMMIT"))
+            .map_err(|e| StoreError::CommitFailed(e.to_string()))
+    }
+}
+
+/// Answers the batch's ops after its commit (running their hooks) or its failure. Answers
+/// whether the connection is broken and must be made again.
+fn settle(
+    conn: &mut Conn,
+    commit: Result<()>,
+    epoch: i64,
+    done: Vec<Done>,
+    metrics: &StoreMetrics,
+    (started, begun, committing): (Instant, Duration, Instant),
+) -> bool {
+    match commit {
+        Ok(()) => {
+            conn.rows.committed(epoch);
+            let total = started.elapsed().as_micros() as u64;
+            metrics.record_commit(done.len() as u64, total);
+            stats::batch(
+                done.len() as u64,
+                begun.as_micros() as u64,
+                committing.elapsed().as_micros() as u64,
+                total,
+            );
+            for (complete, hooks, own_failure) in done {
+                match own_failure {
+                    Some(msg) => complete(Err(StoreError::CommitFailed(msg))),
+                    None => {
+                        for hook in hooks {
+                            hook();
                         }
+                        complete(Ok(()));
                     }
                 }
             }
-            Err(e) => {
-                // The outcome may be unknown (a lost answer to COMMIT): the cache is not kept.
-                conn.rows.clear();
-                let broken = conn.batch("ROLLBACK").is_err() || conn.is_closed();
-                conn.end_transaction();
-                if broken {
-                    slot = None;
-                }
-                metrics.commit_failures.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(event = "commit_failed", error = %e, ops = done.len(), "commit failed");
-                let msg = match e {
-                    StoreError::CommitFailed(m) => m,
-                    other => other.to_string(),
-                };
-                for (complete, _, _) in done {
-                    complete(Err(StoreError::CommitFailed(msg.clone())));
-                }
+            false
+        }
+        Err(e) => {
+            // The outcome may be unknown (a lost answer to COMMIT): the cache is not kept.
+            conn.rows.clear();
+            let broken = conn.batch("ROLLBACK").is_err() || conn.is_closed();
+            conn.end_transaction();
+            metrics.commit_failures.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(event = "commit_failed", error = %e, ops = done.len(), "commit failed");
+            let msg = match e {
+                StoreError::CommitFailed(m) => m,
+                other => other.to_string(),
+            };
+            for (complete, _, _) in done {
+                complete(Err(StoreError::CommitFailed(msg.clone())));
             }
+            broken
         }
     }
 }

@@ -1,0 +1,67 @@
+//! The epoch / write-log protocol (postgres.md): how a writer orders its batch among every
+//! gateway's and learns which cached rows another gateway's batches made stale. Kept apart from
+//! the writer loop so the protocol reads in one place: `begin` opens a batch under the lock,
+//! `log_batch` records what the batch wrote for the next holder.
+
+use crate::cache;
+use crate::conn::{col, Conn};
+use aware_store::{Result, StoreError};
+
+/// Batches kept in `aware_write_log`: a writer whose last commit is older finds a gap and
+/// empties its whole cache, which is always right.
+const WRITE_LOG_KEPT: i64 = 1_024;
+
+/// Opens the batch's transaction under the cluster-wide write lock and answers the new epoch
+/// and the batches other writers committed since this writer's last one.
+///
+/// One round trip: the transaction; the lock that orders it among all gateways (the row lock of
+/// the epoch's UPDATE, held to the commit: an advisory lock any connecting role could hold,
+/// decision D33); the write epoch, which says whether another writer committed since this one's
+/// last batch; and the log of those batches (the keys they wrote, so only those rows leave the
+/// row cache), read once the lock is held so it sees the last holder's batch.
+pub(crate) fn begin(conn: &mut Conn) -> Result<(i64, Vec<cache::LoggedBatch>)> {
+    conn.end_transaction();
+    conn.defer_simple(
+        "BEGIN ISOLATION LEVEL READ COMMITTED; UPDATE aware_write_epoch SET epoch = epoch + 1",
+    );
+    let since = conn.rows.last_epoch().unwrap_or(i64::MAX);
+    let rows = conn.query(
+        "SELECT e.epoch, l.epoch, l.everything, l.keys FROM aware_write_epoch e \
+         LEFT JOIN aware_write_log l ON l.epoch > $1 AND l.epoch < e.epoch \
+         WHERE e.id = 1 ORDER BY l.epoch",
+        &[&since],
+    )?;
+    let mut epoch = None;
+    let mut log = Vec::new();
+    for row in &rows {
+        epoch = Some(col::<i64>(row, 0)?);
+        if let Some(e) = col::<Option<i64>>(row, 1)? {
+            log.push(cache::LoggedBatch {
+                epoch: e,
+                everything: col::<Option<bool>>(row, 2)?.unwrap_or(true),
+                keys: col::<Option<Vec<String>>>(row, 3)?.unwrap_or_default(),
+            });
+        }
+    }
+    match epoch {
+        Some(epoch) => Ok((epoch, log)),
+        None => Err(StoreError::Corrupt("aware_write_epoch has no row".into())),
+    }
+}
+
+/// Queues this batch's `aware_write_log` row (it commits or rolls back with the batch), and
+/// now and then the pruning of rows no writer still needs.
+pub(crate) fn log_batch(conn: &mut Conn, epoch: i64) -> Result<()> {
+    let (everything, keys) = conn.rows.touched();
+    conn.defer(
+        "INSERT INTO aware_write_log (epoch, everything, keys) VALUES ($1, $2, $3)",
+        vec![Box::new(epoch), Box::new(everything), Box::new(keys)],
+    )?;
+    if epoch % 128 == 0 {
+        conn.defer(
+            "DELETE FROM aware_write_log WHERE epoch < $1",
+            vec![Box::new(epoch - WRITE_LOG_KEPT)],
+        )?;
+    }
+    Ok(())
+}
