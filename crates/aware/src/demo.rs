@@ -102,8 +102,19 @@ pub fn run(args: DemoArgs) -> Result<()> {
     story
 }
 
+/// The story, one chapter per step of what a manager and its workers live through.
 fn tell(http: &Http) -> Result<()> {
     let manager = "agent:main:main";
+    let (worker1, worker2) = spawn_two_workers(http, manager)?;
+    human_types(http, &worker1)?;
+    let since = drain_once(http, manager)?;
+    reconcile(http, manager, &worker1, since)?;
+    burst(http, manager, &worker1)?;
+    run_times_out(http, manager, &worker2)?;
+    unwatch(http, manager, &worker1)
+}
+
+fn spawn_two_workers(http: &Http, manager: &str) -> Result<(String, String)> {
     say("A manager session starts and spawns two workers");
     http.call("POST", "/v1/sessions", None, Some(json!({"key": manager})))?;
     let w1 = http.call(
@@ -140,7 +151,10 @@ fn tell(http: &Http) -> Result<()> {
             c["lastSeen"]
         );
     }
+    Ok((worker1, worker2))
+}
 
+fn human_types(http: &Http, worker1: &str) -> Result<()> {
     say("A human types straight into worker 1; the manager does not know yet");
     http.call(
         "POST",
@@ -148,14 +162,17 @@ fn tell(http: &Http) -> Result<()> {
         None,
         Some(json!({"advanceMs": 1000})),
     )?;
-    let t = http.call("POST", &format!("/v1/sessions/{}/turns", seg(&worker1)), None, Some(json!({"role": "user", "text": "actually, use the staging database", "channel": "slack"})))?;
+    let t = http.call("POST", &format!("/v1/sessions/{}/turns", seg(worker1)), None, Some(json!({"role": "user", "text": "actually, use the staging database", "channel": "slack"})))?;
     say!(
         "    recorded event #{} {}: \"{}\" (the log never holds message text)",
         t["event"]["sequence"],
         t["event"]["kind"].as_str().unwrap_or(""),
         t["event"]["summary"].as_str().unwrap_or("")
     );
+    Ok(())
+}
 
+fn drain_once(http: &Http, manager: &str) -> Result<i64> {
     say("The manager's next turn starts with a drain: exactly one notice");
     let d = http.call(
         "POST",
@@ -165,7 +182,10 @@ fn tell(http: &Http) -> Result<()> {
     )?;
     say!("    {}", d["prompt"].as_str().unwrap_or(""));
     let since = d["notices"][0]["lastSeen"].as_i64().unwrap_or(0);
+    Ok(since)
+}
 
+fn reconcile(http: &Http, manager: &str, worker1: &str, since: i64) -> Result<()> {
     say("Before acting, the manager reconciles with session_status changesSince");
     let st = http.call(
         "POST",
@@ -191,13 +211,16 @@ fn tell(http: &Http) -> Result<()> {
             e["summary"].as_str().unwrap_or("")
         );
     }
+    Ok(())
+}
 
+fn burst(http: &Http, manager: &str, worker1: &str) -> Result<()> {
     say("A burst of 20 more human messages still yields one line");
-    say!("  → POST /v1/sessions/{}/turns {{\"role\":\"user\",\"text\":\"note <i>\",\"channel\":\"slack\"}}  × 20", seg(&worker1));
+    say!("  → POST /v1/sessions/{}/turns {{\"role\":\"user\",\"text\":\"note <i>\",\"channel\":\"slack\"}}  × 20", seg(worker1));
     for i in 0..20 {
         http.quiet(
             "POST",
-            &format!("/v1/sessions/{}/turns", seg(&worker1)),
+            &format!("/v1/sessions/{}/turns", seg(worker1)),
             None,
             Some(json!({"role": "user", "text": format!("note {i}"), "channel": "slack"})),
         )?;
@@ -218,7 +241,10 @@ fn tell(http: &Http) -> Result<()> {
         None,
     )?;
     say!("    drained {} notice(s); pendingAfter {}: the burst went on after the notice froze, so exactly one follow-up opens", d["notices"].as_array().map_or(0, |a| a.len()), d["pendingAfter"]);
+    Ok(())
+}
 
+fn run_times_out(http: &Http, manager: &str, worker2: &str) -> Result<()> {
     say("Worker 2's run times out: recorded for reconciliation, no notice");
     http.call(
         "POST",
@@ -254,10 +280,13 @@ fn tell(http: &Http) -> Result<()> {
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|n| n["targetSessionKey"] == worker2.as_str())
+        .filter(|n| n["targetSessionKey"] == worker2)
         .count();
     say!("    notices about worker 2: {about_w2}");
+    Ok(())
+}
 
+fn unwatch(http: &Http, manager: &str, worker1: &str) -> Result<()> {
     say("The manager stops listening to worker 1");
     let u = http.call(
         "POST",
@@ -267,7 +296,7 @@ fn tell(http: &Http) -> Result<()> {
     )?;
     http.call(
         "POST",
-        &format!("/v1/sessions/{}/turns", seg(&worker1)),
+        &format!("/v1/sessions/{}/turns", seg(worker1)),
         None,
         Some(json!({"role": "user", "text": "one more thing", "channel": "slack"})),
     )?;

@@ -71,9 +71,50 @@ pub fn run(args: DoctorArgs, outer: &Conn) -> Result<()> {
     if path.exists() {
         r.ok(&format!("client context {} read", path.display()));
     }
-    // 1. Gateway.
+    let reachable = gateway(&mut r, &c);
+    if reachable {
+        token(&mut r, &c);
+    }
+    let project = args
+        .project
+        .clone()
+        .or_else(|| std::env::current_dir().ok())
+        .unwrap_or_else(|| PathBuf::from("."));
+    let mut sessions: Vec<String> = Vec::new();
+    claude_settings(&mut r, &project, &mut sessions);
+    mcp_json(&mut r, &project, &mut sessions);
+    codex(&mut r, &project, &mut sessions);
+    sessions.sort();
+    sessions.dedup();
+    if sessions.len() > 1 {
+        r.warn(
+            &format!(
+                "the hook and the MCP server use different sessions: {}",
+                sessions.join(", ")
+            ),
+            "give both the same --session so each notice reaches the model once",
+        );
+    }
+    if let Some(s) = resolved.session.clone() {
+        sessions.push(s);
+    }
+    sessions.dedup();
+    if reachable {
+        sessions_exist(&mut r, &c, &resolved, &sessions);
+    }
+    claude_root(&mut r, args.claude_root);
+    if r.failed > 0 {
+        out(&format!("{} check(s) failed", r.failed));
+        std::process::exit(1);
+    }
+    out("all checks passed");
+    Ok(())
+}
+
+/// 1. The gateway answers `/health`. Answers whether it is reachable at all.
+fn gateway(r: &mut Report, c: &Client) -> bool {
     let health = c.http.request("GET", "/health").operator().send(None);
-    let reachable = match health {
+    match health {
         Ok(_) => {
             r.ok(&format!("gateway answers at {}", c.url()));
             true
@@ -93,40 +134,38 @@ pub fn run(args: DoctorArgs, outer: &Conn) -> Result<()> {
             );
             false
         }
-    };
-    // 2. Token.
-    if reachable {
-        // As the operator: this checks the token, and a caller session from client.toml that
-        // does not exist yet is the session check's finding (step 4), not a token failure.
-        let listed = c
-            .http
-            .request("GET", "/v1/sessions?limit=1")
-            .operator()
-            .json(None)
-            .map_err(Failure::from);
-        match listed {
-            Ok(_) => r.ok(if c.http.token().is_some() {
-                "token accepted"
-            } else {
-                "no token needed"
-            }),
-            Err(Failure::Server(m)) if m.starts_with("unauthorized") => r.fail(
-                "the gateway refuses the token",
-                "set --token, AWARE_TOKEN or token_file in client.toml to the gateway's token",
-            ),
-            Err(Failure::Server(m) | Failure::Unreachable(m) | Failure::Usage(m)) => r.fail(
-                &format!("listing sessions failed: {m}"),
-                "see the error above (the `aware serve` log has the gateway's side)",
-            ),
-        }
     }
-    // 3. Project configs.
-    let project = args
-        .project
-        .clone()
-        .or_else(|| std::env::current_dir().ok())
-        .unwrap_or_else(|| PathBuf::from("."));
-    let mut sessions: Vec<String> = Vec::new();
+}
+
+/// 2. The gateway takes the token.
+fn token(r: &mut Report, c: &Client) {
+    // As the operator: this checks the token, and a caller session from client.toml that
+    // does not exist yet is the session check's finding (step 4), not a token failure.
+    let listed = c
+        .http
+        .request("GET", "/v1/sessions?limit=1")
+        .operator()
+        .json(None)
+        .map_err(Failure::from);
+    match listed {
+        Ok(_) => r.ok(if c.http.token().is_some() {
+            "token accepted"
+        } else {
+            "no token needed"
+        }),
+        Err(Failure::Server(m)) if m.starts_with("unauthorized") => r.fail(
+            "the gateway refuses the token",
+            "set --token, AWARE_TOKEN or token_file in client.toml to the gateway's token",
+        ),
+        Err(Failure::Server(m) | Failure::Unreachable(m) | Failure::Usage(m)) => r.fail(
+            &format!("listing sessions failed: {m}"),
+            "see the error above (the `aware serve` log has the gateway's side)",
+        ),
+    }
+}
+
+/// 3a. The project's Claude Code settings carry the hook on every event it acts on.
+fn claude_settings(r: &mut Report, project: &std::path::Path, sessions: &mut Vec<String>) {
     let settings = project.join(".claude/settings.json");
     match read(&settings) {
         None => r.warn(
@@ -152,7 +191,7 @@ pub fn run(args: DoctorArgs, outer: &Conn) -> Result<()> {
                     "run `aware init claude-code`",
                 ),
                 Some(cmd) => {
-                    check_program(&mut r, "hook", cmd.split_whitespace().next().unwrap_or(""));
+                    check_program(r, "hook", cmd.split_whitespace().next().unwrap_or(""));
                     if let Some(s) =
                         flag_value(cmd.split_whitespace().map(|w| w.trim_matches('\'')))
                     {
@@ -180,6 +219,10 @@ pub fn run(args: DoctorArgs, outer: &Conn) -> Result<()> {
             }
         }
     }
+}
+
+/// 3b. The project's .mcp.json runs `aware mcp` with a session.
+fn mcp_json(r: &mut Report, project: &std::path::Path, sessions: &mut Vec<String>) {
     let mcp = project.join(".mcp.json");
     match read(&mcp) {
         None => r.warn(
@@ -194,7 +237,7 @@ pub fn run(args: DoctorArgs, outer: &Conn) -> Result<()> {
             ),
             Some(s) => {
                 check_program(
-                    &mut r,
+                    r,
                     "MCP server",
                     s.get("command").and_then(Value::as_str).unwrap_or(""),
                 );
@@ -215,47 +258,35 @@ pub fn run(args: DoctorArgs, outer: &Conn) -> Result<()> {
             }
         },
     }
-    codex(&mut r, &project, &mut sessions);
-    sessions.sort();
-    sessions.dedup();
-    if sessions.len() > 1 {
-        r.warn(
-            &format!(
-                "the hook and the MCP server use different sessions: {}",
-                sessions.join(", ")
-            ),
-            "give both the same --session so each notice reaches the model once",
-        );
-    }
-    // 4. Session.
-    if let Some(s) = resolved.session.clone() {
-        sessions.push(s);
-    }
-    sessions.dedup();
-    if reachable {
-        for s in &sessions {
-            match c.call("GET", &format!("/v1/sessions/{}", seg(s)), None) {
-                Ok(_) => r.ok(&format!("session {s} exists")),
-                Err(Failure::Server(m)) if m.starts_with("session_not_found") => r.warn(
-                    &format!("session {s} does not exist yet"),
-                    &format!(
-                        "`aware create {s}` creates it (so do `aware init claude-code`, the hook \
-                         and `aware mcp` on first use){}",
-                        if resolved.session_from_file && resolved.session.as_deref() == Some(s) {
-                            "; or remove `session` from client.toml"
-                        } else {
-                            ""
-                        }
-                    ),
+}
+
+/// 4. Each session the configs name exists on the gateway.
+fn sessions_exist(r: &mut Report, c: &Client, resolved: &context::Resolved, sessions: &[String]) {
+    for s in sessions {
+        match c.call("GET", &format!("/v1/sessions/{}", seg(s)), None) {
+            Ok(_) => r.ok(&format!("session {s} exists")),
+            Err(Failure::Server(m)) if m.starts_with("session_not_found") => r.warn(
+                &format!("session {s} does not exist yet"),
+                &format!(
+                    "`aware create {s}` creates it (so do `aware init claude-code`, the hook \
+                     and `aware mcp` on first use){}",
+                    if resolved.session_from_file && resolved.session.as_deref() == Some(s) {
+                        "; or remove `session` from client.toml"
+                    } else {
+                        ""
+                    }
                 ),
-                Err(Failure::Server(m) | Failure::Unreachable(m) | Failure::Usage(m)) => {
-                    r.fail(&format!("session {s}: {m}"), "see the message")
-                }
+            ),
+            Err(Failure::Server(m) | Failure::Unreachable(m) | Failure::Usage(m)) => {
+                r.fail(&format!("session {s}: {m}"), "see the message")
             }
         }
     }
-    // 5. Claude root.
-    let root = args.claude_root.clone().unwrap_or_else(|| {
+}
+
+/// 5. The Claude projects directory exists.
+fn claude_root(r: &mut Report, root: Option<PathBuf>) {
+    let root = root.unwrap_or_else(|| {
         std::env::var_os("HOME")
             .map(PathBuf::from)
             .unwrap_or_default()
@@ -269,12 +300,6 @@ pub fn run(args: DoctorArgs, outer: &Conn) -> Result<()> {
             "run Claude Code once, or set [claude] root in the gateway's config.toml (catalog and adoption read it)",
         );
     }
-    if r.failed > 0 {
-        out(&format!("{} check(s) failed", r.failed));
-        std::process::exit(1);
-    }
-    out("all checks passed");
-    Ok(())
 }
 
 /// Codex: each hooks.json with aware hooks (the project's and `$CODEX_HOME`'s) has a trust

@@ -152,10 +152,52 @@ fn log_filter(level: &str) -> String {
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
+    init_logging(&args.log_level, args.log_format);
+    let (config, config_file, port_file) = load_config(args);
+    raise_fd_limit();
+    let grace = std::time::Duration::from_secs(config.http.shutdown_grace_secs);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("start the async runtime")?;
+    let result = runtime.block_on(async move {
+        let listener = match tokio::net::TcpListener::bind(config.bind).await {
+            Ok(l) => l,
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => config_error(format!(
+                "cannot listen on {}: the port is already in use (is another `aware serve` \
+                 running? pick another with --bind, or port 0 for a free one)",
+                config.bind
+            )),
+            Err(e) => return Err(anyhow::Error::new(e).context(format!("bind {}", config.bind))),
+        };
+        // Only once the port is ours: a serve that cannot start leaves no empty data folder.
+        aware_gateway::create_private_dir(&config.data_dir)
+            .with_context(|| format!("create data directory {}", config.data_dir.display()))?;
+        let addr = listener.local_addr()?;
+        let durability_text = log_starting(&config, config_file.as_deref());
+        let scheme = if config.http.tls.is_some() { "https" } else { "http" };
+        tracing::info!(event = "listening", addr = %addr, durability = durability_text, tls = config.http.tls.is_some(), "listening on {addr}; web console at {scheme}://{addr}/ui/");
+        if let Some(p) = &port_file {
+            std::fs::write(p, addr.port().to_string()).with_context(|| format!("write {}", p.display()))?;
+        }
+        match aware_gateway::run(listener, config, crate::signals::shutdown_signal()).await {
+            Err(aware_gateway::RunError::Fatal(msg)) => config_error(msg),
+            other => other?,
+        }
+        tracing::info!(event = "stopped", "gateway stopped");
+        Ok(())
+    });
+    // A blocking engine call stuck in outside I/O must not keep the process alive forever.
+    runtime.shutdown_timeout(grace);
+    result
+}
+
+/// Installs the log subscriber: `level` (already accepted by clap's parser) in `format`.
+fn init_logging(level: &str, format: LogFormat) {
     // parse_log_level has accepted it already.
-    let filter = tracing_subscriber::EnvFilter::try_new(log_filter(&args.log_level))
+    let filter = tracing_subscriber::EnvFilter::try_new(log_filter(level))
         .unwrap_or_else(|e| config_error(format!("--log-level: {e}")));
-    match args.log_format {
+    match format {
         LogFormat::Text => tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -167,6 +209,18 @@ pub fn run(args: ServeArgs) -> Result<()> {
             .with_writer(std::io::stderr)
             .init(),
     }
+}
+
+/// The gateway's configuration from the flags, the environment and the config file (exits with
+/// the configuration error status on a bad one), the config file used, and the port file.
+fn load_config(
+    args: ServeArgs,
+) -> (
+    GatewayConfig,
+    Option<std::path::PathBuf>,
+    Option<std::path::PathBuf>,
+) {
+    let port_file = args.port_file.clone();
     let bind = args
         .bind
         .as_deref()
@@ -231,61 +285,34 @@ pub fn run(args: ServeArgs) -> Result<()> {
     if let Err(msg) = check_bind_policy(&config) {
         config_error(msg);
     }
-    raise_fd_limit();
-    let grace = std::time::Duration::from_secs(config.http.shutdown_grace_secs);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("start the async runtime")?;
-    let result = runtime.block_on(async move {
-        let listener = match tokio::net::TcpListener::bind(config.bind).await {
-            Ok(l) => l,
-            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => config_error(format!(
-                "cannot listen on {}: the port is already in use (is another `aware serve` \
-                 running? pick another with --bind, or port 0 for a free one)",
-                config.bind
-            )),
-            Err(e) => return Err(anyhow::Error::new(e).context(format!("bind {}", config.bind))),
-        };
-        // Only once the port is ours: a serve that cannot start leaves no empty data folder.
-        aware_gateway::create_private_dir(&config.data_dir)
-            .with_context(|| format!("create data directory {}", config.data_dir.display()))?;
-        let addr = listener.local_addr()?;
-        let config_text = config_file
-            .as_ref()
-            .map_or_else(|| "none (defaults)".to_string(), |p| p.display().to_string());
-        let claude_text = config
-            .claude_root
-            .as_ref()
-            .map_or_else(|| "disabled".to_string(), |p| p.display().to_string());
-        // The PostgreSQL location is rebuilt from the parsed URL and never has a password.
-        let (store_text, durability_text) = match &config.postgres {
-            Some(pg) => (pg.location(), "synchronous_commit=on"),
-            None => (
-                config.data_dir.join("state.db").display().to_string(),
-                config.durability.as_str(),
-            ),
-        };
-        tracing::info!(
-            event = "starting",
-            "data dir {}, config file {config_text}, store {store_text}, Claude root {claude_text}, durability {durability_text}",
-            config.data_dir.display(),
-        );
-        let scheme = if config.http.tls.is_some() { "https" } else { "http" };
-        tracing::info!(event = "listening", addr = %addr, durability = durability_text, tls = config.http.tls.is_some(), "listening on {addr}; web console at {scheme}://{addr}/ui/");
-        if let Some(p) = &args.port_file {
-            std::fs::write(p, addr.port().to_string()).with_context(|| format!("write {}", p.display()))?;
-        }
-        match aware_gateway::run(listener, config, crate::signals::shutdown_signal()).await {
-            Err(aware_gateway::RunError::Fatal(msg)) => config_error(msg),
-            other => other?,
-        }
-        tracing::info!(event = "stopped", "gateway stopped");
-        Ok(())
-    });
-    // A blocking engine call stuck in outside I/O must not keep the process alive forever.
-    runtime.shutdown_timeout(grace);
-    result
+    (config, config_file, port_file)
+}
+
+/// The start-up line: where the data, the config, the store and the Claude root are. Answers
+/// the durability it names, for the listening line.
+fn log_starting(config: &GatewayConfig, config_file: Option<&std::path::Path>) -> String {
+    let config_text = config_file.map_or_else(
+        || "none (defaults)".to_string(),
+        |p| p.display().to_string(),
+    );
+    let claude_text = config
+        .claude_root
+        .as_ref()
+        .map_or_else(|| "disabled".to_string(), |p| p.display().to_string());
+    // The PostgreSQL location is rebuilt from the parsed URL and never has a password.
+    let (store_text, durability_text) = match &config.postgres {
+        Some(pg) => (pg.location(), "synchronous_commit=on"),
+        None => (
+            config.data_dir.join("state.db").display().to_string(),
+            config.durability.as_str(),
+        ),
+    };
+    tracing::info!(
+        event = "starting",
+        "data dir {}, config file {config_text}, store {store_text}, Claude root {claude_text}, durability {durability_text}",
+        config.data_dir.display(),
+    );
+    durability_text.to_string()
 }
 
 /// Raises the soft limit on open descriptors to the hard limit, so the connection cap (not the
