@@ -237,7 +237,7 @@ async fn sessions(req: &Req, caller: Option<&SessionRef>, mut q: Query) -> ApiRe
 }
 
 fn cursor_json(c: &aware_engine::views::CursorRow) -> Value {
-    let mut v = wire::cursor(c);
+    let mut v = wire::value(wire::cursor(c));
     if let Some(a) = aware_core::SessionKey::parse(&c.watcher)
         .ok()
         .and_then(|k| k.qualified_agent())
@@ -267,7 +267,7 @@ fn session_json(d: &ConsoleSession, with_text: bool, now: i64) -> Value {
         .turns
         .iter()
         .map(|t| {
-            let mut v = wire::turn(t);
+            let mut v = wire::value(wire::turn(t));
             if !with_text {
                 if let Some(m) = v.as_object_mut() {
                     m.remove("text");
@@ -282,7 +282,7 @@ fn session_json(d: &ConsoleSession, with_text: bool, now: i64) -> Value {
         "timeline": timeline,
         "notices": d.notices.iter().map(wire::notice).collect::<Vec<_>>(),
         "noticesOnIt": d.notices_on.iter().map(|(w, n)| {
-            let mut v = wire::notice(n);
+            let mut v = wire::value(wire::notice(n));
             v["watcherSessionKey"] = w.clone().into();
             v
         }).collect::<Vec<_>>(),

@@ -125,3 +125,11 @@ pub struct Wake {
     pub from: Option<String>,
     pub at: i64,
 }
+
+/// The wake as its JSON text: the SSE `data` line and the webhook body.
+impl std::fmt::Display for Wake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = serde_json::to_string(self).map_err(|_| std::fmt::Error)?;
+        f.write_str(&text)
+    }
+}

@@ -175,3 +175,76 @@ pub struct Cursor {
     pub origin: String,
     pub updated_at: i64,
 }
+
+/// `POST /v1/sessions/{key}/reset`: the session with its new id, and the id it had.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResetSession {
+    pub session: Session,
+    pub previous_session_id: String,
+}
+
+/// `DELETE /v1/sessions/{key}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Deleted {
+    pub deleted: bool,
+}
+
+/// `POST …/runs` (the run) and `POST …/runs/{id}/end` (the run, and the event its end recorded).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunAnswer {
+    pub run: Run,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<Event>,
+}
+
+/// `POST …/compaction`: the event recorded, or `duplicate: true` for a repeated key.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Compaction {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<Event>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duplicate: Option<bool>,
+}
+
+/// `POST …/system-events`: the new entry's id, or `deduped: true` when an equal entry was
+/// already queued.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SystemEventEnqueued {
+    Queued { id: i64 },
+    Deduped { deduped: bool },
+}
+
+/// `GET …/watches`: the cursors this session holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WatchesPage {
+    pub has_more: bool,
+    pub watches: Vec<Cursor>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_offset: Option<i64>,
+}
+
+/// `GET …/watchers`: the cursors held on this session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WatchersPage {
+    pub has_more: bool,
+    pub watchers: Vec<Cursor>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_offset: Option<i64>,
+}
+
+/// `POST …/watches`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Watched {
+    pub watched: bool,
+    pub cursor: Cursor,
+}
+
+/// `DELETE …/watches/{target}`: whether a cursor was removed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Unwatched {
+    pub unwatched: bool,
+}

@@ -245,6 +245,21 @@ pub enum SessionKind {
     Other,
 }
 
+impl SessionKind {
+    /// The kind a stored session names; `None` for a name this version does not know.
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "main" => Self::Main,
+            "subagent" => Self::Subagent,
+            "adopted" => Self::Adopted,
+            "group" => Self::Group,
+            "cron" => Self::Cron,
+            "other" => Self::Other,
+            _ => return None,
+        })
+    }
+}
+
 /// `sessions_list` (§3.3).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

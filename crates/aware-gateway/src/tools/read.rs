@@ -177,7 +177,7 @@ pub(super) async fn sessions_history(
     let has_more = rows.len() > limit;
     rows.truncate(limit);
     let next_offset = rows.last().map(|x| x.index + 1);
-    let mut page: Vec<Value> = rows
+    let mut page: Vec<aware_wire::tools::HistoryMessage> = rows
         .iter()
         .map(|x| answers::history_message(x, MAX_HISTORY_TEXT))
         .collect();

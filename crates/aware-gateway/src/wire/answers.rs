@@ -8,32 +8,42 @@ use aware_engine::{
     AckResult, AdoptResult, CompactionOutcome, GoalChange, PruneReport, RunEnd, Session,
     TurnOutcome,
 };
+use aware_wire::sessions as w;
 use serde_json::{json, Value};
 
-pub fn deleted() -> Value {
-    json!({"deleted": true})
+pub fn deleted() -> w::Deleted {
+    w::Deleted { deleted: true }
 }
 
-pub fn reset(s: &Session, previous_session_id: &str) -> Value {
-    json!({"session": session(s), "previousSessionId": previous_session_id})
+pub fn reset(s: &Session, previous_session_id: &str) -> w::ResetSession {
+    w::ResetSession {
+        session: session(s),
+        previous_session_id: previous_session_id.to_string(),
+    }
 }
 
-pub fn created_session(created: bool, s: &Session) -> Value {
-    json!({"created": created, "session": session(s)})
+pub fn created_session(created: bool, s: &Session) -> w::CreatedSession {
+    w::CreatedSession {
+        created,
+        session: session(s),
+    }
 }
 
 /// A page of `GET /v1/sessions`; `next_offset` when more follow.
-pub fn session_page(rows: &[Session], more: bool, next_offset: i64) -> Value {
-    let mut body =
-        json!({"sessions": rows.iter().map(session).collect::<Vec<_>>(), "hasMore": more});
-    if more {
-        body["nextOffset"] = next_offset.into();
+pub fn session_page(rows: &[Session], more: bool, next_offset: i64) -> w::SessionPage {
+    w::SessionPage {
+        sessions: rows.iter().map(session).collect(),
+        has_more: more,
+        next_offset: more.then_some(next_offset),
     }
-    body
 }
 
-pub fn turn_page(turns: &[TurnRow], more: bool, truncated: bool) -> Value {
-    json!({"turns": turns.iter().map(turn).collect::<Vec<_>>(), "hasMore": more, "truncated": truncated})
+pub fn turn_page(turns: &[TurnRow], more: bool, truncated: bool) -> w::TurnPage {
+    w::TurnPage {
+        turns: turns.iter().map(turn).collect(),
+        has_more: more,
+        truncated,
+    }
 }
 
 /// The `POST …/turns` answer, written straight from the outcome: `{"turn", "event"?}`, or
@@ -59,76 +69,87 @@ impl serde::Serialize for PostedTurn<'_> {
     }
 }
 
-pub fn ack(r: &AckResult) -> Value {
-    json!({"acked": r.acked, "followUps": r.follow_ups, "ignored": r.ignored, "removedSystemEvents": r.removed_system_events})
+pub fn ack(r: &AckResult) -> aware_wire::AckAnswer {
+    aware_wire::AckAnswer {
+        acked: count(r.acked),
+        follow_ups: count(r.follow_ups),
+        ignored: r.ignored.clone(),
+        removed_system_events: count(r.removed_system_events),
+    }
+}
+
+/// A count on the wire (JSON integers are read as i64 by the clients).
+fn count(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// `POST …/system-events`: the new id, or `deduped` when an equal event was already queued.
-pub fn system_event_enqueued(id: Option<i64>) -> Value {
+pub fn system_event_enqueued(id: Option<i64>) -> w::SystemEventEnqueued {
     match id {
-        Some(id) => json!({"id": id}),
-        None => json!({"deduped": true}),
+        Some(id) => w::SystemEventEnqueued::Queued { id },
+        None => w::SystemEventEnqueued::Deduped { deduped: true },
     }
 }
 
-pub fn goal_change(g: &GoalChange) -> Value {
-    let mut body = json!({"changed": g.changed});
-    if let Some(x) = &g.goal {
-        body["goal"] = goal(x);
+pub fn goal_change(g: &GoalChange) -> w::GoalChange {
+    w::GoalChange {
+        changed: g.changed,
+        goal: g.goal.as_ref().map(goal),
+        event: g.event.as_ref().map(event),
     }
-    if let Some(ev) = &g.event {
-        body["event"] = event(ev);
+}
+
+pub fn run_started(r: &RunRow) -> w::RunAnswer {
+    w::RunAnswer {
+        run: run(r),
+        event: None,
     }
-    body
 }
 
-pub fn run_started(r: &RunRow) -> Value {
-    json!({"run": run(r)})
-}
-
-pub fn run_ended(r: &RunEnd) -> Value {
-    let mut body = json!({"run": run(&r.run)});
-    if let Some(ev) = &r.event {
-        body["event"] = event(ev);
+pub fn run_ended(r: &RunEnd) -> w::RunAnswer {
+    w::RunAnswer {
+        run: run(&r.run),
+        event: r.event.as_ref().map(event),
     }
-    body
 }
 
-pub fn compaction(out: &CompactionOutcome) -> Value {
-    let mut body = json!({});
-    if let Some(ev) = &out.event {
-        body["event"] = event(ev);
+pub fn compaction(out: &CompactionOutcome) -> w::Compaction {
+    w::Compaction {
+        event: out.event.as_ref().map(event),
+        duplicate: out.duplicate.then_some(true),
     }
-    if out.duplicate {
-        body["duplicate"] = true.into();
+}
+
+/// Where the next page starts, when more follow.
+fn next_offset(more: bool, next: usize) -> Option<i64> {
+    more.then(|| i64::try_from(next).unwrap_or(i64::MAX))
+}
+
+pub fn watches(rows: &[CursorRow], more: bool, next: usize) -> w::WatchesPage {
+    w::WatchesPage {
+        has_more: more,
+        watches: rows.iter().map(cursor).collect(),
+        next_offset: next_offset(more, next),
     }
-    body
 }
 
-/// A page of fan-out rows under `field`; `nextOffset` when more follow.
-fn cursor_page(field: &str, rows: &[CursorRow], more: bool, next: usize) -> Value {
-    let mut v = json!({"hasMore": more});
-    v[field] = Value::Array(rows.iter().map(cursor).collect());
-    if more {
-        v["nextOffset"] = next.into();
+pub fn watchers(rows: &[CursorRow], more: bool, next: usize) -> w::WatchersPage {
+    w::WatchersPage {
+        has_more: more,
+        watchers: rows.iter().map(cursor).collect(),
+        next_offset: next_offset(more, next),
     }
-    v
 }
 
-pub fn watches(rows: &[CursorRow], more: bool, next: usize) -> Value {
-    cursor_page("watches", rows, more, next)
+pub fn watched(row: &CursorRow) -> w::Watched {
+    w::Watched {
+        watched: true,
+        cursor: cursor(row),
+    }
 }
 
-pub fn watchers(rows: &[CursorRow], more: bool, next: usize) -> Value {
-    cursor_page("watchers", rows, more, next)
-}
-
-pub fn watched(row: &CursorRow) -> Value {
-    json!({"watched": true, "cursor": cursor(row)})
-}
-
-pub fn unwatched(done: bool) -> Value {
-    json!({"unwatched": done})
+pub fn unwatched(done: bool) -> w::Unwatched {
+    w::Unwatched { unwatched: done }
 }
 
 /// One item of `GET /v1/catalog`; `adopted` is the key of the session that adopted it.
@@ -181,7 +202,7 @@ pub fn empty() -> Value {
 
 /// `POST /v1/admin/events`: the event and whether an existing one answered.
 pub fn appended(e: &StoredEvent, deduped: bool) -> Value {
-    json!({"event": event(e), "deduped": deduped})
+    json!({"event": EventJson(e), "deduped": deduped})
 }
 
 pub fn not_recorded() -> Value {

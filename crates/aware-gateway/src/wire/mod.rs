@@ -1,7 +1,9 @@
-//! All response JSON of the gateway, written by hand (camelCase; optional fields omitted, never
-//! null): here the resources of 03 §5.4 (sessions, events, turns, runs, cursors, notices,
-//! drains, wakes); `answers` the route answers built from them, `tools` the agent tools'
-//! answers. Handlers build no JSON of their own (the console's read models excepted).
+//! All response JSON of the gateway: here the resources of 03 §5.4 (sessions, events, turns,
+//! runs, cursors, notices, drains, wakes) as the types of `aware-wire`, which the clients read
+//! too; `answers` the route answers built from them, `tools` the agent tools' answers. Handlers
+//! build no JSON of their own (the console's read models excepted). The hot answers (a posted
+//! turn, the `session_status` page) are serialised straight from the engine's types by hand;
+//! tests bind them to the same `aware-wire` types, field order included.
 
 pub mod answers;
 pub mod tools;
@@ -9,6 +11,7 @@ pub mod tools;
 use aware_core::{CompactEvent, StoredEvent};
 use aware_engine::views::{CursorRow, RunRow, SystemEventRow, TurnRow};
 use aware_engine::{Drain, Notice, Session, StateChanges, Wake};
+use aware_wire::sessions as w;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{json, Map, Value};
 
@@ -46,55 +49,51 @@ pub(crate) fn json_response(status: StatusCode, v: &impl Serialize, size_hint: u
     }
 }
 
+/// A wire object as a `Value`, for the read models that add fields to it (the console).
+/// Serialising these types cannot fail: every key is a string and every number finite.
+pub fn value(v: impl Serialize) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
 /// The goal object of a session or a goal change.
-pub fn goal(g: &aware_engine::views::GoalRow) -> Value {
-    json!({"text": g.text, "status": g.status, "updatedAt": g.updated_at})
-}
-
-fn put<T: Into<Value>>(m: &mut Map<String, Value>, k: &str, v: Option<T>) {
-    if let Some(v) = v {
-        m.insert(k.into(), v.into());
+pub fn goal(g: &aware_engine::views::GoalRow) -> w::Goal {
+    w::Goal {
+        text: g.text.clone(),
+        status: g.status.clone(),
+        updated_at: g.updated_at,
     }
 }
 
-pub fn session(s: &Session) -> Value {
+pub fn session(s: &Session) -> w::Session {
     let r = &s.row;
-    let mut m = Map::new();
-    m.insert("key".into(), r.key.clone().into());
-    m.insert("agentId".into(), r.agent_id.clone().into());
-    m.insert("sessionId".into(), r.session_id.clone().into());
-    m.insert("kind".into(), r.kind.clone().into());
-    put(&mut m, "label", r.label.clone());
-    put(&mut m, "parentSessionKey", r.parent_key.clone());
-    if r.orphaned {
-        m.insert("orphaned".into(), true.into());
+    w::Session {
+        key: r.key.clone(),
+        agent_id: r.agent_id.clone(),
+        session_id: r.session_id.clone(),
+        kind: r.kind.clone(),
+        label: r.label.clone(),
+        parent_session_key: r.parent_key.clone(),
+        orphaned: r.orphaned.then_some(true),
+        created_via: r.created_via.clone(),
+        status: s.status().to_string(),
+        active_run_id: r.active_run_id.clone(),
+        goal: r.goal.as_ref().map(goal),
+        upstream: r.upstream.as_ref().map(|u| w::Upstream {
+            catalog_id: u.catalog_id.clone(),
+            host_id: u.host_id.clone(),
+            thread_id: u.thread_id.clone(),
+            linked: s.link.is_some(),
+            marker: s.link.as_ref().and_then(|l| {
+                l.last_marker_json
+                    .as_deref()
+                    .and_then(|j| serde_json::from_str::<Value>(j).ok())
+            }),
+            last_scanned_at: s.link.as_ref().and_then(|l| l.last_scanned_at),
+        }),
+        state_version: s.state_version,
+        created_at: r.created_at,
+        updated_at: r.updated_at,
     }
-    m.insert("createdVia".into(), r.created_via.clone().into());
-    m.insert("status".into(), s.status().into());
-    put(&mut m, "activeRunId", r.active_run_id.clone());
-    if let Some(g) = &r.goal {
-        m.insert("goal".into(), goal(g));
-    }
-    if let Some(u) = &r.upstream {
-        let mut up = json!({"catalogId": u.catalog_id, "hostId": u.host_id, "threadId": u.thread_id, "linked": s.link.is_some()});
-        if let Some(l) = &s.link {
-            if let Some(marker) = l
-                .last_marker_json
-                .as_deref()
-                .and_then(|j| serde_json::from_str::<Value>(j).ok())
-            {
-                up["marker"] = marker;
-            }
-            if let Some(t) = l.last_scanned_at {
-                up["lastScannedAt"] = t.into();
-            }
-        }
-        m.insert("upstream".into(), up);
-    }
-    m.insert("stateVersion".into(), s.state_version.into());
-    m.insert("createdAt".into(), r.created_at.into());
-    m.insert("updatedAt".into(), r.updated_at.into());
-    Value::Object(m)
 }
 
 /// A turn serialised straight from the row (the same fields in the same order as [`turn`]),
@@ -163,20 +162,20 @@ impl Serialize for EventJson<'_> {
     }
 }
 
-pub fn event(e: &StoredEvent) -> Value {
-    let mut m = Map::new();
-    m.insert("sequence".into(), e.sequence.into());
-    m.insert("sessionKey".into(), e.session_key.clone().into());
-    put(&mut m, "sessionId", e.session_id.clone());
-    m.insert("agentId".into(), e.agent_id.clone().into());
-    m.insert("kind".into(), e.kind.as_str().into());
-    m.insert("actorType".into(), e.actor_type.as_str().into());
-    put(&mut m, "actorId", e.actor_id.clone());
-    put(&mut m, "runId", e.run_id.clone());
-    m.insert("occurredAt".into(), e.occurred_at.into());
-    m.insert("summary".into(), e.summary.clone().into());
-    put(&mut m, "payload", e.payload.clone().map(Value::Object));
-    Value::Object(m)
+pub fn event(e: &StoredEvent) -> w::Event {
+    w::Event {
+        sequence: e.sequence,
+        session_key: e.session_key.clone(),
+        session_id: e.session_id.clone(),
+        agent_id: e.agent_id.clone(),
+        kind: e.kind.as_str().to_string(),
+        actor_type: e.actor_type.as_str().to_string(),
+        actor_id: e.actor_id.clone(),
+        run_id: e.run_id.clone(),
+        occurred_at: e.occurred_at,
+        summary: e.summary.clone(),
+        payload: e.payload.clone(),
+    }
 }
 
 /// A compact event serialised straight from the engine's type: the hot `session_status` page
@@ -234,96 +233,119 @@ impl Serialize for Events<'_> {
     }
 }
 
-pub fn turn(t: &TurnRow) -> Value {
-    let mut m = Map::new();
-    m.insert("id".into(), t.id.clone().into());
-    m.insert("index".into(), t.index.into());
-    m.insert("role".into(), t.role.clone().into());
-    m.insert("text".into(), t.text.clone().into());
-    m.insert("at".into(), t.at.into());
-    m.insert("actorType".into(), t.actor_type.as_str().into());
-    put(&mut m, "actorId", t.actor_id.clone());
-    let prov: Value =
-        serde_json::from_str(&t.provenance_json).unwrap_or_else(|_| json!({"kind": "human"}));
-    m.insert("provenance".into(), prov);
-    put(&mut m, "channel", t.channel.clone());
-    put(&mut m, "runId", t.run_id.clone());
-    put(&mut m, "origin", t.origin.clone());
-    put(&mut m, "upstreamText", t.upstream_text.clone());
-    Value::Object(m)
+pub fn turn(t: &TurnRow) -> w::Turn {
+    w::Turn {
+        id: t.id.clone(),
+        index: t.index,
+        role: t.role.clone(),
+        text: t.text.clone(),
+        at: t.at,
+        actor_type: t.actor_type.as_str().to_string(),
+        actor_id: t.actor_id.clone(),
+        provenance: provenance(&t.provenance_json),
+        channel: t.channel.clone(),
+        run_id: t.run_id.clone(),
+        origin: t.origin.clone(),
+        upstream_text: t.upstream_text.clone(),
+    }
 }
 
-pub fn run(r: &RunRow) -> Value {
-    let mut m = Map::new();
-    m.insert("runId".into(), r.run_id.clone().into());
-    m.insert("sessionKey".into(), r.session_key.clone().into());
-    m.insert("agentId".into(), r.agent_id.clone().into());
-    m.insert("sessionId".into(), r.session_id.clone().into());
-    m.insert("startedAt".into(), r.started_at.into());
-    put(&mut m, "endedAt", r.ended_at);
-    put(&mut m, "outcome", r.outcome.clone());
-    Value::Object(m)
+/// A turn's stored provenance object; a row that does not hold one reads as a human's.
+fn provenance(stored: &str) -> w::Provenance {
+    serde_json::from_str(stored).unwrap_or_else(|_| {
+        let mut m = Map::new();
+        m.insert("kind".into(), "human".into());
+        m
+    })
 }
 
-pub fn cursor(c: &CursorRow) -> Value {
+pub fn run(r: &RunRow) -> w::Run {
+    w::Run {
+        run_id: r.run_id.clone(),
+        session_key: r.session_key.clone(),
+        agent_id: r.agent_id.clone(),
+        session_id: r.session_id.clone(),
+        started_at: r.started_at,
+        ended_at: r.ended_at,
+        outcome: r.outcome.clone(),
+    }
+}
+
+pub fn cursor(c: &CursorRow) -> w::Cursor {
     let s = &c.state;
-    json!({
-        "watcherSessionKey": c.watcher, "targetSessionKey": c.target_key, "targetAgentId": c.target_agent,
-        "lastSeen": s.last_seen, "notified": s.notified, "material": s.material,
-        "pending": s.is_pending(), "muted": s.muted, "origin": s.origin.as_str(), "updatedAt": s.updated_at,
-    })
-}
-
-pub fn notice(n: &Notice) -> Value {
-    json!({
-        "targetSessionKey": n.target_key, "targetAgentId": n.target_agent, "lastSeen": n.last_seen,
-        "contextKey": n.context_key, "openedAt": n.opened_at, "text": n.text,
-    })
-}
-
-pub fn system_event(e: &SystemEventRow) -> Value {
-    let mut m = Map::new();
-    m.insert("id".into(), e.id.into());
-    m.insert("text".into(), e.text.clone().into());
-    put(&mut m, "contextKey", e.context_key.clone());
-    m.insert("enqueuedAt".into(), e.enqueued_at.into());
-    Value::Object(m)
-}
-
-pub fn drain(d: &Drain) -> Value {
-    let mut v = json!({
-        "sessionKey": d.session_key, "agentId": d.agent_id,
-        "systemEvents": d.system_events.iter().map(system_event).collect::<Vec<_>>(),
-        "notices": d.notices.iter().map(notice).collect::<Vec<_>>(),
-        "pendingAfter": d.pending_after, "prompt": d.prompt,
-    });
-    // Only when a limit left items out, so answers without one keep their shape.
-    if d.has_more {
-        v["hasMore"] = true.into();
+    w::Cursor {
+        watcher_session_key: c.watcher.clone(),
+        target_session_key: c.target_key.clone(),
+        target_agent_id: c.target_agent.clone(),
+        last_seen: s.last_seen,
+        notified: s.notified,
+        material: s.material,
+        pending: s.is_pending(),
+        muted: s.muted,
+        origin: s.origin.as_str().to_string(),
+        updated_at: s.updated_at,
     }
-    v
 }
 
-pub fn wake(w: &Wake) -> Value {
-    let mut m = Map::new();
-    m.insert("id".into(), w.id.into());
-    m.insert("sessionKey".into(), w.session_key.clone().into());
-    m.insert("agentId".into(), w.agent_id.clone().into());
-    m.insert("reason".into(), w.reason.as_str().into());
-    if w.reason == aware_engine::WakeReason::SessionState {
-        m.insert(
-            "targets".into(),
-            w.targets
+pub fn notice(n: &Notice) -> aware_wire::NoticeItem {
+    aware_wire::NoticeItem {
+        target_session_key: n.target_key.clone(),
+        target_agent_id: n.target_agent.clone(),
+        last_seen: n.last_seen,
+        context_key: n.context_key.clone(),
+        opened_at: n.opened_at,
+        text: n.text.clone(),
+    }
+}
+
+pub fn system_event(e: &SystemEventRow) -> aware_wire::SystemEventItem {
+    aware_wire::SystemEventItem {
+        id: e.id,
+        text: e.text.clone(),
+        context_key: e.context_key.clone(),
+        enqueued_at: e.enqueued_at,
+    }
+}
+
+pub fn drain(d: &Drain) -> aware_wire::DrainAnswer {
+    aware_wire::DrainAnswer {
+        session_key: d.session_key.clone(),
+        agent_id: d.agent_id.clone(),
+        system_events: d.system_events.iter().map(system_event).collect(),
+        notices: d.notices.iter().map(notice).collect(),
+        pending_after: i64::try_from(d.pending_after).unwrap_or(i64::MAX),
+        prompt: d.prompt.clone(),
+        // Only when a limit left items out, so answers without one keep their shape.
+        has_more: d.has_more.then_some(true),
+    }
+}
+
+pub fn wake(wake: &Wake) -> aware_wire::Wake {
+    use aware_engine::WakeReason as R;
+    let reason = match wake.reason {
+        R::SessionState => aware_wire::WakeReason::SessionState,
+        R::Message => aware_wire::WakeReason::Message,
+        R::Spawn => aware_wire::WakeReason::Spawn,
+    };
+    aware_wire::Wake {
+        // Ids count wakes of one process from 1: far below i64::MAX.
+        id: i64::try_from(wake.id).unwrap_or(i64::MAX),
+        session_key: wake.session_key.clone(),
+        agent_id: wake.agent_id.clone(),
+        reason,
+        targets: (wake.reason == R::SessionState).then(|| {
+            wake.targets
                 .iter()
-                .map(|(k, a)| json!({"sessionKey": k, "agentId": a}))
-                .collect::<Vec<_>>()
-                .into(),
-        );
+                .map(|(k, a)| aware_wire::WakeTarget {
+                    session_key: k.clone(),
+                    agent_id: a.clone(),
+                })
+                .collect()
+        }),
+        run_id: wake.run_id.clone(),
+        from: wake.from.clone(),
+        at: wake.at,
     }
-    put(&mut m, "runId", w.run_id.clone());
-    put(&mut m, "from", w.from.clone());
-    m.insert("at".into(), w.at.into());
-    Value::Object(m)
 }
 
 /// The data of the last event of a wake stream when the gateway shuts down.

@@ -3,7 +3,8 @@
 use super::{goal, StateChangesJson};
 use aware_engine::views::TurnRow;
 use aware_engine::{Session, SpawnResult, StateChanges};
-use serde_json::{json, Value};
+use aware_wire::tools as t;
+use serde_json::Value;
 
 /// The text of `session_status`: the session's head and, with `changesSince`, its changes as
 /// pretty JSON (the same keys in the same order as the answer's own).
@@ -110,34 +111,35 @@ pub fn status<'a>(session: &'a Session, changes: Option<&'a StateChanges>) -> St
 
 /// A `sessions_list` answer; `next_offset` when more follow.
 pub fn session_list(rows: &[Session], more: bool, next_offset: i64) -> Value {
-    let sessions: Vec<Value> = rows
+    let sessions: Vec<t::SessionRow> = rows
         .iter()
         .map(|s| {
             let r = &s.row;
-            let mut m = json!({"key": r.key, "sessionId": r.session_id, "agentId": r.agent_id, "kind": r.kind});
-            if let Some(l) = &r.label {
-                m["label"] = l.clone().into();
+            t::SessionRow {
+                key: r.key.clone(),
+                session_id: r.session_id.clone(),
+                agent_id: r.agent_id.clone(),
+                // Stored kinds are checked on the way in (01 §2); a name from a newer version
+                // reads as `other` rather than failing the whole list.
+                kind: t::SessionKind::parse(&r.kind).unwrap_or(t::SessionKind::Other),
+                label: r.label.clone(),
+                parent_session_key: r.parent_key.clone(),
+                status: s.status().to_string(),
+                updated_at: r.updated_at,
+                state_version: (s.state_version > 0).then_some(s.state_version),
             }
-            if let Some(p) = &r.parent_key {
-                m["parentSessionKey"] = p.clone().into();
-            }
-            m["status"] = s.status().into();
-            m["updatedAt"] = r.updated_at.into();
-            if s.state_version > 0 {
-                m["stateVersion"] = s.state_version.into();
-            }
-            m
         })
         .collect();
-    let mut out = json!({"count": sessions.len(), "hasMore": more, "sessions": sessions});
-    if more {
-        out["nextOffset"] = next_offset.into();
-    }
-    out
+    super::value(t::SessionsListResult {
+        count: sessions.len() as u64,
+        has_more: more,
+        sessions,
+        next_offset: more.then_some(next_offset),
+    })
 }
 
 /// One `sessions_history` message, its text cut at `max_chars` characters.
-pub fn history_message(x: &TurnRow, max_chars: usize) -> Value {
+pub fn history_message(x: &TurnRow, max_chars: usize) -> t::HistoryMessage {
     let text = if x.text.chars().count() > max_chars {
         format!(
             "{}…[truncated]",
@@ -146,47 +148,56 @@ pub fn history_message(x: &TurnRow, max_chars: usize) -> Value {
     } else {
         x.text.clone()
     };
-    let mut m = json!({"index": x.index, "role": x.role, "text": text, "at": x.at, "actorType": x.actor_type.as_str()});
-    if let Some(a) = &x.actor_id {
-        m["actorId"] = a.clone().into();
+    t::HistoryMessage {
+        index: x.index,
+        role: x.role.clone(),
+        text,
+        at: x.at,
+        actor_type: x.actor_type.as_str().to_string(),
+        actor_id: x.actor_id.clone(),
+        run_id: x.run_id.clone(),
+        // Where a human's turn came from (slack, claude-code): who acted and through what.
+        channel: x.channel.clone(),
+        origin: x.origin.clone(),
     }
-    if let Some(r) = &x.run_id {
-        m["runId"] = r.clone().into();
-    }
-    // Where a human's turn came from (slack, claude-code): who acted and through what.
-    if let Some(c) = &x.channel {
-        m["channel"] = c.clone().into();
-    }
-    if let Some(o) = &x.origin {
-        m["origin"] = o.clone().into();
-    }
-    m
 }
 
 /// A `sessions_history` answer from its (already byte-capped) messages.
 pub fn history(
     key: &str,
     agent: &str,
-    messages: Vec<Value>,
+    messages: Vec<t::HistoryMessage>,
     truncated: bool,
     has_more: bool,
     next_offset: Option<i64>,
     total: i64,
 ) -> Value {
-    let mut out = json!({"sessionKey": key, "agentId": agent, "messages": messages, "truncated": truncated, "hasMore": has_more});
-    if let Some(next) = next_offset.filter(|_| has_more) {
-        out["nextOffset"] = next.into();
-    }
-    out["totalMessages"] = total.into();
-    out
+    super::value(t::SessionsHistoryResult {
+        session_key: key.to_string(),
+        agent_id: agent.to_string(),
+        messages,
+        truncated,
+        has_more,
+        next_offset: next_offset.filter(|_| has_more),
+        total_messages: total,
+    })
 }
 
 pub fn spawned(r: &SpawnResult) -> Value {
-    json!({"status": "accepted", "runId": r.run_id, "childSessionKey": r.child_key})
+    super::value(t::SessionsSpawnResult {
+        status: "accepted".to_string(),
+        run_id: r.run_id.clone(),
+        child_session_key: r.child_key.clone(),
+    })
 }
 
 pub fn unwatched(key: &str, agent: &str, done: bool) -> Value {
-    json!({"status": "ok", "sessionKey": key, "agentId": agent, "unwatched": done})
+    super::value(t::SessionsUnwatchResult {
+        status: "ok".to_string(),
+        session_key: key.to_string(),
+        agent_id: agent.to_string(),
+        unwatched: done,
+    })
 }
 
 /// How a `sessions_send` that waited for a reply ended.
@@ -201,26 +212,27 @@ pub enum SendEnd {
 }
 
 pub fn sent(run_id: &str, key: &str, end: SendEnd, watched: Option<bool>) -> Value {
-    let mut out = json!({"runId": run_id, "status": "accepted", "sessionKey": key});
-    match end {
-        SendEnd::Sent => {}
-        SendEnd::Reply(reply) => {
-            out["status"] = "ok".into();
-            out["reply"] = reply.into();
-        }
-        SendEnd::RunEnded(outcome) => {
-            out["status"] = "error".into();
-            out["error"] = format!("target run ended with outcome {outcome}").into();
-            out["sentBeforeError"] = true.into();
-        }
-        SendEnd::Timeout(secs) => {
-            out["status"] = "timeout".into();
-            out["error"] = format!("no reply within {secs} s").into();
-            out["sentBeforeError"] = true.into();
-        }
-    }
-    if let Some(w) = watched {
-        out["watched"] = w.into();
-    }
-    out
+    let (status, reply, error) = match end {
+        SendEnd::Sent => (t::SendStatus::Accepted, None, None),
+        SendEnd::Reply(reply) => (t::SendStatus::Ok, Some(reply), None),
+        SendEnd::RunEnded(outcome) => (
+            t::SendStatus::Error,
+            None,
+            Some(format!("target run ended with outcome {outcome}")),
+        ),
+        SendEnd::Timeout(secs) => (
+            t::SendStatus::Timeout,
+            None,
+            Some(format!("no reply within {secs} s")),
+        ),
+    };
+    super::value(t::SessionsSendResult {
+        run_id: run_id.to_string(),
+        status,
+        session_key: key.to_string(),
+        reply,
+        sent_before_error: error.is_some().then_some(true),
+        error,
+        watched,
+    })
 }
