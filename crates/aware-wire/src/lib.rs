@@ -1,6 +1,6 @@
 //! The typed wire format of aware's agent tools (docs/api.md §3) and of what a session is told
 //! (drains, acknowledgements, wakes: `notices`) and the objects of the session routes (sessions,
-//! turns, events, runs, cursors: `sessions`), shared by the gateway (its tool list), the MCP
+//! turns, events, runs, cursors: `sessions`) and the catalog of adoptable threads (`catalog`), shared by the gateway (its tool list), the MCP
 //! server (titles, hints, input and output schemas), the CLI and the hook (typed arguments and
 //! answers) and the tests that check both sides agree.
 //!
@@ -13,6 +13,7 @@
 //! `it` suite's `wire_types` test checks that every answer of a real gateway reads into these
 //! types and writes back to the same JSON (decision D49).
 
+pub mod catalog;
 pub mod notices;
 pub mod sessions;
 pub mod tools;

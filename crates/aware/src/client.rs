@@ -47,6 +47,29 @@ impl Client {
         Ok(self.http.request(method, path).json(body.as_ref())?)
     }
 
+    /// [`Client::call`] with a typed body, the answer also read into `R` for the human rendering
+    /// (the `Value` is what `--json` prints). An answer that does not read is a gateway this
+    /// client does not understand, said as such.
+    pub fn call_typed<R: serde::de::DeserializeOwned>(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&impl serde::Serialize>,
+    ) -> CliResult<(Value, R)> {
+        let body = body
+            .map(serde_json::to_value)
+            .transpose()
+            .map_err(|e| Failure::Usage(format!("the body of {method} {path}: {e}")))?;
+        let v = self.call(method, path, body)?;
+        let typed = R::deserialize(&v).map_err(|e| {
+            Failure::Server(format!(
+                "the gateway's answer to {method} {path} does not read as this client expects \
+                 ({e}); is the gateway a different version?"
+            ))
+        })?;
+        Ok((v, typed))
+    }
+
     pub fn need_session(&self, what: &str) -> CliResult<&str> {
         self.session().ok_or_else(|| {
             Failure::Usage(format!(
@@ -256,23 +279,19 @@ pub fn human_sessions(v: &Value, wide: bool) -> String {
     }
 }
 
-pub fn human_catalog(v: &Value) -> String {
-    let rows: Vec<Vec<String>> = v["items"]
-        .as_array()
-        .map(|items| {
-            items
-                .iter()
-                .map(|i| {
-                    vec![
-                        i["threadId"].as_str().unwrap_or("").to_string(),
-                        i["title"].as_str().unwrap_or("(untitled)").to_string(),
-                        i["cwd"].as_str().unwrap_or("").to_string(),
-                        i["adoptedSessionKey"].as_str().unwrap_or("").to_string(),
-                    ]
-                })
-                .collect()
+pub fn human_catalog(page: &aware_wire::catalog::CatalogPage) -> String {
+    let rows: Vec<Vec<String>> = page
+        .items
+        .iter()
+        .map(|i| {
+            vec![
+                i.thread_id.clone(),
+                i.title.clone().unwrap_or_else(|| "(untitled)".into()),
+                i.cwd.clone().unwrap_or_default(),
+                i.adopted_session_key.clone().unwrap_or_default(),
+            ]
         })
-        .unwrap_or_default();
+        .collect();
     if rows.is_empty() {
         return "no threads".into();
     }

@@ -158,33 +158,33 @@ pub fn catalog_item(
     host_id: &str,
     item: &aware_upstream::provider::CatalogItem,
     adopted: Option<&str>,
-) -> Value {
-    let mut v = json!({"catalogId": catalog_id, "hostId": host_id, "threadId": item.thread_id, "updatedAt": item.updated_at});
-    if let Some(n) = item.size_bytes {
-        v["sizeBytes"] = n.into();
+) -> aware_wire::catalog::CatalogItem {
+    aware_wire::catalog::CatalogItem {
+        catalog_id: catalog_id.to_string(),
+        host_id: host_id.to_string(),
+        thread_id: item.thread_id.clone(),
+        updated_at: item.updated_at,
+        size_bytes: item.size_bytes,
+        cwd: item.cwd.clone(),
+        title: item.title.clone(),
+        adopted_session_key: adopted.map(str::to_string),
     }
-    if let Some(c) = &item.cwd {
-        v["cwd"] = c.clone().into();
-    }
-    if let Some(t) = &item.title {
-        v["title"] = t.clone().into();
-    }
-    if let Some(k) = adopted {
-        v["adoptedSessionKey"] = k.into();
-    }
-    v
 }
 
-pub fn catalog_page(items: Vec<Value>, next_cursor: Option<String>) -> Value {
-    let mut body = json!({"items": items});
-    if let Some(n) = next_cursor {
-        body["nextCursor"] = n.into();
-    }
-    body
+pub fn catalog_page(
+    items: Vec<aware_wire::catalog::CatalogItem>,
+    next_cursor: Option<String>,
+) -> aware_wire::catalog::CatalogPage {
+    aware_wire::catalog::CatalogPage { items, next_cursor }
 }
 
 pub fn adopted(r: &AdoptResult) -> Value {
-    json!({"sessionKey": r.session_key, "agentId": r.agent_id, "created": r.created, "linked": r.linked})
+    super::value(aware_wire::catalog::Adopted {
+        session_key: r.session_key.clone(),
+        agent_id: r.agent_id.clone(),
+        created: r.created,
+        linked: r.linked,
+    })
 }
 
 pub fn clock(now: i64) -> Value {

@@ -324,15 +324,20 @@ pub(super) fn cmd_adopt(
     outer_json: bool,
 ) -> client::CliResult<()> {
     let c = client(common, outer, outer_json)?;
-    let mut body = json!({"catalogId": &catalog, "hostId": &host, "threadId": &thread});
-    put(&mut body, "agentId", into_agent);
-    let v = c.call("POST", "/v1/catalog/continue", Some(body))?;
-    let key = v["sessionKey"].as_str().unwrap_or("").to_string();
-    let linked = v["linked"] == true;
-    c.print(&v, |v| {
+    let args = aware_wire::catalog::ContinueArgs {
+        catalog_id: catalog.clone(),
+        host_id: host.clone(),
+        thread_id: thread.clone(),
+        agent_id: into_agent,
+    };
+    let (v, adopted): (_, aware_wire::catalog::Adopted) =
+        c.call_typed("POST", "/v1/catalog/continue", Some(&args))?;
+    let key = adopted.session_key;
+    let linked = adopted.linked;
+    c.print(&v, |_| {
         format!(
             "{} {key}{}",
-            if v["created"] == true {
+            if adopted.created {
                 "adopted as"
             } else {
                 // The key existed: adopted before, or made by the hook or `aware create`
@@ -376,7 +381,7 @@ pub(super) fn cmd_catalog(
     if let Some(l) = limit {
         path.push_str(&format!("&limit={l}"));
     }
-    let v = c.call("GET", &path, None)?;
-    c.print(&v, client::human_catalog);
+    let (v, page) = c.call_typed("GET", &path, None::<&()>)?;
+    c.print(&v, |_| client::human_catalog(&page));
     Ok(())
 }
