@@ -120,7 +120,9 @@ fn drains_acks_and_wakes_read_into_the_wire_types() {
 #[test]
 fn session_routes_read_into_the_wire_types() {
     use aware_wire::sessions::{
-        CreatedSession, Cursor, GoalChange, PostedTurn, Run, Session, SessionPage, TurnPage,
+        Compaction, CreatedSession, Deleted, GoalChange, PostedTurn, ResetSession, RunAnswer,
+        Session, SessionPage, SystemEventEnqueued, TurnPage, Unwatched, Watched, WatchersPage,
+        WatchesPage,
     };
     let mut s = Server::start();
     s.create(W);
@@ -150,8 +152,9 @@ fn session_routes_read_into_the_wire_types() {
         json!({"runId": "run-1"}),
     );
     assert_eq!(r.status, 201, "{}", r.body);
-    let started: Run = same("run started", &r.body["run"]);
-    assert_eq!(started.ended_at, None);
+    let started: RunAnswer = same("run started", &r.body);
+    assert_eq!(started.run.ended_at, None);
+    assert_eq!(started.event, None);
     s.set_clock(T0 + 2_000);
     let r = s.post(
         &format!("/v1/sessions/{}/turns", seg(C)),
@@ -178,8 +181,31 @@ fn session_routes_read_into_the_wire_types() {
         json!({"outcome": "ok"}),
     );
     assert_eq!(r.status, 200, "{}", r.body);
-    let ended: Run = same("run ended", &r.body["run"]);
-    assert_eq!(ended.outcome.as_deref(), Some("ok"));
+    let ended: RunAnswer = same("run ended", &r.body);
+    assert_eq!(ended.run.outcome.as_deref(), Some("ok"));
+    let r = s.post(
+        &format!("/v1/sessions/{}/compaction", seg(C)),
+        json!({"operationId": "op-1", "summary": "compacted the plan"}),
+    );
+    assert!(r.status == 200 || r.status == 201, "{}", r.body);
+    same::<Compaction>("compaction", &r.body);
+    let r = s.post(
+        &format!("/v1/sessions/{}/compaction", seg(C)),
+        json!({"operationId": "op-1", "summary": "compacted the plan"}),
+    );
+    let again: Compaction = same("compaction again", &r.body);
+    assert_eq!(again.duplicate, Some(true), "{}", r.body);
+    for (what, text) in [
+        ("system event", "deploy done"),
+        ("system event again", "deploy done"),
+    ] {
+        let r = s.post(
+            &format!("/v1/sessions/{}/system-events", seg(C)),
+            json!({"text": text, "contextKey": "deploy"}),
+        );
+        assert!(r.status == 200 || r.status == 201, "{}", r.body);
+        same::<SystemEventEnqueued>(what, &r.body);
+    }
 
     let one: Session = same("GET C", &s.get(&format!("/v1/sessions/{}", seg(C))).body);
     assert_eq!(one.label.as_deref(), Some("migrations"));
@@ -190,15 +216,37 @@ fn session_routes_read_into_the_wire_types() {
         "GET turns",
         &s.get(&format!("/v1/sessions/{}/turns", seg(C))).body,
     );
-    assert_eq!(turns.turns.len(), 2);
-    let watches = s.get(&format!("/v1/sessions/{}/watches", seg(W))).body;
-    let cursors: Vec<Cursor> = watches["watches"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| same::<Cursor>("watch of W", c))
-        .collect();
-    assert_eq!(cursors.len(), 1, "{watches}");
+    // The human turn, the agent turn and the compaction.
+    assert_eq!(turns.turns.len(), 3, "{turns:?}");
+    let watches: WatchesPage = same(
+        "GET watches of W",
+        &s.get(&format!("/v1/sessions/{}/watches", seg(W))).body,
+    );
+    assert_eq!(watches.watches.len(), 1);
+    let watchers: WatchersPage = same(
+        "GET watchers of C",
+        &s.get(&format!("/v1/sessions/{}/watchers", seg(C))).body,
+    );
+    assert_eq!(watchers.watchers.len(), 1);
+    s.create(D);
+    let r = s.post(
+        &format!("/v1/sessions/{}/watches", seg(D)),
+        json!({"target": C}),
+    );
+    assert!(r.status == 200 || r.status == 201, "{}", r.body);
+    let watched: Watched = same("D watches C", &r.body);
+    assert!(watched.watched);
+    let r = s.delete(&format!("/v1/sessions/{}/watches/{}", seg(D), seg(C)));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let unwatched: Unwatched = same("D unwatches C", &r.body);
+    assert!(unwatched.unwatched);
+    let r = s.post(&format!("/v1/sessions/{}/reset", seg(D)), json!({}));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let reset: ResetSession = same("reset D", &r.body);
+    assert_ne!(reset.previous_session_id, reset.session.session_id);
+    let r = s.delete(&format!("/v1/sessions/{}", seg(D)));
+    assert_eq!(r.status, 200, "{}", r.body);
+    same::<Deleted>("delete D", &r.body);
     let r = s.delete(&format!("/v1/sessions/{}/goal", seg(C)));
     assert_eq!(r.status, 200, "{}", r.body);
     let cleared: GoalChange = same("goal cleared", &r.body);
