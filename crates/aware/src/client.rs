@@ -235,36 +235,69 @@ fn compact_key(key: &str) -> String {
     format!("{head}…")
 }
 
+/// One row of the session table, from an operator's session object or a `sessions_list` row.
+pub struct SessionLine {
+    pub key: String,
+    pub agent: String,
+    pub kind: String,
+    pub status: String,
+    /// Absent in a `sessions_list` row whose stream is empty.
+    pub version: Option<i64>,
+    pub label: Option<String>,
+}
+
+impl From<aware_wire::sessions::Session> for SessionLine {
+    fn from(s: aware_wire::sessions::Session) -> Self {
+        Self {
+            key: s.key,
+            agent: s.agent_id,
+            kind: s.kind,
+            status: s.status,
+            version: Some(s.state_version),
+            label: s.label,
+        }
+    }
+}
+
+impl From<aware_wire::SessionRow> for SessionLine {
+    fn from(s: aware_wire::SessionRow) -> Self {
+        let kind = serde_json::to_value(s.kind)
+            .ok()
+            .and_then(|k| k.as_str().map(str::to_string))
+            .unwrap_or_default();
+        Self {
+            key: s.key,
+            agent: s.agent_id,
+            kind,
+            status: s.status,
+            version: s.state_version,
+            label: s.label,
+        }
+    }
+}
+
 /// The session table; `wide` prints every key whole.
-pub fn human_sessions(v: &Value, wide: bool) -> String {
+pub fn human_sessions(lines: &[SessionLine], wide: bool) -> String {
     let mut shortened = false;
-    let rows: Vec<Vec<String>> = v["sessions"]
-        .as_array()
-        .map(|rows| {
-            rows.iter()
-                .map(|s| {
-                    let key = s["key"].as_str().unwrap_or("");
-                    let shown = if wide {
-                        key.to_string()
-                    } else {
-                        compact_key(key)
-                    };
-                    shortened |= shown != key;
-                    vec![
-                        shown,
-                        s["agentId"].as_str().unwrap_or("").to_string(),
-                        s["kind"].as_str().unwrap_or("").to_string(),
-                        s["status"].as_str().unwrap_or("").to_string(),
-                        s["stateVersion"]
-                            .as_i64()
-                            .map(|n| n.to_string())
-                            .unwrap_or_default(),
-                        s["label"].as_str().unwrap_or("").to_string(),
-                    ]
-                })
-                .collect()
+    let rows: Vec<Vec<String>> = lines
+        .iter()
+        .map(|s| {
+            let shown = if wide {
+                s.key.clone()
+            } else {
+                compact_key(&s.key)
+            };
+            shortened |= shown != s.key;
+            vec![
+                shown,
+                s.agent.clone(),
+                s.kind.clone(),
+                s.status.clone(),
+                s.version.map(|n| n.to_string()).unwrap_or_default(),
+                s.label.clone().unwrap_or_default(),
+            ]
         })
-        .unwrap_or_default();
+        .collect();
     if rows.is_empty() {
         return "no sessions".into();
     }
@@ -299,44 +332,39 @@ pub fn human_catalog(page: &aware_wire::catalog::CatalogPage) -> String {
 }
 
 /// `statusText` without its fenced JSON block: the changes become one line per event.
-pub fn human_status(v: &Value) -> String {
-    let text = v["statusText"].as_str().unwrap_or("");
+pub fn human_status(status: &aware_wire::SessionStatusResult) -> String {
+    let text = status.status_text.as_str();
     let head = text
         .split("\n\nSession state changes:")
         .next()
         .unwrap_or(text)
         .to_string();
-    let Some(changes) = v.get("stateChanges") else {
+    let Some(changes) = &status.state_changes else {
         return head;
     };
     let mut lines = vec![head, String::new(), "Changes:".to_string()];
-    let events = changes["events"].as_array().cloned().unwrap_or_default();
-    if events.is_empty() {
+    if changes.events.is_empty() {
         lines.push("  (none)".into());
     }
-    for e in events {
-        let summary = e["summary"].as_str().unwrap_or("");
+    for e in &changes.events {
         // The stored summary says `via unknown` when a turn named no channel (01 §5); to a
         // reader that looks like an error, so the CLI says what it means.
-        let summary = match summary.strip_suffix(" via unknown") {
+        let summary = match e.summary.strip_suffix(" via unknown") {
             Some(head) => format!("{head} (no channel given)"),
-            None => summary.to_string(),
+            None => e.summary.clone(),
         };
-        let at = e["occurredAt"]
-            .as_i64()
-            .map(|ms| format!(" at {}", utc_seconds(ms)))
-            .unwrap_or_default();
         lines.push(format!(
-            "  #{} {} by {}{at}: {summary}",
-            e["sequence"],
-            e["kind"].as_str().unwrap_or(""),
-            e["actorType"].as_str().unwrap_or(""),
+            "  #{} {} by {} at {}: {summary}",
+            e.sequence,
+            e.kind,
+            e.actor_type,
+            utc_seconds(e.occurred_at),
         ));
     }
-    if changes["truncated"] == true {
+    if changes.truncated {
         lines.push("  (more changes follow: raise --limit)".into());
     }
-    if changes["historyGap"] == true {
+    if changes.history_gap {
         lines.push("  (history gap: older changes were pruned; refresh fully)".into());
     }
     lines.join("\n")
@@ -383,40 +411,70 @@ pub fn utc_seconds(ms: i64) -> String {
     }
 }
 
-/// Who acted on a turn, in words: `human alice`, `agent agent:main:main`, `system`.
-fn actor(m: &Value) -> String {
-    let t = m["actorType"].as_str().unwrap_or("unknown");
-    match m["actorId"].as_str() {
-        Some(id) => format!("{t} {id}"),
-        None => t.to_string(),
+/// One message of a history, from a `sessions_history` message or an operator's turn object.
+pub struct HistoryLine {
+    pub index: i64,
+    pub at: i64,
+    pub role: String,
+    pub actor_type: String,
+    pub actor_id: Option<String>,
+    pub channel: Option<String>,
+    pub run_id: Option<String>,
+    pub text: String,
+}
+
+impl From<aware_wire::HistoryMessage> for HistoryLine {
+    fn from(m: aware_wire::HistoryMessage) -> Self {
+        Self {
+            index: m.index,
+            at: m.at,
+            role: m.role,
+            actor_type: m.actor_type,
+            actor_id: m.actor_id,
+            channel: m.channel,
+            run_id: m.run_id,
+            text: m.text,
+        }
     }
 }
 
-/// One line per message: index, time, role, who acted, channel, run, then the text (its further
-/// lines indented). Fits both `sessions_history` messages and the host route's turns.
-pub fn human_history(v: &Value) -> String {
-    let Some(messages) = v["messages"].as_array().filter(|m| !m.is_empty()) else {
+impl From<aware_wire::sessions::Turn> for HistoryLine {
+    fn from(t: aware_wire::sessions::Turn) -> Self {
+        Self {
+            index: t.index,
+            at: t.at,
+            role: t.role,
+            actor_type: t.actor_type,
+            actor_id: t.actor_id,
+            channel: t.channel,
+            run_id: t.run_id,
+            text: t.text,
+        }
+    }
+}
+
+/// One line per message: index, time, role, who acted (`human alice`, `agent …`, `system`),
+/// channel, run, then the text (its further lines indented).
+pub fn human_history(messages: &[HistoryLine], has_more: bool) -> String {
+    if messages.is_empty() {
         return "no messages".into();
-    };
+    }
     let mut lines = Vec::new();
     for m in messages {
-        let mut head = format!(
-            "[{}] {} {} by {}",
-            m["index"],
-            m["at"].as_i64().map(utc_seconds).unwrap_or_default(),
-            m["role"].as_str().unwrap_or(""),
-            actor(m)
-        );
-        if let Some(ch) = m["channel"].as_str() {
+        let actor = match &m.actor_id {
+            Some(id) => format!("{} {id}", m.actor_type),
+            None => m.actor_type.clone(),
+        };
+        let mut head = format!("[{}] {} {} by {actor}", m.index, utc_seconds(m.at), m.role,);
+        if let Some(ch) = &m.channel {
             head.push_str(&format!(" via {ch}"));
         }
-        if let Some(r) = m["runId"].as_str() {
+        if let Some(r) = &m.run_id {
             head.push_str(&format!(" (run {r})"));
         }
-        let text = m["text"].as_str().unwrap_or("");
-        lines.push(format!("{head}: {}", text.replace('\n', "\n    ")));
+        lines.push(format!("{head}: {}", m.text.replace('\n', "\n    ")));
     }
-    if v["hasMore"] == true {
+    if has_more {
         lines.push("(more messages follow: use --offset)".into());
     }
     lines.join("\n")

@@ -4,6 +4,7 @@
 use crate::client::{self, seg, Client, Failure};
 use crate::context::{self, Conn};
 use crate::Common;
+use aware_wire::sessions::{Turn, TurnPage};
 use serde_json::{json, Value};
 
 pub(super) fn put(v: &mut Value, k: &str, x: Option<impl Into<Value>>) {
@@ -48,23 +49,22 @@ pub(super) fn text_or_stdin(text: String) -> client::CliResult<String> {
 
 /// Every turn of `key`'s current incarnation, oldest first, read page by page over the host
 /// route (the operator has no `sessions_history`).
-pub(super) fn all_turns(c: &Client, key: &str) -> client::CliResult<Vec<Value>> {
-    let mut turns = Vec::new();
+pub(super) fn all_turns(c: &Client, key: &str) -> client::CliResult<Vec<Turn>> {
+    let mut turns: Vec<Turn> = Vec::new();
     // No `after` on the first page: it starts at the first turn.
     let mut after: Option<i64> = None;
     loop {
         let from = after.map(|a| format!("after={a}&")).unwrap_or_default();
-        let v = c.call(
+        let (_, page): (Value, TurnPage) = c.call_typed(
             "GET",
             &format!("/v1/sessions/{}/turns?{from}limit=500", seg(key)),
-            None,
+            None::<&()>,
         )?;
-        let page = v["turns"].as_array().cloned().unwrap_or_default();
-        let last = page.last().and_then(|t| t["index"].as_i64());
-        turns.extend(page);
+        let last = page.turns.last().map(|t| t.index);
+        turns.extend(page.turns);
         match last {
             // A page that does not move forward ends the loop, whatever `hasMore` says.
-            Some(l) if v["hasMore"] == true && after.is_none_or(|a| l > a) => after = Some(l),
+            Some(l) if page.has_more && after.is_none_or(|a| l > a) => after = Some(l),
             _ => return Ok(turns),
         }
     }
@@ -77,9 +77,11 @@ pub(super) fn newest_sent_run(c: &Client, key: &str) -> client::CliResult<String
     turns
         .iter()
         .rev()
-        .find(|t| t["role"] == "user" && t["provenance"]["kind"] == "inter_session")
-        .and_then(|t| t["runId"].as_str())
-        .map(str::to_string)
+        .find(|t| {
+            t.role == "user"
+                && t.provenance.get("kind").and_then(Value::as_str) == Some("inter_session")
+        })
+        .and_then(|t| t.run_id.clone())
         .ok_or_else(|| {
             Failure::Usage(format!(
                 "no session has sent a message to {key} (nothing to reply to); give --run-id \
@@ -96,7 +98,7 @@ pub(super) fn operator_history(
     limit: Option<i64>,
     offset: Option<i64>,
     include_tools: bool,
-) -> client::CliResult<Value> {
+) -> client::CliResult<(Value, Vec<client::HistoryLine>, bool)> {
     if let Some(l) = limit.filter(|l| !(1..=10_000).contains(l)) {
         return Err(Failure::Usage(format!(
             "--limit must be between 1 and 10000 (got {l})"
@@ -109,17 +111,14 @@ pub(super) fn operator_history(
     }
     let turns = all_turns(c, key)?;
     let total = turns.len();
-    let kept: Vec<Value> = turns
+    let kept: Vec<Turn> = turns
         .into_iter()
-        .filter(|t| include_tools || t["role"] != "tool")
+        .filter(|t| include_tools || t.role != "tool")
         .collect();
     let limit = limit.unwrap_or(50) as usize;
     let (page, has_more) = match offset {
         Some(o) => {
-            let from: Vec<Value> = kept
-                .into_iter()
-                .filter(|t| t["index"].as_i64().is_some_and(|i| i >= o))
-                .collect();
+            let from: Vec<Turn> = kept.into_iter().filter(|t| t.index >= o).collect();
             let more = from.len() > limit;
             (from.into_iter().take(limit).collect::<Vec<_>>(), more)
         }
@@ -128,5 +127,7 @@ pub(super) fn operator_history(
             (kept.into_iter().skip(skip).collect(), false)
         }
     };
-    Ok(json!({"sessionKey": key, "messages": page, "hasMore": has_more, "totalMessages": total}))
+    let v =
+        json!({"sessionKey": key, "messages": page, "hasMore": has_more, "totalMessages": total});
+    Ok((v, page.into_iter().map(Into::into).collect(), has_more))
 }

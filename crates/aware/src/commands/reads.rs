@@ -4,8 +4,12 @@ use super::common::*;
 use crate::client::{self, out, seg, Client, Failure};
 use crate::context::Conn;
 use crate::Common;
-use aware_wire::{SessionStatusArgs, SessionsHistoryArgs, SessionsListArgs, Tool};
-use serde_json::json;
+use aware_wire::sessions::SessionPage;
+use aware_wire::{
+    SessionStatusArgs, SessionStatusResult, SessionsHistoryArgs, SessionsHistoryResult,
+    SessionsListArgs, SessionsListResult, Tool,
+};
+use serde_json::{json, Value};
 use std::time::Duration;
 
 /// `aware status`.
@@ -47,8 +51,9 @@ pub(super) fn cmd_status(
         limit,
         ..Default::default()
     };
-    let v = c.tool(Tool::SessionStatus, &args, Duration::ZERO)?;
-    c.print(&v, client::human_status);
+    let (v, status) =
+        c.tool_typed::<SessionStatusResult>(Tool::SessionStatus, &args, Duration::ZERO)?;
+    c.print(&v, |_| client::human_status(&status));
     Ok(())
 }
 
@@ -84,11 +89,12 @@ pub(super) fn cmd_list(
             } else {
                 format!("/v1/sessions?{}", q.join("&"))
             };
-            let v = c.call("GET", &path, None)?;
-            sessions.extend(v["sessions"].as_array().cloned().unwrap_or_default());
+            let (_, page): (Value, SessionPage) = c.call_typed("GET", &path, None::<&()>)?;
+            sessions.extend(page.sessions);
         }
         let v = json!({ "sessions": sessions });
-        c.print(&v, |v| client::human_sessions(v, wide));
+        let lines: Vec<client::SessionLine> = sessions.into_iter().map(Into::into).collect();
+        c.print(&v, |_| client::human_sessions(&lines, wide));
         return Ok(());
     }
     let args = SessionsListArgs {
@@ -96,8 +102,10 @@ pub(super) fn cmd_list(
         limit,
         ..Default::default()
     };
-    let v = c.tool(Tool::SessionsList, &args, Duration::ZERO)?;
-    c.print(&v, |v| client::human_sessions(v, wide));
+    let (v, list) =
+        c.tool_typed::<SessionsListResult>(Tool::SessionsList, &args, Duration::ZERO)?;
+    let lines: Vec<client::SessionLine> = list.sessions.into_iter().map(Into::into).collect();
+    c.print(&v, |_| client::human_sessions(&lines, wide));
     Ok(())
 }
 
@@ -138,7 +146,7 @@ pub(super) fn cmd_history(
     outer_json: bool,
 ) -> client::CliResult<()> {
     let c = read_client(common, outer, outer_json)?;
-    let v = if c.session().is_some() {
+    let (v, lines, has_more) = if c.session().is_some() {
         let args = SessionsHistoryArgs {
             session_key: key,
             limit,
@@ -146,11 +154,14 @@ pub(super) fn cmd_history(
             include_tools: include_tools.then_some(true),
             ..Default::default()
         };
-        c.tool(Tool::SessionsHistory, &args, Duration::ZERO)?
+        let (v, h) =
+            c.tool_typed::<SessionsHistoryResult>(Tool::SessionsHistory, &args, Duration::ZERO)?;
+        let lines = h.messages.into_iter().map(Into::into).collect();
+        (v, lines, h.has_more)
     } else {
         operator_history(&c, &key, limit, offset, include_tools)?
     };
-    c.print(&v, client::human_history);
+    c.print(&v, |_| client::human_history(&lines, has_more));
     Ok(())
 }
 
