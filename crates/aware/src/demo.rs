@@ -4,6 +4,8 @@
 
 use anyhow::{bail, Context, Result};
 use aware_gateway::GatewayConfig;
+use aware_wire::sessions::{PostedTurn, WatchesPage};
+use aware_wire::{DrainAnswer, SessionStatusResult, SessionsSpawnResult, SessionsUnwatchResult};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -35,6 +37,18 @@ impl Http {
         let who = caller.map(|c| format!("  (as {c})")).unwrap_or_default();
         say!("  → {method} {path}{shown}{who}");
         self.quiet(method, path, caller, body)
+    }
+
+    /// [`Http::call`], the answer read into its `aware_wire` type.
+    fn typed<T: serde::de::DeserializeOwned>(
+        &self,
+        method: &str,
+        path: &str,
+        caller: Option<&str>,
+        body: Option<Value>,
+    ) -> Result<T> {
+        let v = self.call(method, path, caller, body)?;
+        serde_json::from_value(v).with_context(|| format!("the answer to {method} {path}"))
     }
 
     fn quiet(
@@ -117,38 +131,31 @@ fn tell(http: &Http) -> Result<()> {
 fn spawn_two_workers(http: &Http, manager: &str) -> Result<(String, String)> {
     say("A manager session starts and spawns two workers");
     http.call("POST", "/v1/sessions", None, Some(json!({"key": manager})))?;
-    let w1 = http.call(
+    let w1: SessionsSpawnResult = http.typed(
         "POST",
         "/v1/tools/sessions_spawn",
         Some(manager),
         Some(json!({"task": "research the failing test", "label": "w1"})),
     )?;
-    let w2 = http.call(
+    let w2: SessionsSpawnResult = http.typed(
         "POST",
         "/v1/tools/sessions_spawn",
         Some(manager),
         Some(json!({"task": "write the fix", "label": "w2", "runTimeoutSeconds": 60})),
     )?;
-    let worker1 = w1["childSessionKey"]
-        .as_str()
-        .context("spawn answers childSessionKey")?
-        .to_string();
-    let worker2 = w2["childSessionKey"]
-        .as_str()
-        .context("spawn answers childSessionKey")?
-        .to_string();
+    let (worker1, worker2) = (w1.child_session_key, w2.child_session_key);
     say!("    spawned {worker1}\n    spawned {worker2}");
-    let watches = http.call(
+    let watches: WatchesPage = http.typed(
         "GET",
         &format!("/v1/sessions/{}/watches", seg(manager)),
         None,
         None,
     )?;
-    for c in watches["watches"].as_array().into_iter().flatten() {
+    for c in watches.watches {
         say!(
             "    the manager watches {} from version {} (nothing before the spawn ever notifies)",
-            c["targetSessionKey"].as_str().unwrap_or(""),
-            c["lastSeen"]
+            c.target_session_key,
+            c.last_seen
         );
     }
     Ok((worker1, worker2))
@@ -162,53 +169,53 @@ fn human_types(http: &Http, worker1: &str) -> Result<()> {
         None,
         Some(json!({"advanceMs": 1000})),
     )?;
-    let t = http.call("POST", &format!("/v1/sessions/{}/turns", seg(worker1)), None, Some(json!({"role": "user", "text": "actually, use the staging database", "channel": "slack"})))?;
+    let t: PostedTurn = http.typed("POST", &format!("/v1/sessions/{}/turns", seg(worker1)), None, Some(json!({"role": "user", "text": "actually, use the staging database", "channel": "slack"})))?;
+    let e = t.event.context("a human turn records an event")?;
     say!(
         "    recorded event #{} {}: \"{}\" (the log never holds message text)",
-        t["event"]["sequence"],
-        t["event"]["kind"].as_str().unwrap_or(""),
-        t["event"]["summary"].as_str().unwrap_or("")
+        e.sequence,
+        e.kind,
+        e.summary
     );
     Ok(())
 }
 
 fn drain_once(http: &Http, manager: &str) -> Result<i64> {
     say("The manager's next turn starts with a drain: exactly one notice");
-    let d = http.call(
+    let d: DrainAnswer = http.typed(
         "POST",
         &format!("/v1/sessions/{}/drain", seg(manager)),
         None,
         None,
     )?;
-    say!("    {}", d["prompt"].as_str().unwrap_or(""));
-    let since = d["notices"][0]["lastSeen"].as_i64().unwrap_or(0);
+    say!("    {}", d.prompt);
+    let since = d.notices.first().map_or(0, |n| n.last_seen);
     Ok(since)
 }
 
 fn reconcile(http: &Http, manager: &str, worker1: &str, since: i64) -> Result<()> {
     say("Before acting, the manager reconciles with session_status changesSince");
-    let st = http.call(
+    let st: SessionStatusResult = http.typed(
         "POST",
         "/v1/tools/session_status",
         Some(manager),
         Some(json!({"sessionKey": worker1, "changesSince": since})),
     )?;
+    let changes = st
+        .state_changes
+        .context("changesSince answers stateChanges")?;
     say!(
         "    stateVersion {}; historyGap {}",
-        st["stateVersion"],
-        st["stateChanges"]["historyGap"]
+        st.state_version,
+        changes.history_gap
     );
-    for e in st["stateChanges"]["events"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
+    for e in changes.events {
         say!(
             "    #{} {} by {}: {}",
-            e["sequence"],
-            e["kind"].as_str().unwrap_or(""),
-            e["actorType"].as_str().unwrap_or(""),
-            e["summary"].as_str().unwrap_or("")
+            e.sequence,
+            e.kind,
+            e.actor_type,
+            e.summary
         );
     }
     Ok(())
@@ -225,22 +232,22 @@ fn burst(http: &Http, manager: &str, worker1: &str) -> Result<()> {
             Some(json!({"role": "user", "text": format!("note {i}"), "channel": "slack"})),
         )?;
     }
-    let p = http.call(
+    let p: DrainAnswer = http.typed(
         "GET",
         &format!("/v1/sessions/{}/pending", seg(manager)),
         None,
         None,
     )?;
-    for n in p["notices"].as_array().into_iter().flatten() {
-        say!("    {}", n["text"].as_str().unwrap_or(""));
+    for n in p.notices {
+        say!("    {}", n.text);
     }
-    let d = http.call(
+    let d: DrainAnswer = http.typed(
         "POST",
         &format!("/v1/sessions/{}/drain", seg(manager)),
         None,
         None,
     )?;
-    say!("    drained {} notice(s); pendingAfter {}: the burst went on after the notice froze, so exactly one follow-up opens", d["notices"].as_array().map_or(0, |a| a.len()), d["pendingAfter"]);
+    say!("    drained {} notice(s); pendingAfter {}: the burst went on after the notice froze, so exactly one follow-up opens", d.notices.len(), d.pending_after);
     Ok(())
 }
 
@@ -252,35 +259,25 @@ fn run_times_out(http: &Http, manager: &str, worker2: &str) -> Result<()> {
         None,
         Some(json!({"advanceMs": 61_000})),
     )?;
-    let st = http.call(
+    let st: SessionStatusResult = http.typed(
         "POST",
         "/v1/tools/session_status",
         Some(manager),
         Some(json!({"sessionKey": worker2, "changesSince": 0})),
     )?;
-    for e in st["stateChanges"]["events"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
-        say!(
-            "    #{} {}: {}",
-            e["sequence"],
-            e["kind"].as_str().unwrap_or(""),
-            e["summary"].as_str().unwrap_or("")
-        );
+    for e in st.state_changes.map(|c| c.events).unwrap_or_default() {
+        say!("    #{} {}: {}", e.sequence, e.kind, e.summary);
     }
-    let p = http.call(
+    let p: DrainAnswer = http.typed(
         "GET",
         &format!("/v1/sessions/{}/pending", seg(manager)),
         None,
         None,
     )?;
-    let about_w2 = p["notices"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|n| n["targetSessionKey"] == worker2)
+    let about_w2 = p
+        .notices
+        .iter()
+        .filter(|n| n.target_session_key == worker2)
         .count();
     say!("    notices about worker 2: {about_w2}");
     Ok(())
@@ -288,7 +285,7 @@ fn run_times_out(http: &Http, manager: &str, worker2: &str) -> Result<()> {
 
 fn unwatch(http: &Http, manager: &str, worker1: &str) -> Result<()> {
     say("The manager stops listening to worker 1");
-    let u = http.call(
+    let u: SessionsUnwatchResult = http.typed(
         "POST",
         "/v1/tools/sessions_unwatch",
         Some(manager),
@@ -300,7 +297,7 @@ fn unwatch(http: &Http, manager: &str, worker1: &str) -> Result<()> {
         None,
         Some(json!({"role": "user", "text": "one more thing", "channel": "slack"})),
     )?;
-    let p = http.call(
+    let p: DrainAnswer = http.typed(
         "GET",
         &format!("/v1/sessions/{}/pending", seg(manager)),
         None,
@@ -308,8 +305,8 @@ fn unwatch(http: &Http, manager: &str, worker1: &str) -> Result<()> {
     )?;
     say!(
         "    unwatched: {}; pending notices now: {}",
-        u["unwatched"],
-        p["notices"].as_array().map_or(0, |a| a.len())
+        u.unwatched,
+        p.notices.len()
     );
     Ok(())
 }
