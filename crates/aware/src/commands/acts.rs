@@ -4,12 +4,14 @@ use super::common::*;
 use crate::client::{self, seg, Failure};
 use crate::context::Conn;
 use crate::{Common, Provenance, Role};
+use aware_wire::sessions::{
+    CreateSessionArgs, CreatedSession, PostTurnArgs, PostedTurn, WatchArgs, Watched,
+};
 use aware_wire::tools::SendStatus;
 use aware_wire::{
     SessionsSendArgs, SessionsSendResult, SessionsSpawnArgs, SessionsSpawnResult,
     SessionsUnwatchArgs, SessionsUnwatchResult, Tool,
 };
-use serde_json::json;
 use std::time::Duration;
 
 /// `aware send`.
@@ -127,16 +129,21 @@ pub(super) fn cmd_reply(
         Some(r) => r,
         None => newest_sent_run(&c, &key)?,
     };
-    let body = json!({"role": "assistant", "text": text, "runId": run_id});
-    let v = c.call(
+    let args = PostTurnArgs {
+        role: "assistant".into(),
+        text,
+        run_id: Some(run_id.clone()),
+        ..Default::default()
+    };
+    let (v, posted): (_, PostedTurn) = c.call_typed(
         "POST",
         &format!("/v1/sessions/{}/turns", seg(&key)),
-        Some(body),
+        Some(&args),
     )?;
-    c.print(&v, |v| {
+    c.print(&v, |_| {
         format!(
             "replied to run {run_id} (turn {} of {key})",
-            v["turn"]["index"]
+            posted.turn.index
         )
     });
     Ok(())
@@ -157,26 +164,28 @@ pub(super) fn cmd_create(
 ) -> client::CliResult<()> {
     // Not as client.toml's session: `aware create` is how that session comes to exist.
     let c = read_client(common, outer, outer_json)?;
-    let mut body = json!({"key": key});
-    put(&mut body, "parentSessionKey", parent);
-    put(&mut body, "label", label);
-    put(&mut body, "kind", kind);
-    put(&mut body, "agentId", agent_id);
-    let v = c.call("POST", "/v1/sessions", Some(body))?;
-    c.print(&v, |v| {
-        let s = &v["session"];
+    let args = CreateSessionArgs {
+        key,
+        parent_session_key: parent,
+        label,
+        kind,
+        agent_id,
+    };
+    let (v, created): (_, CreatedSession) = c.call_typed("POST", "/v1/sessions", Some(&args))?;
+    c.print(&v, |_| {
+        let s = &created.session;
         let mut line = format!(
             "{} {} (agent {}, kind {})",
-            if v["created"] == true {
+            if created.created {
                 "created"
             } else {
                 "already exists, unchanged:"
             },
-            s["key"].as_str().unwrap_or(""),
-            s["agentId"].as_str().unwrap_or(""),
-            s["kind"].as_str().unwrap_or("")
+            s.key,
+            s.agent_id,
+            s.kind
         );
-        if let Some(p) = s["parentSessionKey"].as_str() {
+        if let Some(p) = &s.parent_session_key {
             line.push_str(&format!("; {p} watches it"));
         }
         line
@@ -235,28 +244,37 @@ pub(super) fn cmd_turn(
         Role::Assistant => "assistant",
         Role::Tool => "tool",
     };
-    let mut body = json!({"role": role, "text": text});
-    if provenance.is_some() || human_id.is_some() || source.is_some() {
+    let provenance = (provenance.is_some() || human_id.is_some() || source.is_some()).then(|| {
         let kind = provenance.unwrap_or(if source.is_some() {
             Provenance::InterSession
         } else {
             Provenance::Human
         });
-        let mut p = json!({"kind": kind.as_str()});
-        put(&mut p, "humanId", human_id);
-        put(&mut p, "sourceSessionKey", source);
-        body["provenance"] = p;
-    }
-    put(&mut body, "channel", channel);
-    put(&mut body, "runId", run_id);
-    let v = c.call(
+        let mut p = serde_json::Map::new();
+        p.insert("kind".into(), kind.as_str().into());
+        if let Some(h) = human_id {
+            p.insert("humanId".into(), h.into());
+        }
+        if let Some(s) = source {
+            p.insert("sourceSessionKey".into(), s.into());
+        }
+        p
+    });
+    let args = PostTurnArgs {
+        role: role.into(),
+        text,
+        provenance,
+        channel,
+        run_id,
+    };
+    let (v, posted): (_, PostedTurn) = c.call_typed(
         "POST",
         &format!("/v1/sessions/{}/turns", seg(&key)),
-        Some(body),
+        Some(&args),
     )?;
-    c.print(&v, |v| match v["event"]["sequence"].as_i64() {
-        Some(s) => format!("turn {} recorded; event #{s}", v["turn"]["index"]),
-        None => format!("turn {} recorded", v["turn"]["index"]),
+    c.print(&v, |_| match &posted.event {
+        Some(e) => format!("turn {} recorded; event #{}", posted.turn.index, e.sequence),
+        None => format!("turn {} recorded", posted.turn.index),
     });
     Ok(())
 }
@@ -271,18 +289,19 @@ pub(super) fn cmd_watch(
 ) -> client::CliResult<()> {
     let c = client(common, outer, outer_json)?;
     let watcher = c.need_session("watch")?.to_string();
-    let mut body = json!({"target": target});
-    put(&mut body, "targetAgentId", target_agent);
-    let v = c.call(
+    let args = WatchArgs {
+        target,
+        target_agent_id: target_agent,
+    };
+    let (v, watched): (_, Watched) = c.call_typed(
         "POST",
         &format!("/v1/sessions/{}/watches", seg(&watcher)),
-        Some(body),
+        Some(&args),
     )?;
-    c.print(&v, |v| {
+    c.print(&v, |_| {
         format!(
             "watching {} from version {}",
-            v["cursor"]["targetSessionKey"].as_str().unwrap_or(""),
-            v["cursor"]["lastSeen"]
+            watched.cursor.target_session_key, watched.cursor.last_seen
         )
     });
     Ok(())

@@ -7,12 +7,6 @@ use crate::Common;
 use aware_wire::sessions::{Turn, TurnPage};
 use serde_json::{json, Value};
 
-pub(super) fn put(v: &mut Value, k: &str, x: Option<impl Into<Value>>) {
-    if let Some(x) = x {
-        v[k] = x.into();
-    }
-}
-
 /// The client, from flags after the command, flags before it, the environment and client.toml.
 pub(super) fn client(common: Common, outer: &Conn, outer_json: bool) -> client::CliResult<Client> {
     let r = context::resolve(common.conn.or(outer), common.timeout)?;
