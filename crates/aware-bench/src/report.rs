@@ -207,6 +207,10 @@ impl Report {
 
 /// `--compare A B`: for every figure of every workload in both reports, B / A and whether that
 /// is better or worse (within 3 % counts as the same); then the targets whose verdict changed.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one comparison table, a row per target in the order the report prints them"
+)]
 pub(crate) fn compare(a_path: &Path, b_path: &Path) -> Result<()> {
     let load = |p: &Path| -> Result<Value> {
         let text =

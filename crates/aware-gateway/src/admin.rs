@@ -11,6 +11,7 @@ use aware_engine::{AppendOutcome, AppendRequest, Clock};
 use axum::response::Response;
 
 /// Only routed in test mode (`routes::parse`), where the test clock exists.
+#[expect(clippy::too_many_lines, reason = "one arm per test-mode admin route")]
 pub(crate) async fn handle(req: Req, op: AdminOp) -> ApiResult<Response> {
     let Some(clock) = req.state.test_clock.clone() else {
         return Err(ApiError::not_found(

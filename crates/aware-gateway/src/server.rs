@@ -60,6 +60,10 @@ pub fn check_bind_policy(config: &GatewayConfig) -> Result<(), String> {
 /// Opens the store (retrying every 5 s), starts webhook delivery, runs the restart sweep and the
 /// first prune, then marks the gateway ready. A store that no retry can fix (its schema is newer
 /// than this binary) is reported on `fatal` and start-up ends.
+#[expect(
+    clippy::too_many_lines,
+    reason = "the start-up steps in their required order (store, webhooks, sweep, listeners)"
+)]
 async fn start_up(state: Shared, fatal: tokio::sync::oneshot::Sender<String>) {
     let config = engine_config(&state.config);
     let engine = loop {

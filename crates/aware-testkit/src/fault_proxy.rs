@@ -139,6 +139,10 @@ enum End {
 }
 
 /// Serves one client connection until it ends.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one proxied connection's whole life: the fault plan is applied at each of its steps"
+)]
 async fn connection(client: TcpStream, upstream: SocketAddr, mut mode: watch::Receiver<Fault>) {
     let client = Arc::new(client);
     // A connection that lost bytes in a partition is cut when it heals.

@@ -339,39 +339,7 @@ fn codex(r: &mut Report, project: &std::path::Path, sessions: &mut Vec<String>) 
                 continue;
             }
         };
-        let mut found = 0;
-        let mut untrusted = Vec::new();
-        for (event, label) in CODEX_EVENTS {
-            for (g, group) in v["hooks"][event]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .enumerate()
-            {
-                for (h, handler) in group["hooks"].as_array().into_iter().flatten().enumerate() {
-                    let Some(cmd) = handler["command"].as_str().filter(|c| is_aware_hook(c)) else {
-                        continue;
-                    };
-                    found += 1;
-                    if let Some(s) =
-                        flag_value(cmd.split_whitespace().map(|w| w.trim_matches('\'')))
-                    {
-                        sessions.push(s);
-                    }
-                    let timeout = handler["timeout"].as_u64().unwrap_or(600);
-                    let key = format!("{}:{label}:{g}:{h}", path.display());
-                    let have = config
-                        .get("hooks")
-                        .and_then(|x| x.get("state"))
-                        .and_then(|x| x.get(key.as_str()))
-                        .and_then(|x| x.get("trusted_hash"))
-                        .and_then(|x| x.as_str());
-                    if have != Some(trust_hash(label, cmd, timeout).as_str()) {
-                        untrusted.push(event);
-                    }
-                }
-            }
-        }
+        let (found, untrusted) = aware_handlers(&v, &path, &config, sessions);
         if found == 0 {
             continue;
         }
@@ -406,6 +374,49 @@ fn codex(r: &mut Report, project: &std::path::Path, sessions: &mut Vec<String>) 
             }
         }
     }
+}
+
+/// The aware handlers of one Codex hooks.json `v` at `path`: how many there are, and the events
+/// of those without a matching trust entry in Codex's `config`. Each handler's `--session` joins
+/// `sessions`.
+fn aware_handlers(
+    v: &Value,
+    path: &std::path::Path,
+    config: &toml_edit::DocumentMut,
+    sessions: &mut Vec<String>,
+) -> (usize, Vec<&'static str>) {
+    let mut found = 0;
+    let mut untrusted = Vec::new();
+    for (event, label) in CODEX_EVENTS {
+        for (g, group) in v["hooks"][event]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            for (h, handler) in group["hooks"].as_array().into_iter().flatten().enumerate() {
+                let Some(cmd) = handler["command"].as_str().filter(|c| is_aware_hook(c)) else {
+                    continue;
+                };
+                found += 1;
+                if let Some(s) = flag_value(cmd.split_whitespace().map(|w| w.trim_matches('\''))) {
+                    sessions.push(s);
+                }
+                let timeout = handler["timeout"].as_u64().unwrap_or(600);
+                let key = format!("{}:{label}:{g}:{h}", path.display());
+                let have = config
+                    .get("hooks")
+                    .and_then(|x| x.get("state"))
+                    .and_then(|x| x.get(key.as_str()))
+                    .and_then(|x| x.get("trusted_hash"))
+                    .and_then(|x| x.as_str());
+                if have != Some(trust_hash(label, cmd, timeout).as_str()) {
+                    untrusted.push(event);
+                }
+            }
+        }
+    }
+    (found, untrusted)
 }
 
 fn read(p: &std::path::Path) -> Option<Result<Value, String>> {

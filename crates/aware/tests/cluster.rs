@@ -2,6 +2,8 @@
 //! the throw-away test cluster of `aware_store_pg::testing`).
 // Test code: a panic is the failure report (the workspace denies unwrap/expect elsewhere).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+// A test reads as one scenario, top to bottom: its steps share the state they check.
+#![allow(clippy::too_many_lines)]
 
 mod common;
 

@@ -10,6 +10,10 @@ use aware_store::Durability;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "one workload: its set-up, the timed loop and its report, read top to bottom"
+)]
 pub(crate) fn w3(plan: &Plan) -> Result<Vec<Outcome>> {
     let durability = Durability::Normal;
     let sessions = (W3_SESSIONS / plan.scale).max(W3_WATCHERS * 2);

@@ -21,6 +21,10 @@ const COLORS: [&str; 8] = [
 ];
 
 /// The chart: x = the work (× its 1× size), y = cost relative to 1×, both log10.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one chart drawn top to bottom: axes, curves, targets and legend"
+)]
 pub(crate) fn chart(title: &str, curves: &[Curve]) -> String {
     let max_x = curves
         .iter()

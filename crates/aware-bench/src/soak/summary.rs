@@ -90,6 +90,10 @@ fn growth(rows: &[Row], f: impl Fn(&Row) -> f64) -> f64 {
 }
 
 /// Prints the summary; the failures (empty when the soak passed).
+#[expect(
+    clippy::too_many_lines,
+    reason = "the summary's sections in the order they are printed"
+)]
 pub(crate) fn finish(out: &mut Out, plan: &Plan, rows: &[Row], f: &Facts) -> Result<Vec<String>> {
     // Warm-up: the first fifth of the run (at least 30 s) fills caches, pools and the store's
     // first pages; slopes are taken over the windows after it.

@@ -9,6 +9,8 @@
 //! Checks panic on a broken promise, naming it.
 // Checks, not production code: a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+// A check reads as one scenario, top to bottom: its steps share the state they check.
+#![allow(clippy::too_many_lines)]
 
 /// Runs every contract check as its own `#[test]`. `$make` is an expression callable with no
 /// arguments that returns a fresh fixture dereferencing to `dyn Store` (it owns whatever the

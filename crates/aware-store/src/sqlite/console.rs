@@ -7,6 +7,10 @@ use crate::Result;
 use rusqlite::ToSql;
 
 impl SqlTx<'_> {
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one query built clause by clause from the filter, then run and mapped"
+    )]
     pub(super) fn console_sessions_page(
         &self,
         f: &ConsoleFilter,

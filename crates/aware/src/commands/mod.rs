@@ -11,6 +11,10 @@ use crate::{client, Command};
 
 /// Runs one client command (everything but serve, node, mcp, hook, init, doctor, completions,
 /// demo and the benches).
+#[expect(
+    clippy::too_many_lines,
+    reason = "one arm per client command, each only handing clap's fields to the command's function"
+)]
 pub(crate) fn run(cmd: Command, outer: &Conn, outer_json: bool) -> client::CliResult<()> {
     match cmd {
         Command::Status {

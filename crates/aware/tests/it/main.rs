@@ -3,6 +3,8 @@
 //! upstream_node::`) and a scenario with its id (`cargo test -p aware --test it s012`).
 // Test code: a panic is the failure report (the workspace denies unwrap/expect elsewhere).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+// A test reads as one scenario, top to bottom: its steps share the state they check.
+#![allow(clippy::too_many_lines)]
 
 // Also reachable as `mod common;` from a test file of its own next to `it/`.
 #[path = "../common/mod.rs"]
