@@ -1,5 +1,6 @@
 //! Which queued writes may be fused into one statement, and the placeholder renumbering that
-//! fusing needs.
+//! fusing needs. A statement's fusible table is worked out once, when it is prepared
+//! ([`fusible_table`]), not on every exchange.
 
 use super::{Conn, Deferred, Owned};
 
@@ -19,7 +20,7 @@ impl Conn {
         let mut run: Vec<Deferred> = Vec::new();
         for d in deferred {
             let table = match &d {
-                Deferred::Prepared(_, _, _, sql) => fusible_table(sql),
+                Deferred::Prepared(_, _, _, table, _) => table.clone(),
                 Deferred::Simple(..) => None,
             };
             let Some(table) = table else {
@@ -28,7 +29,7 @@ impl Conn {
                 continue;
             };
             let clash = run.iter().any(|r| match r {
-                Deferred::Prepared(_, _, _, sql) => fusible_table(sql) == Some(table),
+                Deferred::Prepared(_, _, _, t, _) => t.as_deref() == Some(table.as_str()),
                 Deferred::Simple(..) => false,
             });
             if clash {
@@ -48,7 +49,7 @@ impl Conn {
         let mut sql = String::from("WITH ");
         let mut offset = 0usize;
         for (i, d) in run.iter().enumerate() {
-            if let Deferred::Prepared(_, st, _, part) = d {
+            if let Deferred::Prepared(_, st, _, _, part) = d {
                 if i > 0 {
                     sql.push_str(", ");
                 }
@@ -66,15 +67,17 @@ impl Conn {
         let mut position = None;
         let mut params: Vec<Owned> = Vec::with_capacity(offset);
         for d in run.drain(..) {
-            if let Deferred::Prepared(p, _, ps, _) = d {
+            if let Deferred::Prepared(p, _, ps, _, _) = d {
                 position.get_or_insert(p);
                 params.extend(ps);
             }
         }
+        // The fused statement is never fused again: it is built from the queue as it is sent.
         out.push(Deferred::Prepared(
             position.unwrap_or(0),
             fused,
             params,
+            None,
             sql,
         ));
     }
@@ -83,7 +86,7 @@ impl Conn {
 /// The table a queued write may be fused on: `INSERT INTO t`, `UPDATE t` or `DELETE FROM t`
 /// without any `SELECT` in it (a CTE that only reads would not run, and one that reads
 /// another table of the run would not see that table's write).
-fn fusible_table(sql: &str) -> Option<&str> {
+pub(super) fn fusible_table(sql: &str) -> Option<&str> {
     if sql.contains("SELECT") {
         return None;
     }

@@ -12,6 +12,11 @@
 
 mod errors;
 mod fusion;
+mod pipeline;
+mod sequence;
+
+use pipeline::{Deferred, Pipeline};
+use sequence::LocalNumbers;
 
 pub(crate) use errors::{col, ident, pg_err};
 
@@ -38,22 +43,6 @@ const MAX_CACHED: usize = 512;
 pub(crate) type Param<'a> = &'a (dyn ToSql + Sync);
 /// A parameter of a queued write, owned because it is sent after the call returns.
 pub(crate) type Owned = Box<dyn ToSql + Sync + Send>;
-
-/// A write queued to travel with the next exchange, and its position on the connection.
-enum Deferred {
-    /// Control statements (`SAVEPOINT`, `RELEASE`, `BEGIN`, …) over the simple protocol.
-    Simple(u64, String),
-    /// A prepared write with its SQL text (for [`fuse`]).
-    Prepared(u64, Statement, Vec<Owned>, String),
-}
-
-impl Deferred {
-    fn position(&self) -> u64 {
-        match self {
-            Deferred::Simple(p, _) | Deferred::Prepared(p, _, _, _) => *p,
-        }
-    }
-}
 
 /// The statement whose answer an exchange waits for.
 enum Last<'p> {
@@ -90,22 +79,16 @@ pub(crate) struct Conn {
     /// calling thread (write, wait, read) with no hop to another thread.
     rt: tokio::runtime::Runtime,
     client: tokio_postgres::Client,
-    cache: HashMap<String, Statement>,
+    /// Prepared statements by SQL text, each with the table a queued use of it may be fused on
+    /// (worked out once, when it is prepared).
+    cache: HashMap<String, (Statement, Option<String>)>,
     role: Role,
-    deferred: Vec<Deferred>,
-    /// Statements queued or sent in the current transaction; positions order savepoints and
-    /// failures.
-    position: u64,
-    /// Savepoints set in the current transaction, innermost last, with their positions.
-    savepoints: Vec<(String, u64)>,
-    /// The first failed statement of the current transaction not undone by a rollback to a
-    /// savepoint set before it: while it stands, the transaction may not commit.
-    failure: Option<(u64, String)>,
+    /// The current transaction's queued writes, savepoints and standing failure.
+    pipe: Pipeline,
     /// The writer's row cache (empty on reader connections); dies with the connection.
     pub(crate) rows: crate::cache::RowCache,
-    /// Event sequences numbered locally in this transaction: (next, last given, the one
-    /// `nextval` returned).
-    sequences: Option<(i64, i64, i64)>,
+    /// Event numbers given in this transaction without a round trip each.
+    numbers: LocalNumbers,
     deadlines: Deadlines,
     /// An exchange overran its deadline: the stream may hold a late answer or a half-sent
     /// request, so the connection is never used again (see [`Conn::is_closed`]).
@@ -174,12 +157,9 @@ impl Conn {
             client,
             cache: HashMap::new(),
             role,
-            deferred: Vec::new(),
-            position: 0,
-            savepoints: Vec::new(),
-            failure: None,
+            pipe: Pipeline::default(),
             rows: crate::cache::RowCache::default(),
-            sequences: None,
+            numbers: LocalNumbers::default(),
             deadlines,
             broken: false,
             generation,
@@ -221,6 +201,11 @@ impl Conn {
 
     /// A statement prepared once per connection: each later use is part of an exchange.
     fn stmt(&mut self, sql: &str) -> Result<Statement> {
+        self.prepared(sql).map(|(s, _)| s)
+    }
+
+    /// [`Conn::stmt`] and the table a queued use of it may be fused on.
+    fn prepared(&mut self, sql: &str) -> Result<(Statement, Option<String>)> {
         if let Some(e) = self.unusable() {
             return Err(e);
         }
@@ -239,13 +224,9 @@ impl Conn {
         if self.cache.len() >= MAX_CACHED {
             self.cache.clear();
         }
-        self.cache.insert(sql.to_string(), s.clone());
-        Ok(s)
-    }
-
-    fn next_position(&mut self) -> u64 {
-        self.position += 1;
-        self.position
+        let entry = (s, fusion::fusible_table(sql).map(str::to_string));
+        self.cache.insert(sql.to_string(), entry.clone());
+        Ok(entry)
     }
 
     /// Sends the queued writes and `last`, in order, and waits for all their answers. The
@@ -254,9 +235,9 @@ impl Conn {
         if let Some(e) = self.unusable() {
             return Err(e);
         }
-        let deferred = std::mem::take(&mut self.deferred);
+        let deferred = self.pipe.take_queued();
         let deferred = self.fuse(deferred);
-        let last_position = self.next_position();
+        let last_position = self.pipe.next_position();
         stats::exchange(self.role, deferred.len() as u64 + 1);
         let client = &self.client;
         let deadline = self.deadlines.exchange;
@@ -268,7 +249,7 @@ impl Conn {
                     .map(|d| -> BoxFut<'_, ()> {
                         match d {
                             Deferred::Simple(_, sql) => Box::pin(client.batch_execute(sql)),
-                            Deferred::Prepared(_, st, params, _) => Box::pin(async move {
+                            Deferred::Prepared(_, st, params, ..) => Box::pin(async move {
                                 let refs: Vec<Param<'_>> =
                                     params.iter().map(|p| &**p as Param<'_>).collect();
                                 client.execute(st, &refs).await.map(|_| ())
@@ -303,11 +284,8 @@ impl Conn {
         let mut first_failure = None;
         for (d, r) in deferred.iter().zip(queued) {
             if let Err(e) = r {
-                let position = match d {
-                    Deferred::Simple(p, _) | Deferred::Prepared(p, _, _, _) => *p,
-                };
                 let e = pg_err(e);
-                self.fail_at(position, &e);
+                self.fail_at(d.position(), &e);
                 first_failure.get_or_insert(e);
             }
         }
@@ -322,9 +300,7 @@ impl Conn {
     }
 
     fn fail_at(&mut self, position: u64, e: &StoreError) {
-        if self.failure.is_none() {
-            self.failure = Some((position, e.to_string()));
-        }
+        self.pipe.fail_at(position, e);
     }
 
     pub(crate) fn query(&mut self, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>> {
@@ -356,17 +332,16 @@ impl Conn {
 
     /// Queues a write whose row count nobody needs; it travels with the next exchange.
     pub(crate) fn defer(&mut self, sql: &str, params: Vec<Owned>) -> Result<()> {
-        let s = self.stmt(sql)?;
-        let position = self.next_position();
-        self.deferred
-            .push(Deferred::Prepared(position, s, params, sql.to_string()));
+        let (s, table) = self.prepared(sql)?;
+        self.pipe
+            .queue(|p| Deferred::Prepared(p, s, params, table, sql.to_string()));
         Ok(())
     }
 
     /// Queues control statements (simple protocol).
     pub(crate) fn defer_simple(&mut self, sql: impl Into<String>) {
-        let position = self.next_position();
-        self.deferred.push(Deferred::Simple(position, sql.into()));
+        let sql = sql.into();
+        self.pipe.queue(|p| Deferred::Simple(p, sql));
     }
 
     /// Control statements (BEGIN, COMMIT, …) over the simple protocol, after the queued writes.
@@ -380,35 +355,15 @@ impl Conn {
     /// writes stay queued, now the enclosing transaction's), a rollback drops it with every
     /// write queued after it. So an op that only queues writes costs no savepoint statements.
     pub(crate) fn savepoint(&mut self, name: &str) {
-        self.defer_simple(format!("SAVEPOINT {}", ident(name)));
-        self.savepoints.push((name.to_string(), self.position));
-    }
-
-    fn forget_savepoint(&mut self, name: &str) -> Option<u64> {
-        let i = self.savepoints.iter().rposition(|(n, _)| n == name)?;
-        let position = self.savepoints[i].1;
-        self.savepoints.truncate(i);
-        Some(position)
-    }
-
-    /// Where the queued `SAVEPOINT` statement set at `position` waits, if it was not sent.
-    fn unsent(&self, position: u64) -> Option<usize> {
-        self.deferred.iter().position(|d| d.position() == position)
+        self.pipe
+            .set_savepoint(name, format!("SAVEPOINT {}", ident(name)));
     }
 
     /// Releases a savepoint without waiting: a queued one is dropped, a sent one gets a queued
     /// `RELEASE`. A failure of anything inside it is then reported by the exchange that carries
     /// it, which fails the op or the batch (see [`Conn::healthy`]).
     pub(crate) fn release_queued(&mut self, name: &str) {
-        let Some(position) = self.forget_savepoint(name) else {
-            return;
-        };
-        match self.unsent(position) {
-            Some(i) => {
-                self.deferred.remove(i);
-            }
-            None => self.defer_simple(format!("RELEASE {}", ident(name))),
-        }
+        self.pipe.release(name, format!("RELEASE {}", ident(name)));
     }
 
     /// Rolls back to a savepoint and releases it. Still queued, it is dropped with every write
@@ -417,83 +372,62 @@ impl Conn {
     /// after the savepoint was set is undone with it. The row cache is emptied either way,
     /// since it may hold rows of the undone writes.
     pub(crate) fn rollback_to(&mut self, name: &str) -> Result<()> {
-        let pending = self
-            .savepoints
-            .iter()
-            .rev()
-            .find(|(n, _)| n == name)
-            .map(|(_, p)| *p);
-        if let Some(i) = pending.and_then(|p| self.unsent(p)) {
-            self.deferred.truncate(i);
+        if self.pipe.rollback_unsent(name) {
             self.rows.clear();
-            self.forget_savepoint(name);
             return Ok(());
         }
         let n = ident(name);
         self.exchange(Last::Simple(&format!("ROLLBACK TO {n}; RELEASE {n}")), true)?;
         self.rows.clear();
-        if let Some(position) = self.forget_savepoint(name) {
-            if self.failure.as_ref().is_some_and(|(f, _)| *f > position) {
-                self.failure = None;
-            }
-        }
+        self.pipe.rolled_back(name);
         Ok(())
     }
 
     /// Whether no failed statement stands in the current transaction.
     pub(crate) fn healthy(&self) -> bool {
-        self.failure.is_none()
+        self.pipe.failure().is_none()
     }
 
     /// The standing failure, if any.
     pub(crate) fn failure(&self) -> Option<&str> {
-        self.failure.as_ref().map(|(_, m)| m.as_str())
+        self.pipe.failure()
     }
 
     /// The next event sequence of the writer's transaction. The first of a transaction comes
-    /// from `nextval` (one exchange); the next ones are numbered on from it here, and
-    /// [`Conn::queue_sequence_catch_up`] moves the sequence past them before `COMMIT`. Right
-    /// because only the holder of the cluster-wide write lock inserts events, so nobody else
-    /// calls `nextval` in between; numbers of a transaction that does not commit were never
-    /// visible nor answered (as with `nextval` itself, the sequence then skips or reissues
-    /// only numbers nobody saw).
+    /// from `nextval` (one exchange); the next ones are numbered on from it (see `sequence`),
+    /// and [`Conn::queue_sequence_catch_up`] moves the sequence past them before `COMMIT`.
+    /// Numbers of a transaction that does not commit were never visible nor answered (as with
+    /// `nextval` itself, the sequence then skips or reissues only numbers nobody saw).
     pub(crate) fn next_sequence(&mut self) -> Result<i64> {
-        if let Some((next, last, _)) = &mut self.sequences {
-            *last = *next;
-            *next += 1;
-            return Ok(*last);
+        if let Some(n) = self.numbers.next() {
+            return Ok(n);
         }
         let rows = self.query(&format!("SELECT nextval({EVENT_SEQUENCE})"), &[])?;
         let n: i64 = match rows.first() {
             Some(row) => col(row, 0)?,
             None => return Err(StoreError::Corrupt("nextval gave no row".into())),
         };
-        self.sequences = Some((n + 1, n, n));
+        self.numbers.drew(n);
         Ok(n)
     }
 
     /// Queues the `setval` that moves the event sequence past the numbers given locally (to
     /// travel with `COMMIT`, so it runs before it).
     pub(crate) fn queue_sequence_catch_up(&mut self) -> Result<()> {
-        if let Some((_, last, first)) = self.sequences {
-            if last > first {
-                self.defer(
-                    &format!("SELECT setval({EVENT_SEQUENCE}, $1)"),
-                    vec![Box::new(last)],
-                )?;
-            }
+        if let Some(last) = self.numbers.catch_up() {
+            self.defer(
+                &format!("SELECT setval({EVENT_SEQUENCE}, $1)"),
+                vec![Box::new(last)],
+            )?;
         }
         Ok(())
     }
 
     /// Forgets queued writes (the transaction is being rolled back) and the transaction's
-    /// savepoints and failure.
+    /// savepoints, failure and local numbers.
     pub(crate) fn end_transaction(&mut self) {
-        self.sequences = None;
-        self.deferred.clear();
-        self.savepoints.clear();
-        self.failure = None;
-        self.position = 0;
+        self.numbers.clear();
+        self.pipe.clear();
     }
 }
 
