@@ -69,7 +69,11 @@ pub(super) async fn session_status(
     })
     .await?;
     let answer = answers::status(&session, changes.as_ref());
-    Ok(wire::json_bytes_response(answer.to_json()))
+    Ok(wire::json_response(
+        axum::http::StatusCode::OK,
+        &answer,
+        answer.size_hint(),
+    ))
 }
 
 pub(super) async fn sessions_list(

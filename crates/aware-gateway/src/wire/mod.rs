@@ -6,7 +6,6 @@
 //! tests bind them to the same `aware-wire` types, field order included.
 
 pub mod answers;
-mod escape;
 pub mod tools;
 
 use aware_core::{CompactEvent, StoredEvent};
@@ -27,19 +26,6 @@ pub(crate) fn ok(v: impl Serialize) -> crate::error::ApiResult<Response> {
 /// A 201 answer with a JSON body.
 pub(crate) fn created(v: impl Serialize) -> crate::error::ApiResult<Response> {
     Ok(json_response(StatusCode::CREATED, &v, 512))
-}
-
-/// A 200 JSON answer whose body is already written.
-pub(crate) fn json_bytes_response(body: Vec<u8>) -> Response {
-    (
-        StatusCode::OK,
-        [(
-            axum::http::header::CONTENT_TYPE,
-            axum::http::HeaderValue::from_static("application/json"),
-        )],
-        body,
-    )
-        .into_response()
 }
 
 /// A JSON answer serialised into one buffer of about the expected size: `axum::Json` starts at

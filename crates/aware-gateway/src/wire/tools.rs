@@ -65,30 +65,9 @@ pub struct StatusAnswer<'a> {
 impl serde::Serialize for StatusAnswer<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
-        let mut m = s.serialize_map(None)?;
-        self.head(&mut m)?;
-        m.serialize_entry("statusText", &self.status_text)?;
-        m.end()
-    }
-}
-
-/// The answer without its last field, `statusText`.
-struct Head<'s, 'a>(&'s StatusAnswer<'a>);
-
-impl serde::Serialize for Head<'_, '_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut m = s.serialize_map(None)?;
-        self.0.head(&mut m)?;
-        m.end()
-    }
-}
-
-impl StatusAnswer<'_> {
-    /// Every field but `statusText`, in the answer's order.
-    fn head<M: serde::ser::SerializeMap>(&self, m: &mut M) -> Result<(), M::Error> {
         let session = self.session;
         let r = &session.row;
+        let mut m = s.serialize_map(None)?;
         m.serialize_entry("ok", &true)?;
         m.serialize_entry("sessionKey", &r.key)?;
         m.serialize_entry("agentId", &r.agent_id)?;
@@ -109,24 +88,8 @@ impl StatusAnswer<'_> {
         if let Some(c) = self.state_changes {
             m.serialize_entry("stateChanges", &StateChangesJson(c))?;
         }
-        Ok(())
-    }
-
-    /// The answer as JSON bytes, the same as serde_json writes it: the head through serde, then
-    /// the long `statusText` through the escaper that skips clean text eight bytes at a time.
-    pub fn to_json(&self) -> Vec<u8> {
-        let mut buf = Vec::with_capacity(self.size_hint());
-        // Writing into a Vec cannot fail, and every key of the head is a string.
-        if serde_json::to_writer(&mut buf, &Head(self)).is_err() || buf.pop() != Some(b'}') {
-            buf.clear();
-            let _ = serde_json::to_writer(&mut buf, self);
-            return buf;
-        }
-        // The head always has fields (`ok` first), so the text follows a comma.
-        buf.extend_from_slice(b",\"statusText\":");
-        super::escape::write_json_str(&mut buf, &self.status_text);
-        buf.push(b'}');
-        buf
+        m.serialize_entry("statusText", &self.status_text)?;
+        m.end()
     }
 }
 
