@@ -47,6 +47,7 @@ pub mod tools;
 mod turns;
 mod wakes;
 mod watches;
+mod webhook;
 mod wire;
 
 pub use config::{GatewayConfig, Overrides};
