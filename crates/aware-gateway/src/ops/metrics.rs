@@ -1,7 +1,7 @@
 //! `GET /metrics` in the Prometheus text format (03 §12); every metric exists from start-up.
 
-use crate::error::ApiResult;
-use crate::http_stats::DURATION_BUCKETS;
+use crate::http::error::ApiResult;
+use crate::http::stats::DURATION_BUCKETS;
 use crate::state::{blocking, Shared};
 use aware_core::EventKind;
 use aware_engine::EngineMetrics;
@@ -141,7 +141,7 @@ pub(crate) async fn render(state: &Shared) -> ApiResult<Response> {
     wakes_and_prune(&mut o, state, em);
     http_requests(&mut o, state);
     outside_io(&mut o, state);
-    crate::cluster::metrics(state, &mut o);
+    crate::ops::cluster::metrics(state, &mut o);
     Ok((
         StatusCode::OK,
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],

@@ -1,12 +1,12 @@
 //! Wake delivery (02 §10): the SSE stream `GET /v1/wakes`, and the per-agent webhook lanes
 //! (the sender is `webhook.rs`).
 
-use crate::access::{check_agent, visible_filter};
-use crate::body::Query;
-use crate::error::ApiResult;
-use crate::request::{parse_agent, parse_key, Req};
+use crate::api::webhook::{deliver, Sender};
+use crate::http::access::{check_agent, visible_filter};
+use crate::http::body::Query;
+use crate::http::error::ApiResult;
+use crate::http::request::{parse_agent, parse_key, Req};
 use crate::state::{blocking, Shared};
-use crate::webhook::{deliver, Sender};
 use crate::wire;
 use aware_core::SessionRef;
 use aware_engine::Wake;
@@ -74,7 +74,7 @@ pub(crate) async fn sse(
     });
     let engine = state.engine()?;
     // Capped per identity and in total (streams.rs); held as long as the stream.
-    let slot = crate::streams::claim(&state.streams, &state.config.http, &req.identity)?;
+    let slot = crate::http::streams::claim(&state.streams, &state.config.http, &req.identity)?;
     // Subscribe before the catch-up read so nothing falls between them.
     let rx = engine.subscribe_wakes();
     let e = engine.clone();
