@@ -137,7 +137,7 @@ pub(crate) fn new_state(config: GatewayConfig, port: u16) -> Shared {
     };
     let mut list: Vec<Arc<dyn aware_upstream::provider::Provider>> = Vec::new();
     if let Some(root) = &config.claude_root {
-        list.push(Arc::new(aware_upstream::local::LocalClaude::new(
+        list.push(Arc::new(aware_upstream::claude::local::LocalClaude::new(
             root.clone(),
         )));
     }
