@@ -249,6 +249,110 @@ pub(crate) async fn deliver(state: &Shared, sender: &Sender, hook: &Webhook, wak
 mod tests {
     use super::*;
 
+    use axum::http::{Response, StatusCode};
+    use hyper::service::service_fn;
+    use hyper_util::rt::TokioIo;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Mutex;
+
+    /// A receiver on a loopback port that answers every request with `status`, counting the
+    /// connections it accepts and recording each request's headers.
+    struct Receiver {
+        url: String,
+        connections: Arc<AtomicUsize>,
+        seen: Arc<Mutex<Vec<axum::http::HeaderMap>>>,
+    }
+
+    async fn receiver(status: StatusCode) -> Receiver {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (c, s) = (connections.clone(), seen.clone());
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                c.fetch_add(1, Ordering::SeqCst);
+                let s = s.clone();
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
+                        s.lock().unwrap().push(req.headers().clone());
+                        async move {
+                            let mut r = Response::new(Full::new(Bytes::from_static(b"ok")));
+                            *r.status_mut() = status;
+                            if status.is_redirection() {
+                                r.headers_mut()
+                                    .insert(header::LOCATION, "/elsewhere".parse().unwrap());
+                            }
+                            Ok::<_, std::convert::Infallible>(r)
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        Receiver {
+            url: format!("http://127.0.0.1:{port}/hook"),
+            connections,
+            seen,
+        }
+    }
+
+    fn hook(url: &str) -> Webhook {
+        Webhook {
+            url: url.to_string(),
+            secret: Some("s3cret".into()),
+            timeout_ms: 5000,
+            max_attempts: 1,
+            connect_timeout_ms: 2000,
+            max_in_flight: 4,
+            max_queued: 10,
+        }
+    }
+
+    #[tokio::test]
+    async fn deliveries_of_an_agent_share_one_connection() {
+        let r = receiver(StatusCode::OK).await;
+        let h = hook(&r.url);
+        let sender = Sender::new(&h, None).unwrap();
+        for _ in 0..3 {
+            assert!(attempt(&sender, &h, "{}").await.is_ok());
+        }
+        assert_eq!(r.connections.load(Ordering::SeqCst), 1);
+        let seen = r.seen.lock().unwrap();
+        assert_eq!(seen.len(), 3);
+        assert_eq!(seen[0][header::AUTHORIZATION], "Bearer s3cret");
+        assert_eq!(seen[0][header::CONTENT_TYPE], "application/json");
+    }
+
+    #[tokio::test]
+    async fn a_redirect_is_an_answer_and_is_not_followed() {
+        let r = receiver(StatusCode::TEMPORARY_REDIRECT).await;
+        let h = hook(&r.url);
+        let sender = Sender::new(&h, None).unwrap();
+        let got = attempt(&sender, &h, "{}").await;
+        assert!(matches!(got, Err(AttemptError::Status(307))));
+        assert_eq!(r.seen.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn https_without_a_tls_client_and_a_refused_connect_say_why() {
+        let h = hook("https://127.0.0.1:1/hook");
+        let sender = Sender::new(&h, None).unwrap();
+        match attempt(&sender, &h, "{}").await {
+            Err(AttemptError::Transport(m)) => assert!(m.contains("no TLS client"), "{m}"),
+            _ => panic!("https:// went out without a TLS client"),
+        }
+        // Port 1 on loopback: nothing listens, the connect is refused.
+        let h = hook("http://127.0.0.1:1/hook");
+        let sender = Sender::new(&h, None).unwrap();
+        match attempt(&sender, &h, "{}").await {
+            Err(AttemptError::Transport(m)) => assert!(m.starts_with("connect: "), "{m}"),
+            _ => panic!("a refused connect was not a transport error"),
+        }
+    }
+
     #[test]
     fn backoff_doubles_from_one_second_up_to_eight() {
         let waits: Vec<u64> = (0..6).map(|n| backoff(n).as_secs()).collect();
