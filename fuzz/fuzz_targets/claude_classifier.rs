@@ -13,8 +13,8 @@
 //! - `parse_rfc3339_ms` never panics on any text.
 #![no_main]
 
-use aware_upstream::classify::{classify, normalise, parse_rfc3339_ms, RowClass};
-use aware_upstream::scan::{
+use aware_upstream::claude::classify::{classify, normalise, parse_rfc3339_ms, RowClass};
+use aware_upstream::claude::scan::{
     node_item_to_row, scan_window, ScanInput, ScanOutput, QUEUED_MEMORY_MAX,
 };
 use libfuzzer_sys::fuzz_target;

@@ -13,11 +13,11 @@
 #![no_main]
 
 use aware_upstream::bigrow::slim_codex_row;
-use aware_upstream::classify::{normalise, RowClass};
+use aware_upstream::claude::classify::{normalise, RowClass};
 use aware_upstream::codex::classify::{classify_codex, is_machine_text, session_meta};
 use aware_upstream::codex::scan::scan_codex_window;
 use aware_upstream::node::{codex_item, CodexItemBody};
-use aware_upstream::scan::ScanInput;
+use aware_upstream::claude::scan::ScanInput;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 

@@ -31,7 +31,7 @@
 //!   one walk: where a tick ends changes nothing.
 #![no_main]
 
-use aware_upstream::classify::normalise;
+use aware_upstream::claude::classify::normalise;
 use aware_upstream::node::fuzzing::{
     baseline_claude, baseline_codex, check_paged_claude, check_paged_codex, claude_uuid,
     codex_history, codex_unknown_marker, codex_uuid,
@@ -41,7 +41,7 @@ use aware_upstream::node::{
     ThreadsPage, ITEMS_LIMIT,
 };
 use aware_upstream::provider::{Outcome, Probe};
-use aware_upstream::scan::QUEUED_MEMORY_MAX;
+use aware_upstream::claude::scan::QUEUED_MEMORY_MAX;
 use libfuzzer_sys::fuzz_target;
 use serde::de::DeserializeOwned;
 use serde::Serialize;

@@ -46,7 +46,7 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// A stable snake_case name for logs and tests. It is not a protocol code: the gateway's
-    /// error codes come from its own mapping (`aware-gateway/src/error.rs`).
+    /// error codes come from its own mapping (`aware-gateway/src/http/error.rs`).
     pub fn name(self) -> &'static str {
         match self {
             ErrorKind::InvalidKey => "invalid_session_key",

@@ -98,7 +98,7 @@ pub struct Webhook {
     pub secret: Option<String>,
     pub timeout_ms: u64,
     pub max_attempts: u32,
-    /// Deadline of the TCP connect of one attempt.
+    /// Deadline of the connect of one attempt: TCP and, for `https://`, the TLS handshake.
     pub connect_timeout_ms: u64,
     /// Deliveries of this agent running at once; further wakes wait in a queue.
     pub max_in_flight: usize,
@@ -154,7 +154,7 @@ pub struct GatewayConfig {
 pub struct WebhookTls {
     /// `[wakes] ca_file`, when set.
     pub ca_file: Option<PathBuf>,
-    pub(crate) connector: tokio_rustls::TlsConnector,
+    pub(crate) client_config: std::sync::Arc<aware_tls::rustls::ClientConfig>,
 }
 
 impl std::fmt::Debug for WebhookTls {
@@ -176,7 +176,7 @@ impl WebhookTls {
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(WebhookTls {
             ca_file: ca_file.map(Path::to_path_buf),
-            connector: tokio_rustls::TlsConnector::from(std::sync::Arc::new(config)),
+            client_config: std::sync::Arc::new(config),
         })
     }
 }

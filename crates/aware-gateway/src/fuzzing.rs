@@ -11,16 +11,16 @@
 //! - [`parse_turn`] (`POST …/turns`) and [`parse_ack`] (`POST …/ack`): the two bodies parsed
 //!   whole before any engine call.
 
-pub use crate::body::{parse_strict, Obj, Query};
-pub use crate::error::ApiError;
-pub use crate::notices::parse_ack;
-pub use crate::request::decode_segment;
-pub use crate::routes::{AdminOp, Parsed, Route, SessionRoute};
-pub use crate::turns::parse_turn;
+pub use crate::api::notices::parse_ack;
+pub use crate::api::turns::parse_turn;
+pub use crate::http::body::{parse_strict, Obj, Query};
+pub use crate::http::error::ApiError;
+pub use crate::http::request::decode_segment;
+pub use crate::http::routes::{AdminOp, Parsed, Route, SessionRoute};
 /// The `http` types the route parser takes, so a target needs no `http` dependency of its own.
 pub use axum::http::{Method, StatusCode, Uri};
 
 /// The route table's two functions, under the names the dispatcher uses.
 pub mod routes {
-    pub use crate::routes::{parse, segments};
+    pub use crate::http::routes::{parse, segments};
 }

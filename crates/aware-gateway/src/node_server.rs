@@ -14,10 +14,10 @@
 //! weak-token rule, and `conn::serve` (connection cap, request-head and keep-alive deadlines,
 //! stalled writes, shutdown grace).
 
-use crate::body::Query;
 use crate::config::HttpSettings;
-use crate::edge::{self, secrets_equal as constant_time_eq, Origin, Site};
-use crate::error::{ApiError, ApiResult};
+use crate::http::body::Query;
+use crate::http::edge::{self, secrets_equal as constant_time_eq, Origin, Site};
+use crate::http::error::{ApiError, ApiResult};
 use aware_upstream::node::serve::NodeRoots;
 use aware_upstream::node::{
     NodeCatalog, ITEMS_LIMIT, PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX, THREADS_LIMIT_DEFAULT,
@@ -104,7 +104,7 @@ pub async fn run_node(
     // The node has no streams to end and no start-up that can fail.
     let (stopping, _) = tokio::sync::watch::channel(false);
     let never_fatal = std::future::pending::<Option<String>>();
-    crate::conn::serve(listener, app, http, stopping, shutdown, never_fatal).await;
+    crate::http::conn::serve(listener, app, http, stopping, shutdown, never_fatal).await;
     Ok(())
 }
 

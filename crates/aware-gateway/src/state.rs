@@ -2,11 +2,11 @@
 //! clocks, providers and monitor, and the counters other modules keep. The lower layer: it
 //! imports no route handler.
 
+use crate::api::webhook_lanes::WebhookLanes;
 use crate::config::GatewayConfig;
-use crate::error::{ApiError, ApiResult};
-use crate::http_stats::HttpMetrics;
-use crate::lanes::WebhookLanes;
-use crate::probes::HealthProbes;
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::stats::HttpMetrics;
+use crate::ops::health_probes::HealthProbes;
 use aware_engine::{Clock, Engine, ManualClock, SystemClock};
 use axum::http::StatusCode;
 use std::collections::BTreeMap;
@@ -62,7 +62,7 @@ pub struct AppState {
     /// The cluster threads (wakes across gateways, leadership) on a PostgreSQL store.
     pub(crate) cluster: std::sync::OnceLock<aware_cluster::Cluster>,
     /// Open long-lived streams, capped in total and per agent token (`streams.rs`).
-    pub(crate) streams: Arc<crate::streams::StreamSlots>,
+    pub(crate) streams: Arc<crate::http::streams::StreamSlots>,
 }
 
 pub type Shared = Arc<AppState>;
@@ -137,7 +137,7 @@ pub(crate) fn new_state(config: GatewayConfig, port: u16) -> Shared {
     };
     let mut list: Vec<Arc<dyn aware_upstream::provider::Provider>> = Vec::new();
     if let Some(root) = &config.claude_root {
-        list.push(Arc::new(aware_upstream::local::LocalClaude::new(
+        list.push(Arc::new(aware_upstream::claude::local::LocalClaude::new(
             root.clone(),
         )));
     }

@@ -7,7 +7,7 @@
 // `unsafe` only in the counting allocator below (a GlobalAlloc must be an `unsafe impl`; each method only forwards to `System`).
 #![allow(unsafe_code)]
 
-use aware_upstream::local::LocalClaude;
+use aware_upstream::claude::local::LocalClaude;
 use aware_upstream::provider::{Outcome, Probe, Provider};
 use serde_json::json;
 use std::alloc::{GlobalAlloc, Layout, System};

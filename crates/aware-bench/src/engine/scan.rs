@@ -8,7 +8,7 @@ use crate::report::*;
 /// `crates/aware-upstream/tests/fixtures/claude-code` (synthetic rows if absent), in 1 MiB windows exactly
 /// as the monitor reads them, next to a plain newline count over the same bytes.
 pub(crate) fn w7(plan: &Plan) -> Result<Outcome> {
-    use aware_upstream::scan::scan_window;
+    use aware_upstream::claude::scan::scan_window;
     let run = scan_run(
         plan,
         "claude-code",
@@ -71,9 +71,9 @@ pub(crate) fn scan_run(
     fixtures: &str,
     real: &'static str,
     synthetic: impl Fn(usize) -> String,
-    scan: impl Fn(&[u8], &aware_upstream::scan::ScanInput) -> Option<(usize, u32)>,
+    scan: impl Fn(&[u8], &aware_upstream::claude::scan::ScanInput) -> Option<(usize, u32)>,
 ) -> Result<ScanRun> {
-    use aware_upstream::scan::{ScanInput, WINDOW_BYTES};
+    use aware_upstream::claude::scan::{ScanInput, WINDOW_BYTES};
     let target = (100u64 << 20) / plan.scale;
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../aware-upstream/tests/fixtures")
@@ -167,7 +167,7 @@ pub(crate) fn w7_codex(plan: &Plan) -> Result<(String, f64)> {
 /// newline count over the same file read in 64 KiB pieces. The check's peak memory is the rise
 /// of the process's VmHWM (reset through `/proc/self/clear_refs` first) over its VmRSS.
 pub(crate) fn w7_oversized(plan: &Plan) -> Result<(String, f64)> {
-    use aware_upstream::local::LocalClaude;
+    use aware_upstream::claude::local::LocalClaude;
     use aware_upstream::provider::{Outcome, Probe, Provider};
     use std::io::{Read, Write};
     let thread = "0b9f0c2e-1d3a-4c5b-8e7f-0000000000b7";

@@ -19,12 +19,12 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
 /// A 200 answer with a JSON body.
-pub(crate) fn ok(v: impl Serialize) -> crate::error::ApiResult<Response> {
+pub(crate) fn ok(v: impl Serialize) -> crate::http::error::ApiResult<Response> {
     Ok(json_response(StatusCode::OK, &v, 512))
 }
 
 /// A 201 answer with a JSON body.
-pub(crate) fn created(v: impl Serialize) -> crate::error::ApiResult<Response> {
+pub(crate) fn created(v: impl Serialize) -> crate::http::error::ApiResult<Response> {
     Ok(json_response(StatusCode::CREATED, &v, 512))
 }
 
@@ -43,9 +43,8 @@ pub(crate) fn json_response(status: StatusCode, v: &impl Serialize, size_hint: u
         )
             .into_response(),
         // Only a Serialize impl that fails can get here (ours do not); answer as axum did.
-        Err(e) => {
-            crate::error::ApiError::internal(format!("serialising the answer: {e}")).into_response()
-        }
+        Err(e) => crate::http::error::ApiError::internal(format!("serialising the answer: {e}"))
+            .into_response(),
     }
 }
 

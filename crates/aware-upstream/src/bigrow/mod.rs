@@ -103,7 +103,7 @@ pub(crate) fn row_id_of_digest(digest: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::classify::{classify, normalise, RowClass};
+    use crate::claude::classify::{classify, normalise, RowClass};
     use proptest::prelude::*;
     use serde_json::json;
 
@@ -240,8 +240,8 @@ mod tests {
         let s = slim(&row.to_string()).unwrap();
         let kept = s["message"]["content"].as_str().unwrap();
         assert_eq!(
-            crate::classify::normalise(kept),
-            crate::classify::normalise(&spaced)
+            crate::claude::classify::normalise(kept),
+            crate::claude::classify::normalise(&spaced)
         );
         assert!(!kept.ends_with('\u{2026}'));
     }

@@ -1,6 +1,6 @@
 //! The pieces a slim row is built from: limits, kept texts, the feedback matcher, blocks.
 
-use crate::classify::USER_SAID;
+use crate::claude::classify::USER_SAID;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use std::io::Read;

@@ -2,7 +2,7 @@
 
 use super::parser::Parser;
 use super::parts::*;
-use crate::classify::{is_ide_context, is_machine_text};
+use crate::claude::classify::{is_ide_context, is_machine_text};
 use serde_json::{Map, Value};
 use std::io::Read;
 

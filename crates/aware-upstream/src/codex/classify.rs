@@ -11,7 +11,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::classify::{parse_rfc3339_ms, RowClass};
+use crate::claude::classify::{parse_rfc3339_ms, RowClass};
 
 /// Leading markers of user-role text that Codex wrote, not the human.
 pub const MACHINE_MARKERS: &[&str] = &[

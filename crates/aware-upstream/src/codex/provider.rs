@@ -6,10 +6,10 @@
 use super::classify::{classify_codex, session_meta, SessionMeta};
 use super::scan::{feed_codex_row, scan_codex_window};
 use crate::bigrow::slim_codex_row;
-use crate::classify::{normalise, RowClass};
-use crate::local::{is_uuid, mtime_ms, open_in_root, read_at, rows, OpenRefused};
+use crate::claude::classify::{normalise, RowClass};
+use crate::claude::local::{is_uuid, mtime_ms, open_in_root, read_at, rows, OpenRefused};
+use crate::claude::scan::{ScanInput, ScanOutput, WINDOW_BYTES};
 use crate::provider::{CatalogItem, Outcome, Probe, Provider, ProviderError, ThreadInfo};
-use crate::scan::{ScanInput, ScanOutput, WINDOW_BYTES};
 use aware_engine::{ImportTurn, Role};
 use serde_json::{json, Value};
 use std::fs::{File, Metadata};
@@ -389,8 +389,12 @@ impl LocalCodex {
             // A row longer than the window (decision D23; a pasted screenshot is an inline data
             // URL): find its end and classify it from a slim stream, with bounded memory,
             // instead of blocking the marker for ever. Never skipped unclassified.
-            let Some((end, row_len)) =
-                crate::local::oversized_row_extent(&mut file, at, size, &self.check_bytes_read)?
+            let Some((end, row_len)) = crate::claude::local::oversized_row_extent(
+                &mut file,
+                at,
+                size,
+                &self.check_bytes_read,
+            )?
             else {
                 break;
             };

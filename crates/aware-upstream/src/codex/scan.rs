@@ -4,8 +4,8 @@
 use serde_json::Value;
 
 use super::classify::classify_codex;
-use crate::classify::{normalise, RowClass};
-use crate::scan::{complete_lines, ScanInput, ScanOutput};
+use crate::claude::classify::{normalise, RowClass};
+use crate::claude::scan::{complete_lines, ScanInput, ScanOutput};
 
 /// Scans the complete rows of a window read from a rollout at the marker offset.
 ///
@@ -65,7 +65,7 @@ pub fn feed_codex_row(row: &Value, input: &ScanInput, out: &mut ScanOutput) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::classify::RowClass;
+    use crate::claude::classify::RowClass;
     use proptest::prelude::*;
 
     /// Over every row of the vendored Codex rollouts, a line the prefilter skips is one the

@@ -3,10 +3,10 @@
 
 use super::items::item_uuid;
 use super::protocol::{CodexItem, CodexItemBody, ItemsPage, NodeError, ITEMS_LIMIT};
-use crate::classify::{classify, normalise, RowClass};
+use crate::claude::classify::{classify, normalise, RowClass};
+use crate::claude::scan::{node_item_to_row, scan_rows, ScanInput, Scanner, QUEUED_MEMORY_MAX};
 use crate::codex::classify::classify_codex;
 use crate::provider::{Outcome, Probe};
-use crate::scan::{node_item_to_row, scan_rows, ScanInput, Scanner, QUEUED_MEMORY_MAX};
 use aware_engine::{ImportTurn, Role};
 use serde_json::{json, Value};
 use std::collections::VecDeque;

@@ -4,12 +4,12 @@
 
 use super::protocol::{CodexItem, CodexItemBody, ItemsPage, ThreadEntry, ThreadsPage};
 use crate::bigrow::{row_id_of_digest, slim_codex_row, slim_row, SlimRow};
+use crate::claude::local::{open_in_root, read_at, LocalClaude};
+use crate::claude::scan::WINDOW_BYTES;
 use crate::codex::classify::may_be_prompt;
 use crate::codex::provider::assistant_text as codex_assistant_text;
 use crate::codex::LocalCodex;
-use crate::local::{open_in_root, read_at, LocalClaude};
 use crate::provider::{CatalogItem, Provider, ProviderError};
-use crate::scan::WINDOW_BYTES;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
@@ -495,8 +495,8 @@ pub(crate) fn item_uuid(item: &Value) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::classify::{classify, RowClass};
-    use crate::scan::node_item_to_row;
+    use crate::claude::classify::{classify, RowClass};
+    use crate::claude::scan::node_item_to_row;
 
     /// The first 32 lowercase hex characters of SHA-256 of `bytes`, computed here apart from
     /// the code under test.
@@ -800,7 +800,7 @@ mod tests {
         };
         assert_eq!(
             crate::codex::classify::classify_codex(row),
-            crate::classify::RowClass::Human {
+            crate::claude::classify::RowClass::Human {
                 user_text: "fix it".into(),
                 occurred_at: Some(1_767_225_601_000)
             }
@@ -829,7 +829,7 @@ mod tests {
         assert!(row.to_string().len() < 600 * 1024, "slim");
         assert!(matches!(
             crate::codex::classify::classify_codex(row),
-            crate::classify::RowClass::Human { .. }
+            crate::claude::classify::RowClass::Human { .. }
         ));
     }
 

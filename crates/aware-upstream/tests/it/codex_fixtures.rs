@@ -5,10 +5,10 @@
 
 use std::collections::BTreeMap;
 
-use aware_upstream::classify::{normalise, RowClass};
+use aware_upstream::claude::classify::{normalise, RowClass};
+use aware_upstream::claude::scan::{ScanInput, WINDOW_BYTES};
 use aware_upstream::codex::classify::{classify_codex, session_meta};
 use aware_upstream::codex::scan::scan_codex_window;
-use aware_upstream::scan::{ScanInput, WINDOW_BYTES};
 use serde_json::Value;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/codex/");

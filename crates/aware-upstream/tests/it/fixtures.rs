@@ -6,8 +6,8 @@
 
 use std::path::PathBuf;
 
-use aware_upstream::classify::{classify, normalise, parse_rfc3339_ms, RowClass};
-use aware_upstream::scan::{scan_window, ScanInput, ScanOutput, WINDOW_BYTES};
+use aware_upstream::claude::classify::{classify, normalise, parse_rfc3339_ms, RowClass};
+use aware_upstream::claude::scan::{scan_window, ScanInput, ScanOutput, WINDOW_BYTES};
 use serde_json::Value;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/claude-code/");

@@ -8,7 +8,7 @@
 use aware_core::{AgentId, EventKind, SessionKey, SessionRef};
 use aware_engine::views::LinkRow;
 use aware_engine::{CreateSession, Engine, EngineConfig, LinkInput, ManualClock, RunOutcome};
-use aware_upstream::local::LocalClaude;
+use aware_upstream::claude::local::LocalClaude;
 use aware_upstream::monitor::{Monitor, MonitorConfig};
 use aware_upstream::provider::{CatalogItem, Outcome, Probe, Provider, ProviderError, ThreadInfo};
 use serde_json::{json, Value};

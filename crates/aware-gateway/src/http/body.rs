@@ -1,7 +1,7 @@
 //! Strict request bodies: a JSON object whose fields are taken one by one with messages that
 //! name the field and what is accepted; whatever is left over is an unknown field (03 §5.1).
 
-use crate::error::{ApiError, ApiResult};
+use crate::http::error::{ApiError, ApiResult};
 use axum::http::StatusCode;
 use serde_json::{Map, Value};
 

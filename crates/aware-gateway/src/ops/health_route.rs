@@ -1,8 +1,8 @@
 //! `GET /health` (03 §5.5, decision D4): the start-up phase and, once ready, the writer and reader
 //! probes of `probes`.
 
-use crate::error::ApiResult;
-use crate::request::Req;
+use crate::http::error::ApiResult;
+use crate::http::request::Req;
 use crate::state::Phase;
 use crate::wire::{self, answers};
 use axum::http::StatusCode;
@@ -21,7 +21,7 @@ pub(crate) async fn health(req: &Req) -> ApiResult<Response> {
                 let durability = engine.store_info().durability;
                 let mut body = answers::health_ok(&durability, req.state.now());
                 if req.state.cluster.get().is_some() {
-                    body["cluster"] = crate::cluster::health(&req.state);
+                    body["cluster"] = crate::ops::cluster::health(&req.state);
                 }
                 return wire::ok(body);
             }
@@ -31,7 +31,7 @@ pub(crate) async fn health(req: &Req) -> ApiResult<Response> {
                 tracing::warn!(event = "health_degraded", failing = ?failing, "the store answers health probes with errors");
                 let mut body = answers::health_degraded(&failing);
                 if req.state.cluster.get().is_some() {
-                    body["cluster"] = crate::cluster::health(&req.state);
+                    body["cluster"] = crate::ops::cluster::health(&req.state);
                 }
                 return Ok((StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response());
             }
@@ -39,7 +39,7 @@ pub(crate) async fn health(req: &Req) -> ApiResult<Response> {
             let mut body = answers::health_stalled(&stalled);
             // Leadership does not depend on the store's probes: say who leads here as well.
             if req.state.cluster.get().is_some() {
-                body["cluster"] = crate::cluster::health(&req.state);
+                body["cluster"] = crate::ops::cluster::health(&req.state);
             }
             body
         }

@@ -1,9 +1,9 @@
 //! The session resource (03 §5.4): list, create, get, delete, reset, and the goal.
 
-use crate::access::{acts_as_own, check_agent, check_visible, visible_filter};
-use crate::body::{Obj, Query};
-use crate::error::{ApiError, ApiResult};
-use crate::request::{must_exist, parse_agent, parse_key, resolve_ref, Req};
+use crate::http::access::{acts_as_own, check_agent, check_visible, visible_filter};
+use crate::http::body::{Obj, Query};
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::request::{must_exist, parse_agent, parse_key, resolve_ref, Req};
 use crate::state::engine_call;
 use crate::wire::{self, answers};
 use aware_core::{ActorType, SessionRef};

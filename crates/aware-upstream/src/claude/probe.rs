@@ -251,7 +251,7 @@ impl<'a> Walk<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::classify::{classify, RowClass};
+    use crate::claude::classify::{classify, RowClass};
     use proptest::prelude::*;
     use serde_json::{json, Value};
 

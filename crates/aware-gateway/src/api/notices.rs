@@ -1,9 +1,9 @@
 //! A session's inbox (02 §8–§9, 03 §5.4): drain and peek its notices and system events, ack
 //! them, and enqueue system events.
 
-use crate::body::{Obj, Query};
-use crate::error::{ApiError, ApiResult};
-use crate::request::{parse_agent, Req};
+use crate::http::body::{Obj, Query};
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::request::{parse_agent, Req};
 use crate::state::engine_call;
 use crate::wire::{self, answers};
 use aware_core::SessionRef;

@@ -1,9 +1,9 @@
 //! Catalog routes (04 §2–§3): `GET /v1/catalog` and `POST /v1/catalog/continue` (adoption).
 
-use crate::access::check_visible;
-use crate::body::{Obj, Query};
-use crate::error::{ApiError, ApiResult};
-use crate::request::{parse_agent, Req};
+use crate::http::access::check_visible;
+use crate::http::body::{Obj, Query};
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::request::{parse_agent, Req};
 use crate::state::blocking;
 use crate::wire::{self, answers};
 use aware_core::SessionRef;

@@ -2,11 +2,10 @@
 //! read routes designed for it under `/v1/console/` (docs/api.md §7). The console's actions
 //! (unwatch, drain, adopt) use the ordinary routes.
 
-use crate::access::check_visible;
-use crate::access::{may_see, viewer};
-use crate::body::Query;
-use crate::error::{ApiError, ApiResult};
-use crate::request::{decode_segment, parse_agent, parse_key, resolve_ref, Req};
+use crate::http::access::{check_visible, may_see, viewer};
+use crate::http::body::Query;
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::request::{decode_segment, parse_agent, parse_key, resolve_ref, Req};
 use crate::state::blocking;
 use crate::wire;
 use aware_core::{EventKind, SessionRef};
@@ -29,22 +28,22 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
     (
         "",
         "text/html; charset=utf-8",
-        include_bytes!("../../../console/src/index.html"),
+        include_bytes!("../../../../console/src/index.html"),
     ),
     (
         "app.js",
         "text/javascript; charset=utf-8",
-        include_bytes!("../../../console/src/app.js"),
+        include_bytes!("../../../../console/src/app.js"),
     ),
     (
         "style.css",
         "text/css; charset=utf-8",
-        include_bytes!("../../../console/src/style.css"),
+        include_bytes!("../../../../console/src/style.css"),
     ),
     (
         "vendor/cytoscape.min.js",
         "text/javascript; charset=utf-8",
-        include_bytes!("../../../console/dist/cytoscape.min.js"),
+        include_bytes!("../../../../console/dist/cytoscape.min.js"),
     ),
 ];
 
@@ -552,7 +551,8 @@ async fn events(req: &Req, q: Query) -> ApiResult<Response> {
     q.finish()?;
     let engine = req.state.engine()?;
     // Counted with the wake streams (streams.rs): the slot lives inside the stream.
-    let slot = crate::streams::claim(&req.state.streams, &req.state.config.http, &req.identity)?;
+    let slot =
+        crate::http::streams::claim(&req.state.streams, &req.state.config.http, &req.identity)?;
     let rx = engine.subscribe_changes();
     let first = *rx.borrow();
     let hello = futures_util::stream::once(async move {

@@ -2,10 +2,10 @@
 //! visibility decision goes through [`viewer`] and [`may_see`], over `GatewayConfig::visible`;
 //! tokens are compared in `edge`. The lower layer: no handler here.
 
-use crate::body::Query;
-use crate::edge::Identity;
-use crate::error::{ApiError, ApiResult};
-use crate::request::{decode_segment, must_exist, parse_agent, parse_key, resolve_ref, Req};
+use crate::http::body::Query;
+use crate::http::edge::Identity;
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::request::{decode_segment, must_exist, parse_agent, parse_key, resolve_ref, Req};
 use aware_core::{AgentId, SessionRef};
 use axum::http::{Method, StatusCode};
 
@@ -139,7 +139,7 @@ pub(crate) async fn path_session(
 
 /// [`path_session`] up to the existence check: the key's syntax and `agentId`. For a route
 /// that folds the existence check into its own blocking call (see
-/// [`crate::request::existence_wins`]); the checks after it are [`path_session_access`].
+/// [`crate::http::request::existence_wins`]); the checks after it are [`path_session_access`].
 pub(crate) fn path_session_unchecked(
     req: &Req,
     seg: &str,

@@ -1,31 +1,112 @@
 //! `GET /metrics` in the Prometheus text format (03 §12); every metric exists from start-up.
+//! The figures are read at scrape time from the counters the gateway, the engine and the store
+//! keep; the families are handed to the `prometheus` crate's text encoder (decision D52).
 
-use crate::error::ApiResult;
-use crate::http_stats::DURATION_BUCKETS;
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::stats::DURATION_BUCKETS;
 use crate::state::{blocking, Shared};
 use aware_core::EventKind;
 use aware_engine::EngineMetrics;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use std::fmt::Write;
-use std::sync::atomic::Ordering;
+use prometheus::proto::{
+    Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType,
+};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-fn line(out: &mut String, name: &str, help: &str, kind: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+use MetricType::{COUNTER, GAUGE};
+
+fn load(c: &AtomicU64) -> u64 {
+    c.load(Ordering::Relaxed)
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Vec<LabelPair> {
+    pairs
+        .iter()
+        .map(|(n, v)| {
+            let mut l = LabelPair::default();
+            l.set_name(n.to_string());
+            l.set_value(v.to_string());
+            l
+        })
+        .collect()
+}
+
+fn sample(kind: MetricType, pairs: &[(&str, &str)], value: f64) -> Metric {
+    let mut m = Metric::from_label(labels(pairs));
+    match kind {
+        MetricType::COUNTER => {
+            let mut c = Counter::default();
+            c.set_value(value);
+            m.set_counter(c);
+        }
+        _ => {
+            let mut g = Gauge::default();
+            g.set_value(value);
+            m.set_gauge(g);
+        }
+    }
+    m
+}
+
+/// One histogram series from non-cumulative bucket counts (`upper bound`, count).
+fn histogram_sample(
+    pairs: &[(&str, &str)],
+    buckets: impl IntoIterator<Item = (f64, u64)>,
+    sum: f64,
+    count: u64,
+) -> Metric {
+    let mut cum = 0;
+    let buckets = buckets
+        .into_iter()
+        .map(|(upper, n)| {
+            cum += n;
+            let mut b = Bucket::default();
+            b.set_upper_bound(upper);
+            b.set_cumulative_count(cum);
+            b
+        })
+        .collect();
+    let mut h = Histogram::default();
+    h.set_bucket(buckets);
+    h.set_sample_sum(sum);
+    h.set_sample_count(count);
+    let mut m = Metric::from_label(labels(pairs));
+    m.set_histogram(h);
+    m
+}
+
+/// The families of one scrape, in the order they are written.
+#[derive(Default)]
+struct Families(Vec<MetricFamily>);
+
+impl Families {
+    fn family(&mut self, name: &str, help: &str, kind: MetricType, metrics: Vec<Metric>) {
+        let mut f = MetricFamily::default();
+        f.set_name(name.to_string());
+        f.set_help(help.to_string());
+        f.set_field_type(kind);
+        f.set_metric(metrics);
+        self.0.push(f);
+    }
+
+    /// A family of one sample without labels.
+    fn one(&mut self, name: &str, help: &str, kind: MetricType, value: f64) {
+        self.family(name, help, kind, vec![sample(kind, &[], value)]);
+    }
 }
 
 /// `aware_build_info` and, on Linux, the conventional `process_*` family.
-fn build_and_process(out: &mut String) {
-    line(
-        out,
+fn build_and_process(f: &mut Families) {
+    f.family(
         "aware_build_info",
         "Always 1; the labels name the build.",
-        "gauge",
-    );
-    let _ = writeln!(
-        out,
-        "aware_build_info{{version=\"{}\"}} 1",
-        env!("CARGO_PKG_VERSION")
+        GAUGE,
+        vec![sample(
+            GAUGE,
+            &[("version", env!("CARGO_PKG_VERSION"))],
+            1.0,
+        )],
     );
     #[cfg(target_os = "linux")]
     if let Some(p) = proc_self::read() {
@@ -33,45 +114,44 @@ fn build_and_process(out: &mut String) {
             (
                 "process_resident_memory_bytes",
                 "Resident memory size in bytes.",
-                "gauge",
+                GAUGE,
                 p.resident_bytes,
             ),
             (
                 "process_virtual_memory_bytes",
                 "Virtual memory size in bytes.",
-                "gauge",
+                GAUGE,
                 p.virtual_bytes,
             ),
             (
                 "process_open_fds",
                 "Open file descriptors.",
-                "gauge",
+                GAUGE,
                 p.open_fds,
             ),
             (
                 "process_max_fds",
                 "Limit on open file descriptors (soft).",
-                "gauge",
+                GAUGE,
                 p.max_fds,
             ),
-            ("process_threads", "OS threads.", "gauge", p.threads),
+            ("process_threads", "OS threads.", GAUGE, p.threads),
             (
                 "process_cpu_seconds_total",
                 "User and system CPU time spent, in seconds.",
-                "counter",
+                COUNTER,
                 p.cpu_seconds,
             ),
             (
                 "process_start_time_seconds",
                 "Start time of the process since the Unix epoch, in seconds.",
-                "gauge",
+                GAUGE,
                 p.start_time_seconds,
             ),
         ] {
             // A value /proc did not give (an unusual kernel) is left out, not reported as 0.
             if let Some(v) = value {
-                line(out, name, help, kind);
-                let _ = writeln!(out, "{name} {v}");
+                f.one(name, help, kind, v);
             }
         }
     }
@@ -132,53 +212,53 @@ pub(crate) async fn render(state: &Shared) -> ApiResult<Response> {
             .unwrap_or_default(),
         None => aware_engine::storage::StoreGauges::default(),
     };
-    let mut o = String::new();
+    let mut f = Families::default();
     let em = engine.as_ref().map(|e| e.metrics());
-    build_and_process(&mut o);
-    engine_counters(&mut o, state, em);
-    commits(&mut o, engine.as_ref().map(|e| e.store_metrics()));
-    gauges(&mut o, state, &counts);
-    wakes_and_prune(&mut o, state, em);
-    http_requests(&mut o, state);
-    outside_io(&mut o, state);
-    crate::cluster::metrics(state, &mut o);
+    build_and_process(&mut f);
+    engine_counters(&mut f, state, em);
+    commits(&mut f, engine.as_ref().map(|e| e.store_metrics()));
+    gauges(&mut f, state, &counts);
+    wakes_and_prune(&mut f, state, em);
+    http_requests(&mut f, state);
+    outside_io(&mut f, state);
+    // The encoder refuses a family without samples (no request answered yet).
+    f.0.retain(|m| !m.get_metric().is_empty());
+    let mut o = String::new();
+    prometheus::TextEncoder::new()
+        .encode_utf8(&f.0, &mut o)
+        .map_err(|e| ApiError::internal(format!("metrics: {e}")))?;
+    crate::ops::cluster::metrics(state, &mut o);
     Ok((
         StatusCode::OK,
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        [(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)],
         o,
     )
         .into_response())
 }
 
 /// The engine's and the upstream monitor's counters.
-#[expect(
-    clippy::too_many_lines,
-    reason = "one family per counter the engine keeps, in the order /metrics prints them"
-)]
-fn engine_counters(o: &mut String, state: &Shared, em: Option<&EngineMetrics>) {
-    let g = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
-    let v = |f: &dyn Fn(&EngineMetrics) -> u64| em.map_or(0, f);
-    line(
-        o,
+fn engine_counters(f: &mut Families, state: &Shared, em: Option<&EngineMetrics>) {
+    let v = |get: &dyn Fn(&EngineMetrics) -> u64| em.map_or(0, get) as f64;
+    f.family(
         "aware_events_appended_total",
         "Events appended to the signal log, by kind.",
-        "counter",
+        COUNTER,
+        EventKind::ALL
+            .iter()
+            .map(|k| {
+                sample(
+                    COUNTER,
+                    &[("kind", k.as_str())],
+                    v(&|m| m.appended_total(*k)),
+                )
+            })
+            .collect(),
     );
-    for k in EventKind::ALL {
-        let _ = writeln!(
-            o,
-            "aware_events_appended_total{{kind=\"{}\"}} {}",
-            k.as_str(),
-            v(&|m| m.appended_total(k))
-        );
-    }
     let mon = crate::state::monitor(state);
-    let mv =
-        |f: &dyn Fn(&aware_upstream::monitor::MonitorMetrics) -> &std::sync::atomic::AtomicU64| {
-            mon.as_ref()
-                .map_or(0, |m| f(&m.metrics).load(Ordering::Relaxed))
-        };
-    let counters: [(&str, &str, u64); 15] = [
+    let mv = |get: &dyn Fn(&aware_upstream::monitor::MonitorMetrics) -> &AtomicU64| {
+        mon.as_ref().map_or(0, |m| load(get(&m.metrics))) as f64
+    };
+    let counters: [(&str, &str, f64); 15] = [
         (
             "aware_event_append_failures_total",
             "Appends that failed (the primary action still stood).",
@@ -217,7 +297,7 @@ fn engine_counters(o: &mut String, state: &Shared, em: Option<&EngineMetrics>) {
         (
             "aware_wake_webhook_failures_total",
             "Webhook deliveries that failed for good.",
-            g(&state.webhook_failures),
+            load(&state.webhook_failures) as f64,
         ),
         (
             "aware_prune_batches_total",
@@ -256,57 +336,60 @@ fn engine_counters(o: &mut String, state: &Shared, em: Option<&EngineMetrics>) {
         ),
     ];
     for (name, help, value) in counters {
-        line(o, name, help, "counter");
-        let _ = writeln!(o, "{name} {value}");
+        f.one(name, help, COUNTER, value);
     }
 }
 
 /// The writer's commits: count, ops per commit, commit latency.
-fn commits(o: &mut String, store: Option<&aware_engine::storage::StoreMetrics>) {
-    let g = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
-    line(
-        o,
+fn commits(f: &mut Families, store: Option<&aware_engine::storage::StoreMetrics>) {
+    let commits = store.map_or(0, |s| s.commits());
+    f.one(
         "aware_commits_total",
         "Writer transactions committed.",
-        "counter",
+        COUNTER,
+        commits as f64,
     );
-    let _ = writeln!(
-        o,
-        "aware_commits_total {}",
-        store.map_or(0, |s| s.commits())
+    let group = aware_engine::storage::GROUP_BUCKETS
+        .iter()
+        .enumerate()
+        .map(|(i, b)| (*b as f64, store.map_or(0, |s| load(&s.group_buckets[i]))));
+    f.family(
+        "aware_group_commit_ops",
+        "Ops per commit.",
+        MetricType::HISTOGRAM,
+        vec![histogram_sample(
+            &[],
+            group,
+            store.map_or(0, |s| s.ops()) as f64,
+            commits,
+        )],
     );
-    line(o, "aware_group_commit_ops", "Ops per commit.", "histogram");
-    let mut cum = 0;
-    for (i, b) in aware_engine::storage::GROUP_BUCKETS.iter().enumerate() {
-        cum += store.map_or(0, |s| g(&s.group_buckets[i]));
-        let _ = writeln!(o, "aware_group_commit_ops_bucket{{le=\"{b}\"}} {cum}");
-    }
-    let commits = store.map_or(0, |s| s.commits());
-    let _ = writeln!(o, "aware_group_commit_ops_bucket{{le=\"+Inf\"}} {commits}\naware_group_commit_ops_sum {}\naware_group_commit_ops_count {commits}", store.map_or(0, |s| s.ops()));
-    line(
-        o,
+    let latency = aware_engine::storage::COMMIT_BUCKETS_US
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            (
+                *b as f64 / 1e6,
+                store.map_or(0, |s| load(&s.commit_us_buckets[i])),
+            )
+        });
+    let sum_us = store.map_or(0, |s| load(&s.commit_us_sum));
+    f.family(
         "aware_commit_seconds",
         "Commit latency of writer batches.",
-        "histogram",
+        MetricType::HISTOGRAM,
+        vec![histogram_sample(&[], latency, sum_us as f64 / 1e6, commits)],
     );
-    let mut cum = 0;
-    for (i, b) in aware_engine::storage::COMMIT_BUCKETS_US.iter().enumerate() {
-        cum += store.map_or(0, |s| g(&s.commit_us_buckets[i]));
-        let _ = writeln!(
-            o,
-            "aware_commit_seconds_bucket{{le=\"{}\"}} {cum}",
-            *b as f64 / 1e6
-        );
-    }
-    let sum_us = store.map_or(0, |s| g(&s.commit_us_sum));
-    let _ = writeln!(o, "aware_commit_seconds_bucket{{le=\"+Inf\"}} {commits}\naware_commit_seconds_sum {}\naware_commit_seconds_count {commits}", sum_us as f64 / 1e6);
 }
 
 /// What the store and the process hold now.
-fn gauges(o: &mut String, state: &Shared, counts: &aware_engine::storage::StoreGauges) {
-    let g = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
-    line(o, "aware_pending_notices", "Pending notices now.", "gauge");
-    let _ = writeln!(o, "aware_pending_notices {}", counts.pending);
+fn gauges(f: &mut Families, state: &Shared, counts: &aware_engine::storage::StoreGauges) {
+    f.one(
+        "aware_pending_notices",
+        "Pending notices now.",
+        GAUGE,
+        counts.pending as f64,
+    );
     for (name, help, value) in [
         (
             "aware_sessions",
@@ -321,175 +404,148 @@ fn gauges(o: &mut String, state: &Shared, counts: &aware_engine::storage::StoreG
         (
             "aware_wake_stream_subscribers",
             "Wake streams (GET /v1/wakes, SSE) open now.",
-            g(&state.http.stream_subscribers),
+            load(&state.http.stream_subscribers),
         ),
     ] {
-        line(o, name, help, "gauge");
-        let _ = writeln!(o, "{name} {value}");
+        f.one(name, help, GAUGE, value as f64);
     }
     let exec = &state.provider_exec.metrics;
-    line(
-        o,
+    f.one(
         "aware_provider_calls_running",
         "Provider and paired-node calls running on the provider executor now.",
-        "gauge",
+        GAUGE,
+        load(&exec.running) as f64,
     );
-    let _ = writeln!(o, "aware_provider_calls_running {}", g(&exec.running));
-    line(
-        o,
+    f.one(
         "aware_provider_call_timeouts_total",
         "Provider calls (monitor and catalog) not answered within their deadline.",
-        "counter",
-    );
-    let _ = writeln!(
-        o,
-        "aware_provider_call_timeouts_total {}",
-        g(&exec.timeouts)
+        COUNTER,
+        load(&exec.timeouts) as f64,
     );
 }
 
 /// Wake requests and deliveries, and what retention deleted.
-fn wakes_and_prune(o: &mut String, state: &Shared, em: Option<&EngineMetrics>) {
-    let g = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
-    let v = |f: &dyn Fn(&EngineMetrics) -> u64| em.map_or(0, f);
-    line(
-        o,
+fn wakes_and_prune(f: &mut Families, state: &Shared, em: Option<&EngineMetrics>) {
+    let v = |get: &dyn Fn(&EngineMetrics) -> u64| em.map_or(0, get) as f64;
+    let by = |label: &str, values: &[(&str, f64)]| -> Vec<Metric> {
+        values
+            .iter()
+            .map(|(l, x)| sample(COUNTER, &[(label, l)], *x))
+            .collect()
+    };
+    f.family(
         "aware_wakes_requested_total",
         "Wake requests by reason.",
-        "counter",
+        COUNTER,
+        by(
+            "reason",
+            &[
+                (
+                    "session-state",
+                    v(&|m| EngineMetrics::get(&m.wakes_requested_session_state)),
+                ),
+                (
+                    "message",
+                    v(&|m| EngineMetrics::get(&m.wakes_requested_message)),
+                ),
+                (
+                    "spawn",
+                    v(&|m| EngineMetrics::get(&m.wakes_requested_spawn)),
+                ),
+            ],
+        ),
     );
-    for (reason, val) in [
-        (
-            "session-state",
-            v(&|m| EngineMetrics::get(&m.wakes_requested_session_state)),
-        ),
-        (
-            "message",
-            v(&|m| EngineMetrics::get(&m.wakes_requested_message)),
-        ),
-        (
-            "spawn",
-            v(&|m| EngineMetrics::get(&m.wakes_requested_spawn)),
-        ),
-    ] {
-        let _ = writeln!(
-            o,
-            "aware_wakes_requested_total{{reason=\"{reason}\"}} {val}"
-        );
-    }
-    line(
-        o,
+    f.family(
         "aware_wakes_delivered_total",
         "Wakes delivered by channel.",
-        "counter",
+        COUNTER,
+        by(
+            "channel",
+            &[
+                ("sse", load(&state.sse_delivered) as f64),
+                ("webhook", load(&state.webhook_delivered) as f64),
+            ],
+        ),
     );
-    let _ = writeln!(
-        o,
-        "aware_wakes_delivered_total{{channel=\"sse\"}} {}",
-        g(&state.sse_delivered)
-    );
-    let _ = writeln!(
-        o,
-        "aware_wakes_delivered_total{{channel=\"webhook\"}} {}",
-        g(&state.webhook_delivered)
-    );
-    line(
-        o,
+    f.family(
         "aware_prune_deleted_total",
         "Events deleted by retention.",
-        "counter",
-    );
-    let _ = writeln!(
-        o,
-        "aware_prune_deleted_total{{reason=\"age\"}} {}",
-        v(&|m| EngineMetrics::get(&m.prune_deleted_age))
-    );
-    let _ = writeln!(
-        o,
-        "aware_prune_deleted_total{{reason=\"cap\"}} {}",
-        v(&|m| EngineMetrics::get(&m.prune_deleted_cap))
+        COUNTER,
+        by(
+            "reason",
+            &[
+                ("age", v(&|m| EngineMetrics::get(&m.prune_deleted_age))),
+                ("cap", v(&|m| EngineMetrics::get(&m.prune_deleted_cap))),
+            ],
+        ),
     );
 }
 
 /// Requests and their durations, by route and status.
-fn http_requests(o: &mut String, state: &Shared) {
-    line(
-        o,
-        "aware_http_requests_total",
-        "HTTP requests by route and status.",
-        "counter",
-    );
-    // Both families come from one map; the histogram's lines are gathered apart so that each
-    // family's samples follow its own `# TYPE` line, as the text format requires.
-    let mut hist = String::new();
+fn http_requests(f: &mut Families, state: &Shared) {
+    let (mut requests, mut durations) = (Vec::new(), Vec::new());
     if let Ok(m) = state.http.series.lock() {
         for ((route, status), s) in m.iter() {
-            let labels = format!("route=\"{route}\",status=\"{status}\"");
-            let _ = writeln!(o, "aware_http_requests_total{{{labels}}} {}", s.count);
-            let mut cum = 0;
-            for (b, n) in DURATION_BUCKETS.iter().zip(s.buckets) {
-                cum += n;
-                let _ = writeln!(
-                    hist,
-                    "aware_http_request_duration_seconds_bucket{{{labels},le=\"{b}\"}} {cum}"
-                );
-            }
-            let _ = writeln!(
-                hist,
-                "aware_http_request_duration_seconds_bucket{{{labels},le=\"+Inf\"}} {}\n\
-                 aware_http_request_duration_seconds_sum{{{labels}}} {}\n\
-                 aware_http_request_duration_seconds_count{{{labels}}} {}",
-                s.count, s.sum_secs, s.count
-            );
+            let status = status.to_string();
+            let pairs = [("route", *route), ("status", status.as_str())];
+            requests.push(sample(COUNTER, &pairs, s.count as f64));
+            durations.push(histogram_sample(
+                &pairs,
+                DURATION_BUCKETS.iter().copied().zip(s.buckets),
+                s.sum_secs,
+                s.count,
+            ));
         }
     }
-    line(
-        o,
+    f.family(
+        "aware_http_requests_total",
+        "HTTP requests by route and status.",
+        COUNTER,
+        requests,
+    );
+    f.family(
         "aware_http_request_duration_seconds",
         "Time to answer HTTP requests (until the response head), by route and status.",
-        "histogram",
+        MetricType::HISTOGRAM,
+        durations,
     );
-    o.push_str(&hist);
 }
 
-/// Outside I/O bounds: webhook lanes and reply waiters.
-fn outside_io(o: &mut String, state: &Shared) {
-    let g = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
-    // Outside I/O bounds (decision D4): webhook lanes and reply waiters.
+/// Outside I/O bounds (decision D4): webhook lanes and reply waiters.
+fn outside_io(f: &mut Families, state: &Shared) {
     let wh = &state.webhooks;
     for (name, help, kind, value) in [
         (
             "aware_wake_webhook_in_flight",
             "Webhook deliveries running now.",
-            "gauge",
-            g(&wh.in_flight),
+            GAUGE,
+            load(&wh.in_flight),
         ),
         (
             "aware_wake_webhook_queued",
             "Wakes waiting for a webhook slot (one per session).",
-            "gauge",
-            g(&wh.queued),
+            GAUGE,
+            load(&wh.queued),
         ),
         (
             "aware_wake_webhook_coalesced_total",
             "Waiting webhook wakes replaced by a newer one for the same session.",
-            "counter",
-            g(&wh.coalesced),
+            COUNTER,
+            load(&wh.coalesced),
         ),
         (
             "aware_wake_webhook_dropped_total",
             "Webhook wakes dropped because the agent's queue was full.",
-            "counter",
-            g(&wh.dropped),
+            COUNTER,
+            load(&wh.dropped),
         ),
         (
             "aware_reply_waiters",
             "sessions_send calls waiting for a reply now.",
-            "gauge",
+            GAUGE,
             state.reply_waiters.load(Ordering::Relaxed) as u64,
         ),
     ] {
-        line(o, name, help, kind);
-        let _ = writeln!(o, "{name} {value}");
+        f.one(name, help, kind, value as f64);
     }
 }

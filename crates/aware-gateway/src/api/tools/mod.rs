@@ -6,9 +6,9 @@ mod act;
 mod args;
 mod read;
 
-use crate::body::Obj;
-use crate::error::{ApiError, ApiResult};
-use crate::request::{must_exist, Req};
+use crate::http::body::Obj;
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::request::{must_exist, Req};
 use crate::wire;
 use aware_core::SessionRef;
 use aware_wire::Tool;

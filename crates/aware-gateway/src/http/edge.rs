@@ -8,7 +8,7 @@
 //! here cannot be forgotten by one of them.
 
 use crate::config::{GatewayConfig, HttpSettings};
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};

@@ -1,9 +1,9 @@
 //! Watches (02 §5, 03 §5.4): what a session watches, who watches it, watch and unwatch.
 
-use crate::access::{check_visible, may_see};
-use crate::body::{Obj, Query};
-use crate::error::{ApiError, ApiResult};
-use crate::request::{decode_segment, must_exist, parse_agent, parse_key, resolve_ref, Req};
+use crate::http::access::{check_visible, may_see};
+use crate::http::body::{Obj, Query};
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::request::{decode_segment, must_exist, parse_agent, parse_key, resolve_ref, Req};
 use crate::state::engine_call;
 use crate::wire::{self, answers};
 use aware_core::SessionRef;

@@ -12,8 +12,8 @@
 //! [`HttpSettings::stream_cap`]: crate::config::HttpSettings::stream_cap
 
 use crate::config::HttpSettings;
-use crate::edge::Identity;
-use crate::error::{ApiError, ApiResult};
+use crate::http::edge::Identity;
+use crate::http::error::{ApiError, ApiResult};
 use axum::http::StatusCode;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

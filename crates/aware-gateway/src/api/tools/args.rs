@@ -1,9 +1,9 @@
 //! The arguments tools share: the target session of a call, and the end of a body.
 
-use crate::access::check_visible;
-use crate::body::Obj;
-use crate::error::{ApiError, ApiResult};
-use crate::request::{must_exist, parse_agent, parse_key, resolve_ref, Req};
+use crate::http::access::check_visible;
+use crate::http::body::Obj;
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::request::{must_exist, parse_agent, parse_key, resolve_ref, Req};
 use aware_core::SessionRef;
 
 /// Resolves `sessionKey` + `agentId` of a tool call (the caller when absent) and checks

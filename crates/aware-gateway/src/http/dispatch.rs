@@ -3,17 +3,20 @@
 //! The order of checks is the same for every route: Host → origin → token → route and method →
 //! body → caller → key syntax → existence → visibility → the handler's own fields.
 
-use crate::access::{
+use crate::http::access::{
     caller, caller_unchecked, operator_only, path_session, path_session_unchecked,
 };
-use crate::body::Query;
-use crate::edge::{self, Identity, Origin, Site};
-use crate::error::{ApiError, ApiResult};
-use crate::request::{decode_segment, must_exist, Req};
-use crate::routes::{self, Route, SessionRoute};
+use crate::http::body::Query;
+use crate::http::edge::{self, Identity, Origin, Site};
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::request::{decode_segment, must_exist, Req};
+use crate::http::routes::{self, Route, SessionRoute};
 use crate::state::Shared;
-use crate::{admin, catalog, console, health, metrics, notices, sessions, tools, turns, wakes};
-use crate::{watches, wire};
+use crate::{
+    api::catalog, api::console, api::notices, api::sessions, api::tools, api::turns, api::wakes,
+    ops::admin, ops::health_route, ops::metrics,
+};
+use crate::{api::watches, wire};
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
@@ -131,7 +134,7 @@ async fn route_checked(
     let limit = Duration::from_secs(state.config.http.body_timeout_secs);
     let bytes = match tokio::time::timeout(
         limit,
-        axum::body::to_bytes(body, crate::body::MAX_BODY_BYTES + 1),
+        axum::body::to_bytes(body, crate::http::body::MAX_BODY_BYTES + 1),
     )
     .await
     {
@@ -152,7 +155,7 @@ async fn route_checked(
             return Ok(r);
         }
         Ok(Err(_)) => return Err(too_large()),
-        Ok(Ok(b)) if b.len() > crate::body::MAX_BODY_BYTES => return Err(too_large()),
+        Ok(Ok(b)) if b.len() > crate::http::body::MAX_BODY_BYTES => return Err(too_large()),
         Ok(Ok(b)) => b,
     };
     edge::check_media_type(&headers, bytes.len())?;
@@ -183,7 +186,7 @@ async fn handle(
     route: Route,
 ) -> ApiResult<Response> {
     match route {
-        Route::Health => health::health(&req).await,
+        Route::Health => health_route::health(&req).await,
         Route::Metrics => {
             operator_only(&req, pattern)?;
             req.state.engine()?;

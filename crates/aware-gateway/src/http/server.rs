@@ -41,10 +41,10 @@ pub fn check_bind_policy(config: &GatewayConfig) -> Result<(), String> {
                 .as_deref()
                 .map(|t| (format!("agents.{id}.token_file"), t))
         }));
-    crate::edge::check_token_strength(config.bind, tokens)?;
+    crate::http::edge::check_token_strength(config.bind, tokens)?;
     // A token an agent holds is a token too: any of them in clear is a credential on the wire.
     let has_token = config.token.is_some() || config.agents.values().any(|a| a.token.is_some());
-    crate::edge::check_plaintext_tokens(
+    crate::http::edge::check_plaintext_tokens(
         config.bind,
         has_token,
         config.http.tls.is_some(),
@@ -111,9 +111,9 @@ async fn start_up(state: Shared, fatal: tokio::sync::oneshot::Sender<String>) {
     // Before the sweep: on PostgreSQL only the gateway that leads at start-up sweeps.
     {
         let (st, e) = (state.clone(), engine.clone());
-        let _ = tokio::task::spawn_blocking(move || crate::cluster::attach(&st, &e)).await;
+        let _ = tokio::task::spawn_blocking(move || crate::ops::cluster::attach(&st, &e)).await;
     }
-    crate::wakes::spawn_webhooks(state.clone(), engine.subscribe_wakes());
+    crate::api::wakes::spawn_webhooks(state.clone(), engine.subscribe_wakes());
     let e2 = engine.clone();
     match tokio::task::spawn_blocking(move || e2.start()).await {
         Ok(Ok((sweep, Some(p)))) => tracing::info!(
@@ -207,9 +207,9 @@ pub async fn run(
     let (fatal_tx, fatal_rx) = tokio::sync::oneshot::channel();
     let startup = tokio::spawn(start_up(state.clone(), fatal_tx));
     let app = axum::Router::new()
-        .fallback(crate::dispatch::dispatch)
+        .fallback(crate::http::dispatch::dispatch)
         .with_state(state.clone());
-    let fatal = crate::conn::serve(
+    let fatal = crate::http::conn::serve(
         listener,
         app,
         state.config.http.clone(),
@@ -226,7 +226,7 @@ pub async fn run(
     // Leadership is released at once, so another gateway takes the singletons over.
     {
         let st = state.clone();
-        let _ = tokio::task::spawn_blocking(move || crate::cluster::shutdown(&st)).await;
+        let _ = tokio::task::spawn_blocking(move || crate::ops::cluster::shutdown(&st)).await;
     }
     if let Some(engine) = ready {
         let _ = tokio::task::spawn_blocking(move || engine.close()).await;

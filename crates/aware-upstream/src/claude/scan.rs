@@ -9,8 +9,8 @@ use std::collections::VecDeque;
 
 use serde_json::{Map, Value};
 
-use crate::classify::{classify, normalise, row_timestamp_ms, RowClass};
-use crate::probe::is_tool_results_only;
+use crate::claude::classify::{classify, normalise, row_timestamp_ms, RowClass};
+use crate::claude::probe::is_tool_results_only;
 
 /// The window of one local check (04 §8 step 5): a larger append is consumed over several
 /// ticks. A window without a newline is left to the caller: the local provider then streams the

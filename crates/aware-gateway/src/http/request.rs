@@ -1,8 +1,8 @@
 //! Request extraction: what a handler gets from the dispatcher ([`Req`]) and the strict parsers
 //! of the path segments, keys and agent ids it carries. The lower layer: no handler here.
 
-use crate::edge::Identity;
-use crate::error::{ApiError, ApiResult};
+use crate::http::edge::Identity;
+use crate::http::error::{ApiError, ApiResult};
 use crate::state::Shared;
 use aware_core::{AgentId, SessionKey, SessionRef};
 use axum::http::{HeaderMap, Method, StatusCode};

@@ -2,10 +2,10 @@
 //! `sessions_unwatch`.
 
 use super::args::{b_finish, target};
-use crate::access::{acts_as_own, check_agent, check_visible};
-use crate::body::Obj;
-use crate::error::{ApiError, ApiResult};
-use crate::request::{parse_agent, parse_key, resolve_ref, Req};
+use crate::http::access::{acts_as_own, check_agent, check_visible};
+use crate::http::body::Obj;
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::request::{parse_agent, parse_key, resolve_ref, Req};
 use crate::state::{blocking, Shared};
 use crate::wire::tools::{self as answers, SendEnd};
 use aware_core::SessionRef;

@@ -1,9 +1,9 @@
 //! Test-mode routes (03 §9): clock, prune, events, faults. 404 outside test mode.
 
-use crate::body::Obj;
-use crate::error::{ApiError, ApiResult};
-use crate::request::{parse_agent, parse_key, resolve_ref, Req};
-use crate::routes::AdminOp;
+use crate::http::body::Obj;
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::request::{parse_agent, parse_key, resolve_ref, Req};
+use crate::http::routes::AdminOp;
 use crate::state::{blocking, run_monitor};
 use crate::wire::{self, answers};
 use aware_core::{ActorType, EventKind};

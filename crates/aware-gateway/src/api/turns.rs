@@ -1,10 +1,10 @@
 //! Turns and runs of a session (03 §5.4): the transcript page and new turns, runs started and
 //! ended, and compaction.
 
-use crate::access::path_session_access;
-use crate::body::{Obj, Query};
-use crate::error::{ApiError, ApiResult};
-use crate::request::{decode_segment, existence_wins, parse_key, Req};
+use crate::http::access::path_session_access;
+use crate::http::body::{Obj, Query};
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::request::{decode_segment, existence_wins, parse_key, Req};
 use crate::state::{blocking, engine_call};
 use crate::wire::{self, answers};
 use aware_core::SessionRef;

@@ -1,9 +1,9 @@
 //! The local Claude Code provider (04 §2.1, §8): transcripts under `[claude] root`.
 
 use crate::bigrow::slim_row;
-use crate::classify::{classify, RowClass};
+use crate::claude::classify::{classify, RowClass};
+use crate::claude::scan::{scan_lines, ScanInput, Scanner, WINDOW_BYTES};
 use crate::provider::{CatalogItem, Outcome, Probe, Provider, ProviderError, ThreadInfo};
-use crate::scan::{scan_lines, ScanInput, Scanner, WINDOW_BYTES};
 use aware_engine::{ImportTurn, Role};
 use serde_json::{json, Value};
 use std::fs::File;
@@ -314,7 +314,7 @@ impl LocalClaude {
         for row in rows(&bytes) {
             match classify(&row) {
                 RowClass::QueuedPrompt { user_text } => {
-                    queued.push_back(crate::classify::normalise(&user_text));
+                    queued.push_back(crate::claude::classify::normalise(&user_text));
                     if queued.len() > 20 {
                         queued.pop_front();
                     }
@@ -327,7 +327,7 @@ impl LocalClaude {
                     queued.pop_front();
                 }
                 RowClass::Human { user_text, .. } => {
-                    let n = crate::classify::normalise(&user_text);
+                    let n = crate::claude::classify::normalise(&user_text);
                     if let Some(i) = queued.iter().position(|q| *q == n) {
                         queued.remove(i);
                     } else {

@@ -1,10 +1,10 @@
 //! The tools that read: `session_status`, `sessions_list`, `sessions_history`.
 
 use super::args::{b_finish, target, target_unchecked};
-use crate::access::{check_agent, visible_agents};
-use crate::body::Obj;
-use crate::error::{ApiError, ApiResult};
-use crate::request::{parse_agent, parse_key, session_not_found, Req};
+use crate::http::access::{check_agent, visible_agents};
+use crate::http::body::Obj;
+use crate::http::error::{ApiError, ApiResult};
+use crate::http::request::{parse_agent, parse_key, session_not_found, Req};
 use crate::state::{blocking, short_read};
 use crate::wire::{self, tools as answers};
 use aware_core::SessionRef;

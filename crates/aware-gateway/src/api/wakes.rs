@@ -1,10 +1,11 @@
-//! Wake delivery (02 §10): the SSE stream `GET /v1/wakes` and per-agent webhooks.
+//! Wake delivery (02 §10): the SSE stream `GET /v1/wakes`, and the per-agent webhook lanes
+//! (the sender is `webhook.rs`).
 
-use crate::access::{check_agent, visible_filter};
-use crate::body::Query;
-use crate::config::Webhook;
-use crate::error::ApiResult;
-use crate::request::{parse_agent, parse_key, Req};
+use crate::api::webhook::{deliver, Sender};
+use crate::http::access::{check_agent, visible_filter};
+use crate::http::body::Query;
+use crate::http::error::ApiResult;
+use crate::http::request::{parse_agent, parse_key, Req};
 use crate::state::{blocking, Shared};
 use crate::wire;
 use aware_core::SessionRef;
@@ -14,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use std::convert::Infallible;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::broadcast;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
@@ -65,14 +67,14 @@ pub(crate) async fn sse(
         .collect::<ApiResult<Vec<_>>>()?;
     q.finish()?;
     let visible = visible_filter(req, caller);
-    let filter = std::sync::Arc::new(Filter {
+    let filter = Arc::new(Filter {
         agents,
         sessions,
         visible,
     });
     let engine = state.engine()?;
     // Capped per identity and in total (streams.rs); held as long as the stream.
-    let slot = crate::streams::claim(&state.streams, &state.config.http, &req.identity)?;
+    let slot = crate::http::streams::claim(&state.streams, &state.config.http, &req.identity)?;
     // Subscribe before the catch-up read so nothing falls between them.
     let rx = engine.subscribe_wakes();
     let e = engine.clone();
@@ -172,7 +174,23 @@ impl Drop for StreamSubscriber {
 /// through the agent's lane. Deliveries are async (no blocking thread is held while a receiver
 /// hangs) and every attempt has a connect and a total deadline.
 pub(crate) fn spawn_webhooks(state: Shared, mut rx: broadcast::Receiver<Wake>) {
-    if state.config.agents.values().all(|a| a.webhook.is_none()) {
+    // One pooled client per agent with a webhook, built once: its connections outlive a wake.
+    let mut senders = std::collections::HashMap::new();
+    for (agent, a) in &state.config.agents {
+        let Some(hook) = &a.webhook else { continue };
+        match Sender::new(hook, state.config.webhook_tls.as_ref()) {
+            Ok(s) => {
+                senders.insert(agent.clone(), (hook.clone(), Arc::new(s)));
+            }
+            Err(error) => tracing::warn!(
+                event = "wake_webhook_failed",
+                agent = %agent,
+                error = %error,
+                "no webhook client could be built; this agent's wakes go out by SSE only"
+            ),
+        }
+    }
+    if senders.is_empty() {
         return;
     }
     tokio::spawn(async move {
@@ -193,12 +211,7 @@ pub(crate) fn spawn_webhooks(state: Shared, mut rx: broadcast::Receiver<Wake>) {
             if wake.remote {
                 continue;
             }
-            let Some(hook) = state
-                .config
-                .agents
-                .get(&wake.agent_id)
-                .and_then(|a| a.webhook.clone())
-            else {
+            let Some((hook, sender)) = senders.get(&wake.agent_id).cloned() else {
                 continue;
             };
             if let Some(first) = state.webhooks.offer(&hook, wake) {
@@ -207,7 +220,7 @@ pub(crate) fn spawn_webhooks(state: Shared, mut rx: broadcast::Receiver<Wake>) {
                     let agent = first.agent_id.clone();
                     let mut wake = first;
                     loop {
-                        deliver(&st, &hook, &wake).await;
+                        deliver(&st, &sender, &hook, &wake).await;
                         match st.webhooks.next(&agent) {
                             Some(w) => wake = w,
                             None => break,
@@ -217,152 +230,4 @@ pub(crate) fn spawn_webhooks(state: Shared, mut rx: broadcast::Receiver<Wake>) {
             }
         }
     });
-}
-
-/// Why one attempt failed: a status to judge, or a transport error (retried).
-enum AttemptError {
-    Status(u16),
-    Transport(String),
-}
-
-/// One POST of `body` to the webhook, within the connect deadline (TCP connect and, for
-/// `https://`, the TLS handshake) and the attempt's deadline. `tls` verifies `https://`
-/// receivers (the system's roots plus `[wakes] ca_file`; SNI and the name checked are the URL's
-/// host).
-async fn attempt(
-    hook: &Webhook,
-    tls: Option<&crate::config::WebhookTls>,
-    body: &str,
-) -> Result<(), AttemptError> {
-    use axum::http::{header, Request};
-    let t = |m: String| AttemptError::Transport(m);
-    let uri: axum::http::Uri = hook
-        .url
-        .parse()
-        .map_err(|e| t(format!("bad webhook URL: {e}")))?;
-    let https = match uri.scheme_str() {
-        Some("http") => false,
-        Some("https") => true,
-        _ => {
-            return Err(t(
-                "only http:// and https:// webhook URLs can be delivered".into()
-            ))
-        }
-    };
-    let host = uri
-        .host()
-        .ok_or_else(|| t("webhook URL has no host".into()))?
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_string();
-    let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
-    let authority = uri
-        .authority()
-        .map(|a| a.as_str().to_string())
-        .unwrap_or_default();
-    let path = uri
-        .path_and_query()
-        .map_or("/".to_string(), |p| p.as_str().to_string());
-    let mut req = Request::post(path)
-        .header(header::HOST, authority)
-        .header(header::CONTENT_TYPE, "application/json");
-    if let Some(secret) = &hook.secret {
-        req = req.header(header::AUTHORIZATION, format!("Bearer {secret}"));
-    }
-    let req = req
-        .body(http_body_util::Full::new(axum::body::Bytes::from(
-            body.to_string(),
-        )))
-        .map_err(|e| t(format!("request: {e}")))?;
-    let connect_deadline =
-        tokio::time::Instant::now() + Duration::from_millis(hook.connect_timeout_ms);
-    let exchange = async {
-        let stream = match tokio::time::timeout_at(
-            connect_deadline,
-            tokio::net::TcpStream::connect((host.as_str(), port)),
-        )
-        .await
-        {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => return Err(t(format!("connect: {e}"))),
-            Err(_) => return Err(t("connect timed out".into())),
-        };
-        if !https {
-            return post(stream, req).await;
-        }
-        let tls = tls.ok_or_else(|| t("no TLS client configured for https:// webhooks".into()))?;
-        let name = aware_tls::server_name(&host).map_err(t)?;
-        match tokio::time::timeout_at(connect_deadline, tls.connector.connect(name, stream)).await {
-            Ok(Ok(s)) => post(s, req).await,
-            Ok(Err(e)) => Err(t(format!("TLS handshake with {host}: {e}"))),
-            Err(_) => Err(t("TLS handshake timed out".into())),
-        }
-    };
-    match tokio::time::timeout(Duration::from_millis(hook.timeout_ms), exchange).await {
-        Ok(r) => r,
-        Err(_) => Err(t(format!("no answer within {} ms", hook.timeout_ms))),
-    }
-}
-
-/// Sends `req` on a connected socket (plain or TLS) and judges the answer's status.
-async fn post<S>(
-    stream: S,
-    req: axum::http::Request<http_body_util::Full<axum::body::Bytes>>,
-) -> Result<(), AttemptError>
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let t = |m: String| AttemptError::Transport(m);
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .map_err(|e| t(format!("handshake: {e}")))?;
-    // The connection future drives the socket. A receiver that answers and closes
-    // (`Connection: close`) may end it before the response is taken: the response (or the
-    // error) is then already waiting in `send`. Dropping both closes the socket.
-    let mut conn = std::pin::pin!(conn);
-    let mut send = std::pin::pin!(sender.send_request(req));
-    let response = tokio::select! {
-        biased;
-        r = &mut send => r,
-        _ = &mut conn => send.await,
-    };
-    let status = response.map_err(|e| t(format!("request: {e}")))?.status();
-    if status.is_success() {
-        Ok(())
-    } else {
-        Err(AttemptError::Status(status.as_u16()))
-    }
-}
-
-async fn deliver(state: &Shared, hook: &Webhook, wake: &Wake) {
-    let body = wire::wake(wake).to_string();
-    let backoff = [1u64, 2, 4, 8];
-    for attempt_no in 0..hook.max_attempts {
-        match attempt(hook, state.config.webhook_tls.as_ref(), &body).await {
-            Ok(()) => {
-                state.webhook_delivered.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-            Err(AttemptError::Status(code)) if code != 429 && code < 500 => {
-                tracing::warn!(event = "wake_webhook_failed", status = code, session = %wake.session_key, "webhook refused the wake");
-                state.webhook_failures.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-            Err(e) => {
-                if attempt_no + 1 < hook.max_attempts {
-                    let wait = backoff.get(attempt_no as usize).copied().unwrap_or(8);
-                    tokio::time::sleep(Duration::from_secs(wait)).await;
-                } else {
-                    let (status, error) = match e {
-                        AttemptError::Status(c) => (Some(c), String::new()),
-                        AttemptError::Transport(m) => (None, m),
-                    };
-                    tracing::warn!(event = "wake_webhook_failed", status = ?status, error = %error, attempts = hook.max_attempts, session = %wake.session_key,
-                        "webhook delivery failed; the notice stays pending");
-                    state.webhook_failures.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }
-    }
 }
