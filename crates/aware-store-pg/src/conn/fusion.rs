@@ -1,6 +1,6 @@
 //! Which queued writes may be fused into one statement, and the placeholder renumbering that
 //! fusing needs. A statement's fusible table is worked out once, when it is prepared
-//! ([`fusible_table`]), not on every exchange.
+//! (`pipeline::fusible_table`), not on every exchange.
 
 use super::{Conn, Deferred, Owned};
 
@@ -83,20 +83,6 @@ impl Conn {
     }
 }
 
-/// The table a queued write may be fused on: `INSERT INTO t`, `UPDATE t` or `DELETE FROM t`
-/// without any `SELECT` in it (a CTE that only reads would not run, and one that reads
-/// another table of the run would not see that table's write).
-pub(super) fn fusible_table(sql: &str) -> Option<&str> {
-    if sql.contains("SELECT") {
-        return None;
-    }
-    let rest = sql
-        .strip_prefix("INSERT INTO ")
-        .or_else(|| sql.strip_prefix("UPDATE "))
-        .or_else(|| sql.strip_prefix("DELETE FROM "))?;
-    rest.split([' ', '(']).next().filter(|t| !t.is_empty())
-}
-
 /// `sql` with each placeholder `$n` shifted to `$(n + offset)`. Our statements carry no `$`
 /// other than placeholders (no literals, no dollar quoting).
 fn renumber(sql: &str, offset: usize) -> String {
@@ -125,7 +111,8 @@ fn renumber(sql: &str, offset: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{fusible_table, renumber};
+    use super::renumber;
+    use crate::conn::pipeline::fusible_table;
 
     #[test]
     fn only_plain_writes_are_fused_and_by_their_table() {

@@ -15,6 +15,7 @@ mod fusion;
 mod pipeline;
 mod sequence;
 
+pub(crate) use pipeline::Owned;
 use pipeline::{Deferred, Pipeline};
 use sequence::LocalNumbers;
 
@@ -41,8 +42,6 @@ const DOWN_AFTER_DEADLINE: Duration = Duration::from_secs(1);
 const MAX_CACHED: usize = 512;
 
 pub(crate) type Param<'a> = &'a (dyn ToSql + Sync);
-/// A parameter of a queued write, owned because it is sent after the call returns.
-pub(crate) type Owned = Box<dyn ToSql + Sync + Send>;
 
 /// The statement whose answer an exchange waits for.
 enum Last<'p> {
@@ -224,7 +223,7 @@ impl Conn {
         if self.cache.len() >= MAX_CACHED {
             self.cache.clear();
         }
-        let entry = (s, fusion::fusible_table(sql).map(str::to_string));
+        let entry = (s, pipeline::fusible_table(sql).map(str::to_string));
         self.cache.insert(sql.to_string(), entry.clone());
         Ok(entry)
     }

@@ -3,9 +3,12 @@
 //! set (queued or sent) and the first failure no rollback has undone. Nothing here talks to the
 //! server; [`super::Conn`] sends what this holds and reports back what failed where.
 
-use super::Owned;
 use aware_store::StoreError;
+use postgres::types::ToSql;
 use postgres::Statement;
+
+/// A parameter of a queued write, owned because it is sent after the call returns.
+pub(crate) type Owned = Box<dyn ToSql + Sync + Send>;
 
 /// A write queued to travel with the next exchange, and its position on the connection.
 pub(crate) enum Deferred {
@@ -128,4 +131,18 @@ impl Pipeline {
     pub(super) fn clear(&mut self) {
         *self = Self::default();
     }
+}
+
+/// The table a queued write may be fused on: `INSERT INTO t`, `UPDATE t` or `DELETE FROM t`
+/// without any `SELECT` in it (a CTE that only reads would not run, and one that reads
+/// another table of the run would not see that table's write).
+pub(crate) fn fusible_table(sql: &str) -> Option<&str> {
+    if sql.contains("SELECT") {
+        return None;
+    }
+    let rest = sql
+        .strip_prefix("INSERT INTO ")
+        .or_else(|| sql.strip_prefix("UPDATE "))
+        .or_else(|| sql.strip_prefix("DELETE FROM "))?;
+    rest.split([' ', '(']).next().filter(|t| !t.is_empty())
 }
