@@ -1,11 +1,13 @@
 //! Gateway configuration (03 §11): a TOML file, overridden by flags, overridden by environment
 //! variables for `token`, `data_dir` and `bind`. Invalid configuration names the key.
 
+mod agents;
 mod error;
 mod file;
 mod http;
 mod store;
 
+pub use agents::Webhook;
 use aware_core::{AgentId, RetentionPolicy};
 use aware_engine::storage::Durability;
 use error::bad;
@@ -90,21 +92,6 @@ impl PartialEq for NodeTls {
 }
 
 impl Eq for NodeTls {}
-
-/// A per-agent wake webhook (02 §10).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Webhook {
-    pub url: String,
-    pub secret: Option<String>,
-    pub timeout_ms: u64,
-    pub max_attempts: u32,
-    /// Deadline of the connect of one attempt: TCP and, for `https://`, the TLS handshake.
-    pub connect_timeout_ms: u64,
-    /// Deliveries of this agent running at once; further wakes wait in a queue.
-    pub max_in_flight: usize,
-    /// Sessions with a waiting wake (one each, the newest); beyond this, wakes are dropped.
-    pub max_queued: usize,
-}
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AgentPolicy {
@@ -248,10 +235,6 @@ impl GatewayConfig {
     }
 
     /// Loads file, flags and environment, in increasing precedence.
-    #[expect(
-        clippy::too_many_lines,
-        reason = "split after the webhook client change lands; one source after another in precedence order"
-    )]
     pub fn load(o: &Overrides, env: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let env_dir = env("AWARE_DATA_DIR").map(PathBuf::from);
         let pre_dir = env_dir.clone().or(o.data_dir.clone());
@@ -279,29 +262,7 @@ impl GatewayConfig {
                 ))
             })?;
         }
-        let from_file = |what: &str, p: Option<PathBuf>| -> Result<Option<String>, ConfigError> {
-            p.map(|p| read_token_file(what, &p)).transpose()
-        };
-        // Each source gives the token or a file holding it (kept out of `ps`).
-        let token = match env("AWARE_TOKEN") {
-            Some(t) => Some(t),
-            None => match from_file(
-                "AWARE_TOKEN_FILE",
-                env("AWARE_TOKEN_FILE").map(PathBuf::from),
-            )? {
-                Some(t) => Some(t),
-                None => match o.token.clone() {
-                    Some(t) => Some(t),
-                    None => match from_file("--token-file", o.token_file.clone())? {
-                        Some(t) => Some(t),
-                        None => match file.token.clone() {
-                            Some(t) => Some(t),
-                            None => from_file("token_file", file.token_file.clone())?,
-                        },
-                    },
-                },
-            },
-        };
+        let token = token_of(o, &file, env)?;
         c.token = token.filter(|t| !t.is_empty());
         if let Some(h) = &file.http {
             apply_http(&mut c.http, h)?;
@@ -350,141 +311,9 @@ impl GatewayConfig {
                 return Err(bad("wakes.stream_buffer must be at least 1 (got 0)"));
             }
         }
-        let mut https_webhook = false;
-        for (id, a) in file.agents.clone().unwrap_or_default() {
-            let agent = AgentId::parse(&id).map_err(|e| bad(format!("agents.{id}: {e}")))?;
-            let mut policy = AgentPolicy::default();
-            for v in a.visible_agents.unwrap_or_default() {
-                if v == "*" {
-                    policy.visible_agents.push(v);
-                } else {
-                    let other = AgentId::parse(&v)
-                        .map_err(|e| bad(format!("agents.{id}.visible_agents: {e}")))?;
-                    policy.visible_agents.push(other.as_str().into());
-                }
-            }
-            if let Some(h) = a.wake_webhook {
-                // Parsed now so a typo is a start-up error, not a silent failure per wake.
-                let parsed = url::Url::parse(&h.url);
-                let ok = parsed.as_ref().is_ok_and(|u| {
-                    matches!(u.scheme(), "http" | "https") && u.host_str().is_some()
-                });
-                if !ok {
-                    let why = match parsed {
-                        Err(e) => e.to_string(),
-                        Ok(u) if !matches!(u.scheme(), "http" | "https") => {
-                            format!("scheme {:?} is not http or https", u.scheme())
-                        }
-                        Ok(_) => "no host".to_string(),
-                    };
-                    return Err(bad(format!(
-                        "agents.{id}.wake_webhook.url must be an http:// or https:// URL with a host (got {:?}: {why})",
-                        h.url
-                    )));
-                }
-                https_webhook |= parsed.as_ref().is_ok_and(|u| u.scheme() == "https");
-                // Credentials in the URL would travel in the Host header of every delivery and
-                // show in every message that names the URL; the receiver's secret is `secret`.
-                if parsed
-                    .as_ref()
-                    .is_ok_and(|u| !u.username().is_empty() || u.password().is_some())
-                {
-                    return Err(bad(format!(
-                        "agents.{id}.wake_webhook.url must not carry user:password@ (got {}); put the receiver's credential in agents.{id}.wake_webhook.secret (sent as Authorization: Bearer)",
-                        aware_store_pg::redact_url(&h.url)
-                    )));
-                }
-                policy.webhook = Some(Webhook {
-                    url: h.url,
-                    secret: h.secret,
-                    timeout_ms: h.timeout_ms.unwrap_or(5000),
-                    max_attempts: h.max_attempts.unwrap_or(5).max(1),
-                    connect_timeout_ms: h.connect_timeout_ms.unwrap_or(2000).max(1),
-                    max_in_flight: h.max_in_flight.unwrap_or(4).max(1),
-                    max_queued: h.max_queued.unwrap_or(1000),
-                });
-            }
-            if let Some(p) = &a.token_file {
-                let t = read_token_file(&format!("agents.{id}.token_file"), p)?;
-                if t.trim().is_empty() {
-                    return Err(bad(format!("agents.{id}.token_file holds an empty token")));
-                }
-                policy.token = Some(t);
-            }
-            c.agents.insert(agent.as_str().into(), policy);
-        }
-        let webhook_ca = file.wakes.as_ref().and_then(|w| w.ca_file.clone());
-        if https_webhook || webhook_ca.is_some() {
-            c.webhook_tls = Some(WebhookTls::load(webhook_ca.as_deref())?);
-        }
-        if let Some(m) = &file.monitor {
-            let d = &mut c.monitor;
-            d.enabled = m.enabled.unwrap_or(d.enabled);
-            d.first_tick_secs = m.first_tick_secs.unwrap_or(d.first_tick_secs);
-            d.interval_secs = m.interval_secs.unwrap_or(d.interval_secs);
-            d.provider_timeout_secs = m.provider_timeout_secs.unwrap_or(d.provider_timeout_secs);
-            d.missing_threshold = m.missing_threshold.unwrap_or(d.missing_threshold);
-            if d.interval_secs == 0 {
-                return Err(bad("monitor.interval_secs must be at least 1"));
-            }
-            if d.provider_timeout_secs == 0 {
-                return Err(bad("monitor.provider_timeout_secs must be at least 1"));
-            }
-            if d.missing_threshold == 0 {
-                return Err(bad("monitor.missing_threshold must be at least 1"));
-            }
-        }
-        if let Some(cl) = &file.claude {
-            if cl.enabled == Some(false) {
-                c.claude_root = None;
-            } else if let Some(root) = &cl.root {
-                c.claude_root = Some(root.clone());
-            }
-        }
-        c.codex_home = Some(default_codex_home(env));
-        if let Some(cx) = &file.codex {
-            if cx.enabled == Some(false) {
-                c.codex_home = None;
-            } else if let Some(home) = &cx.home {
-                c.codex_home = Some(home.clone());
-            }
-        }
-        for n in file.nodes.clone().unwrap_or_default() {
-            AgentId::parse(&n.id).map_err(|_| {
-                bad(format!(
-                    "nodes.id {:?} must match [a-z0-9][a-z0-9_-]{{0,63}}",
-                    n.id
-                ))
-            })?;
-            if !(n.url.starts_with("http://") || n.url.starts_with("https://")) {
-                return Err(bad(format!(
-                    "nodes.url of node {:?} must be an http:// or https:// URL",
-                    n.id
-                )));
-            }
-            if c.nodes.iter().any(|x| x.id == n.id) {
-                return Err(bad(format!("nodes.id {:?} is listed twice", n.id)));
-            }
-            let tls = match &n.ca_file {
-                None => None,
-                Some(p) => {
-                    let what = format!("nodes.ca_file of node {:?}", n.id);
-                    let mut roots = aware_tls::webpki_roots();
-                    aware_tls::add_file(&mut roots, &what, p).map_err(bad)?;
-                    let config = aware_tls::client_config(roots).map_err(bad)?;
-                    Some(NodeTls {
-                        ca_file: p.clone(),
-                        config: std::sync::Arc::new(config),
-                    })
-                }
-            };
-            c.nodes.push(NodeSettings {
-                id: n.id,
-                url: n.url,
-                token: n.token,
-                tls,
-            });
-        }
+        c.apply_agents(&file)?;
+        c.apply_upstream(&file, env)?;
+        c.apply_nodes(&file)?;
         if let Some(l) = &file.limits {
             let d = &mut c.limits;
             d.max_reply_waiters = l.max_reply_waiters.unwrap_or(d.max_reply_waiters);
@@ -551,6 +380,161 @@ impl GatewayConfig {
     /// The bind address is loopback (127.0.0.0/8 or ::1).
     pub fn bind_is_loopback(&self) -> bool {
         self.bind.ip().is_loopback()
+    }
+}
+
+/// The main token: each source gives the token or a file holding it (kept out of `ps`), in
+/// precedence order: `AWARE_TOKEN`, `AWARE_TOKEN_FILE`, `--token`, `--token-file`, the file's
+/// `token`, its `token_file`.
+fn token_of(
+    o: &Overrides,
+    file: &FileConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<String>, ConfigError> {
+    let from_file = |what: &str, p: Option<PathBuf>| -> Result<Option<String>, ConfigError> {
+        p.map(|p| read_token_file(what, &p)).transpose()
+    };
+    if let Some(t) = env("AWARE_TOKEN") {
+        return Ok(Some(t));
+    }
+    if let Some(t) = from_file(
+        "AWARE_TOKEN_FILE",
+        env("AWARE_TOKEN_FILE").map(PathBuf::from),
+    )? {
+        return Ok(Some(t));
+    }
+    if let Some(t) = o.token.clone() {
+        return Ok(Some(t));
+    }
+    if let Some(t) = from_file("--token-file", o.token_file.clone())? {
+        return Ok(Some(t));
+    }
+    if let Some(t) = file.token.clone() {
+        return Ok(Some(t));
+    }
+    from_file("token_file", file.token_file.clone())
+}
+
+impl GatewayConfig {
+    /// `[agents.<id>]`: visibility, webhooks, agent tokens; and the webhooks' TLS settings.
+    fn apply_agents(&mut self, file: &FileConfig) -> Result<(), ConfigError> {
+        let c = self;
+        let mut https_webhook = false;
+        for (id, a) in file.agents.clone().unwrap_or_default() {
+            let agent = AgentId::parse(&id).map_err(|e| bad(format!("agents.{id}: {e}")))?;
+            let mut policy = AgentPolicy::default();
+            for v in a.visible_agents.unwrap_or_default() {
+                if v == "*" {
+                    policy.visible_agents.push(v);
+                } else {
+                    let other = AgentId::parse(&v)
+                        .map_err(|e| bad(format!("agents.{id}.visible_agents: {e}")))?;
+                    policy.visible_agents.push(other.as_str().into());
+                }
+            }
+            if let Some(h) = a.wake_webhook {
+                let (webhook, https) = agents::webhook_of(&id, h)?;
+                https_webhook |= https;
+                policy.webhook = Some(webhook);
+            }
+            if let Some(p) = &a.token_file {
+                let t = read_token_file(&format!("agents.{id}.token_file"), p)?;
+                if t.trim().is_empty() {
+                    return Err(bad(format!("agents.{id}.token_file holds an empty token")));
+                }
+                policy.token = Some(t);
+            }
+            c.agents.insert(agent.as_str().into(), policy);
+        }
+        let webhook_ca = file.wakes.as_ref().and_then(|w| w.ca_file.clone());
+        if https_webhook || webhook_ca.is_some() {
+            c.webhook_tls = Some(WebhookTls::load(webhook_ca.as_deref())?);
+        }
+        Ok(())
+    }
+
+    /// `[monitor]`, `[claude]` and `[codex]`: the upstream monitor and where it looks.
+    fn apply_upstream(
+        &mut self,
+        file: &FileConfig,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<(), ConfigError> {
+        let c = self;
+        if let Some(m) = &file.monitor {
+            let d = &mut c.monitor;
+            d.enabled = m.enabled.unwrap_or(d.enabled);
+            d.first_tick_secs = m.first_tick_secs.unwrap_or(d.first_tick_secs);
+            d.interval_secs = m.interval_secs.unwrap_or(d.interval_secs);
+            d.provider_timeout_secs = m.provider_timeout_secs.unwrap_or(d.provider_timeout_secs);
+            d.missing_threshold = m.missing_threshold.unwrap_or(d.missing_threshold);
+            if d.interval_secs == 0 {
+                return Err(bad("monitor.interval_secs must be at least 1"));
+            }
+            if d.provider_timeout_secs == 0 {
+                return Err(bad("monitor.provider_timeout_secs must be at least 1"));
+            }
+            if d.missing_threshold == 0 {
+                return Err(bad("monitor.missing_threshold must be at least 1"));
+            }
+        }
+        if let Some(cl) = &file.claude {
+            if cl.enabled == Some(false) {
+                c.claude_root = None;
+            } else if let Some(root) = &cl.root {
+                c.claude_root = Some(root.clone());
+            }
+        }
+        c.codex_home = Some(default_codex_home(env));
+        if let Some(cx) = &file.codex {
+            if cx.enabled == Some(false) {
+                c.codex_home = None;
+            } else if let Some(home) = &cx.home {
+                c.codex_home = Some(home.clone());
+            }
+        }
+        Ok(())
+    }
+
+    /// `[[nodes]]`: the paired nodes, each checked and with its TLS client settings.
+    fn apply_nodes(&mut self, file: &FileConfig) -> Result<(), ConfigError> {
+        let c = self;
+        for n in file.nodes.clone().unwrap_or_default() {
+            AgentId::parse(&n.id).map_err(|_| {
+                bad(format!(
+                    "nodes.id {:?} must match [a-z0-9][a-z0-9_-]{{0,63}}",
+                    n.id
+                ))
+            })?;
+            if !(n.url.starts_with("http://") || n.url.starts_with("https://")) {
+                return Err(bad(format!(
+                    "nodes.url of node {:?} must be an http:// or https:// URL",
+                    n.id
+                )));
+            }
+            if c.nodes.iter().any(|x| x.id == n.id) {
+                return Err(bad(format!("nodes.id {:?} is listed twice", n.id)));
+            }
+            let tls = match &n.ca_file {
+                None => None,
+                Some(p) => {
+                    let what = format!("nodes.ca_file of node {:?}", n.id);
+                    let mut roots = aware_tls::webpki_roots();
+                    aware_tls::add_file(&mut roots, &what, p).map_err(bad)?;
+                    let config = aware_tls::client_config(roots).map_err(bad)?;
+                    Some(NodeTls {
+                        ca_file: p.clone(),
+                        config: std::sync::Arc::new(config),
+                    })
+                }
+            };
+            c.nodes.push(NodeSettings {
+                id: n.id,
+                url: n.url,
+                token: n.token,
+                tls,
+            });
+        }
+        Ok(())
     }
 }
 
