@@ -5,7 +5,8 @@
 
 use anyhow::{anyhow, Result};
 use aware_engine::Engine;
-use aware_store::{Durability, SqliteStore, Store, StoreExt, StoreMetrics, StoreOptions};
+use aware_store::{Store, StoreExt, StoreMetrics};
+use aware_store_sqlite::{Durability, SqliteStore, StoreOptions};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 use anyhow::{anyhow, Result};
 use aware_core::{AgentId, SessionKey, SessionRef};
 use aware_engine::{Engine, EngineConfig, SystemClock};
-use aware_store::Durability;
+use aware_store_sqlite::Durability;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -13,7 +13,8 @@
 use aware_cluster::{Cluster, ClusterOptions};
 use aware_core::{SessionKey, SessionRef};
 use aware_engine::*;
-use aware_store::{SqliteStore, Store, StoreOptions};
+use aware_store::Store;
+use aware_store_sqlite::{SqliteStore, StoreOptions};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::Arc;

@@ -14,7 +14,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use aware_engine::WakeBookkeeping;
-use aware_store::Durability;
+use aware_store_sqlite::Durability;
 use aware_testkit::engine::{World, T0};
 use std::error::Error;
 use std::sync::atomic::{AtomicU64, Ordering};

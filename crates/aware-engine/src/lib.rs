@@ -55,15 +55,17 @@ pub mod views {
 /// [`EngineError::Store`]), its gauges and histogram buckets, and the private data directory.
 pub mod storage {
     pub use aware_store::{
-        create_private_dir, Capabilities, Durability, FaultPlan, StoreError, StoreGauges,
-        StoreInfo, StoreMetrics, COMMIT_BUCKETS_US, GROUP_BUCKETS,
+        create_private_dir, Capabilities, FaultPlan, StoreError, StoreGauges, StoreInfo,
+        StoreMetrics, COMMIT_BUCKETS_US, GROUP_BUCKETS,
     };
+    pub use aware_store_sqlite::Durability;
 }
 
 pub use wakes::{Leadership, Wake, WakeBookkeeping, WakeBus, WakeReason};
 
 use aware_core::{AgentId, RetentionPolicy};
-use aware_store::{Durability, SqliteStore, Store, StoreExt, StoreOptions, WriteTx};
+use aware_store::{Store, StoreExt, WriteTx};
+use aware_store_sqlite::{Durability, SqliteStore, StoreOptions};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};

@@ -7,7 +7,8 @@
 mod common;
 
 use aware_engine::*;
-use aware_store::{SqliteStore, Store, StoreOptions};
+use aware_store::Store;
+use aware_store_sqlite::{SqliteStore, StoreOptions};
 use common::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -6,7 +6,7 @@
 
 use aware_core::{AgentId, SessionKey, SessionRef};
 use aware_engine::{CreateSession, Engine, EngineConfig, ManualClock, NewTurn, SystemClock};
-use aware_store::Durability;
+use aware_store_sqlite::Durability;
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -39,7 +39,7 @@
 
 use aware_core::{AgentId, SessionKey, SessionRef};
 use aware_engine::{CreateSession, Engine, EngineConfig, ManualClock, NewTurn};
-use aware_store::Durability;
+use aware_store_sqlite::Durability;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Once, OnceLock};

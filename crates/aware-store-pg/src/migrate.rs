@@ -4,7 +4,8 @@
 
 use crate::conn::pg_err;
 use crate::{PgOptions, PgStore};
-use aware_store::{SqliteStore, Store, StoreError, StoreOptions};
+use aware_store::{Store, StoreError};
+use aware_store_sqlite::{SqliteStore, StoreOptions};
 use postgres::types::ToSql;
 use rusqlite::types::Value as SqlValue;
 use std::path::Path;
@@ -169,7 +170,9 @@ fn sqlite_path(data_dir: &Path) -> std::path::PathBuf {
 }
 
 fn sqlite_count(conn: &rusqlite::Connection, table: &str) -> Result<u64, StoreError> {
-    let n: i64 = conn.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))?;
+    let n: i64 = conn
+        .query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))
+        .sq()?;
     Ok(n.max(0) as u64)
 }
 
@@ -191,9 +194,11 @@ fn sqlite_counter(conn: &rusqlite::Connection, table: &str, col: &str) -> Result
         .or_else(|e| match e {
             rusqlite::Error::QueryReturnedNoRows => Ok(None),
             e => Err(e),
-        })?;
-    let max: Option<i64> =
-        conn.query_row(&format!("SELECT MAX({col}) FROM {table}"), [], |r| r.get(0))?;
+        })
+        .sq()?;
+    let max: Option<i64> = conn
+        .query_row(&format!("SELECT MAX({col}) FROM {table}"), [], |r| r.get(0))
+        .sq()?;
     Ok(seq.unwrap_or(0).max(max.unwrap_or(0)))
 }
 
@@ -210,7 +215,8 @@ pub fn sqlite_to_postgres(
     // Opening checks (and if needed brings up to date) the source's schema version.
     SqliteStore::open(StoreOptions::new(&path))?.close();
     let src =
-        rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+        rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .sq()?;
     let store = PgStore::open(target)?;
     let mut client = store.connect()?;
     store.close();
@@ -221,7 +227,7 @@ pub fn sqlite_to_postgres(
             )));
         }
     }
-    src.execute_batch("BEGIN")?;
+    src.execute_batch("BEGIN").sq()?;
     let mut tx = client.transaction().map_err(pg_err)?;
     let mut report = MigrationReport::default();
     for (table, cols) in TABLES {
@@ -236,19 +242,21 @@ pub fn sqlite_to_postgres(
                 marks.join(", ")
             ))
             .map_err(pg_err)?;
-        let mut stmt = src.prepare(&format!("SELECT {} FROM {table}", names.join(", ")))?;
-        let mut rows = stmt.query([])?;
+        let mut stmt = src
+            .prepare(&format!("SELECT {} FROM {table}", names.join(", ")))
+            .sq()?;
+        let mut rows = stmt.query([]).sq()?;
         let mut copied = 0u64;
-        while let Some(row) = rows.next()? {
+        while let Some(row) = rows.next().sq()? {
             let mut ints: Vec<Option<i64>> = Vec::with_capacity(cols.len());
             let mut texts: Vec<Option<String>> = Vec::with_capacity(cols.len());
             for (i, (_, is_int)) in cols.iter().enumerate() {
                 if *is_int {
-                    ints.push(row.get(i)?);
+                    ints.push(row.get(i).sq()?);
                     texts.push(None);
                 } else {
                     ints.push(None);
-                    texts.push(row.get(i)?);
+                    texts.push(row.get(i).sq()?);
                 }
             }
             let params: Vec<&(dyn ToSql + Sync)> = cols
@@ -285,7 +293,7 @@ pub fn sqlite_to_postgres(
     tx.execute("UPDATE aware_write_epoch SET epoch = epoch + 1", &[])
         .map_err(pg_err)?;
     tx.commit().map_err(pg_err)?;
-    src.execute_batch("COMMIT")?;
+    src.execute_batch("COMMIT").sq()?;
     for (table, copied) in &report.tables {
         let (a, b) = (sqlite_count(&src, table)?, pg_count(&mut client, table)?);
         if a != b || a != *copied {
@@ -311,7 +319,7 @@ pub fn postgres_to_sqlite(
         .map_err(|e| other(format!("cannot create {}: {e}", data_dir.display())))?;
     let path = sqlite_path(data_dir);
     SqliteStore::open(StoreOptions::new(&path))?.close();
-    let mut dst = rusqlite::Connection::open(&path)?;
+    let mut dst = rusqlite::Connection::open(&path).sq()?;
     for (table, _) in TABLES {
         if sqlite_count(&dst, table)? > 0 {
             return Err(other(format!(
@@ -327,7 +335,7 @@ pub fn postgres_to_sqlite(
         .read_only(true)
         .start()
         .map_err(pg_err)?;
-    let tx = dst.transaction()?;
+    let tx = dst.transaction().sq()?;
     let mut report = MigrationReport::default();
     for (table, cols) in TABLES {
         let total = {
@@ -338,11 +346,13 @@ pub fn postgres_to_sqlite(
         };
         let names: Vec<&str> = cols.iter().map(|(c, _)| *c).collect();
         let marks: Vec<String> = (1..=cols.len()).map(|i| format!("?{i}")).collect();
-        let mut insert = tx.prepare(&format!(
-            "INSERT INTO {table} ({}) VALUES ({})",
-            names.join(", "),
-            marks.join(", ")
-        ))?;
+        let mut insert = tx
+            .prepare(&format!(
+                "INSERT INTO {table} ({}) VALUES ({})",
+                names.join(", "),
+                marks.join(", ")
+            ))
+            .sq()?;
         let mut copied = 0u64;
         let rows = src
             .query_raw(
@@ -367,7 +377,7 @@ pub fn postgres_to_sqlite(
                 })
                 .collect::<Result<_, _>>()
                 .map_err(|e| StoreError::Corrupt(format!("{table}: {e}")))?;
-            insert.execute(rusqlite::params_from_iter(values))?;
+            insert.execute(rusqlite::params_from_iter(values)).sq()?;
             copied += 1;
             if copied.is_multiple_of(PROGRESS_EVERY) {
                 progress(table, copied, total);
@@ -390,13 +400,15 @@ pub fn postgres_to_sqlite(
             row.get::<_, i64>(0)
         };
         // AUTOINCREMENT issues above `seq`: recording the source's counter keeps numbers unique.
-        tx.execute("DELETE FROM sqlite_sequence WHERE name = ?1", [table])?;
+        tx.execute("DELETE FROM sqlite_sequence WHERE name = ?1", [table])
+            .sq()?;
         tx.execute(
             "INSERT INTO sqlite_sequence (name, seq) VALUES (?1, ?2)",
             rusqlite::params![table, top],
-        )?;
+        )
+        .sq()?;
     }
-    tx.commit()?;
+    tx.commit().sq()?;
     src.commit().map_err(pg_err)?;
     for (table, copied) in &report.tables {
         let (a, b) = (pg_count(&mut client, table)?, sqlite_count(&dst, table)?);
@@ -407,4 +419,15 @@ pub fn postgres_to_sqlite(
         }
     }
     Ok(report)
+}
+
+/// `?` for rusqlite results: `StoreError` names no driver, so there is no `From`.
+trait Sq<T> {
+    fn sq(self) -> Result<T, StoreError>;
+}
+
+impl<T> Sq<T> for rusqlite::Result<T> {
+    fn sq(self) -> Result<T, StoreError> {
+        self.map_err(|e| StoreError::Sqlite(Box::new(e)))
+    }
 }

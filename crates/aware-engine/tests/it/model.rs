@@ -21,7 +21,8 @@ use aware_engine::{
     Wake, WakeReason,
 };
 use aware_engine::{Provenance, ProvenanceKind};
-use aware_store::{CursorRow, Durability};
+use aware_store::CursorRow;
+use aware_store_sqlite::Durability;
 use aware_testkit::model_runner::{cases_from_env, regression_seeds, run_seeded};
 use proptest::prelude::*;
 use std::cell::{Cell, RefCell};
