@@ -58,11 +58,9 @@ pub(crate) fn open_pg_engine(url: &str) -> Result<Engine> {
     let mut options = aware_store_pg::PgOptions::new(url);
     options.statement_timeout = Duration::from_secs(60);
     let store: Arc<dyn Store> = Arc::new(aware_store_pg::PgStore::open(options)?);
-    let config =
-        aware_engine::EngineConfig::new(std::env::temp_dir().join("aware-bench-unused.db"));
-    Ok(Engine::open_with_store(
+    Ok(Engine::open(
         store,
-        config,
+        aware_engine::EngineConfig::new(),
         Arc::new(aware_engine::SystemClock),
     )?)
 }

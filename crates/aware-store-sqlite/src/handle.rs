@@ -208,10 +208,6 @@ impl Store for SqliteStore {
         }
     }
 
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
     fn maintain(&self) -> Result<()> {
         self.checkpoint()
     }
