@@ -4,6 +4,7 @@
 //! engine holds any backend as an `Arc<dyn aware_store::Store>`.
 
 mod console;
+mod dump;
 mod handle;
 mod mapping;
 mod options;

@@ -5,12 +5,23 @@ use super::schema::*;
 use super::sqltx::*;
 use crate::Sq;
 use aware_core::StoredEvent;
+use aware_store::dump::{Row, Table, Value};
 use aware_store::rows::*;
 use aware_store::ReadTx;
 use aware_store::Result;
 use rusqlite::ToSql;
 
 impl ReadTx for SqlTx<'_> {
+    fn export_rows(&self, table: &Table, after: Option<&[Value]>, limit: u32) -> Result<Vec<Row>> {
+        self.dump_rows(table, after, limit)
+    }
+    fn row_count(&self, table: &Table) -> Result<u64> {
+        self.dump_count(table)
+    }
+    fn counter(&self, table: &Table) -> Result<i64> {
+        self.dump_counter(table)
+    }
+
     fn session(&self, key: &str, agent: &str) -> Result<Option<SessionRow>> {
         self.query_opt(
             &format!(

@@ -4,12 +4,20 @@ use super::mapping::*;
 use super::schema::run_cached;
 use super::sqltx::*;
 use crate::Sq;
+use aware_store::dump::{Row, Table};
 use aware_store::rows::*;
 use aware_store::WriteTx;
 use aware_store::{Result, StoreError};
 use rusqlite::{params, ToSql};
 
 impl WriteTx for SqlTx<'_> {
+    fn import_rows(&mut self, table: &Table, rows: &[Row]) -> Result<()> {
+        self.load_rows(table, rows)
+    }
+    fn raise_counter(&mut self, table: &Table, to: i64) -> Result<()> {
+        self.load_counter(table, to)
+    }
+
     fn savepoint(&mut self, name: &str) -> Result<()> {
         self.live()?;
         run_cached(self.conn, &format!("SAVEPOINT \"{name}\"")).sq()

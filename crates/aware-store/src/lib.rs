@@ -10,9 +10,11 @@
 
 #[cfg(feature = "contract")]
 pub mod contract;
+pub mod dump;
 mod error;
 mod faults;
 mod metrics;
+pub mod migrate;
 pub mod rows;
 mod store;
 mod tx;
