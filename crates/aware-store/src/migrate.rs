@@ -23,8 +23,13 @@ fn export_from(tx: &dyn ReadTx, sink: &mut dyn FnMut(Chunk) -> Result<()>) -> Re
         let mut after: Option<Row> = None;
         loop {
             let rows = tx.export_rows(table, after.as_deref(), PAGE)?;
+            for row in &rows {
+                table.check(row)?;
+            }
             let done = rows.len() < PAGE as usize;
-            after = rows.last().map(|r| r[..table.key].to_vec());
+            after = rows
+                .last()
+                .map(|r| r.iter().take(table.key).cloned().collect());
             if !rows.is_empty() {
                 sink(Chunk::Rows { table: i, rows })?;
             }
@@ -41,7 +46,7 @@ fn export_from(tx: &dyn ReadTx, sink: &mut dyn FnMut(Chunk) -> Result<()>) -> Re
 
 /// Writes an exported state into `store` in one write op (one transaction): every chunk that
 /// `chunks` yields, until it ends. Refuses, changing nothing, when any table of `store` holds a
-/// row; `refusal(table)` words that refusal.
+/// row, with `refusal` (its `{table}` replaced by the table's name).
 fn import(
     store: &dyn Store,
     chunks: mpsc::Receiver<Chunk>,
@@ -62,6 +67,7 @@ fn import(
                     let t = TABLES
                         .get(table)
                         .ok_or_else(|| StoreError::Corrupt(format!("no table number {table}")))?;
+                    // Checked again: a chunk may come from anywhere, not only `export`.
                     for row in &rows {
                         t.check(row)?;
                     }
