@@ -164,7 +164,7 @@ fn start() -> Server {
     config.test_clock_start = Some(1_767_225_600_000);
     config.claude_root = None;
     config.codex_home = None;
-    config.durability = aware_store::Durability::Normal;
+    config.durability = aware_store_sqlite::Durability::Normal;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

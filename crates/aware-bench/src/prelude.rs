@@ -3,7 +3,7 @@
 pub(crate) use anyhow::{anyhow, bail, Context, Result};
 pub(crate) use aware_core::{ActorType, EventKind, SessionRef};
 pub(crate) use aware_engine::{AppendOutcome, AppendRequest, CreateSession, Engine};
-pub(crate) use aware_store::Durability;
+pub(crate) use aware_store_sqlite::Durability;
 pub(crate) use rusqlite::{params, Connection};
 pub(crate) use serde_json::{json, Value};
 pub(crate) use std::collections::{HashMap, HashSet};

@@ -16,7 +16,7 @@ pub(crate) fn sync_pragma(d: Durability) -> &'static str {
 }
 
 /// A plain connection on `path`; the schema is created first by opening (and closing) an
-/// `aware_store::SqliteStore` on it.
+/// `aware_store_sqlite::SqliteStore` on it.
 pub(crate) fn floor_conn(path: &Path, durability: Durability) -> Result<Connection> {
     if !path.exists() {
         create_schema(path, durability)?;

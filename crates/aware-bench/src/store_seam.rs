@@ -5,7 +5,8 @@
 
 use anyhow::{anyhow, Result};
 use aware_engine::Engine;
-use aware_store::{Durability, SqliteStore, Store, StoreExt, StoreMetrics, StoreOptions};
+use aware_store::{Store, StoreExt, StoreMetrics};
+use aware_store_sqlite::{Durability, SqliteStore, StoreOptions};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -57,11 +58,9 @@ pub(crate) fn open_pg_engine(url: &str) -> Result<Engine> {
     let mut options = aware_store_pg::PgOptions::new(url);
     options.statement_timeout = Duration::from_secs(60);
     let store: Arc<dyn Store> = Arc::new(aware_store_pg::PgStore::open(options)?);
-    let config =
-        aware_engine::EngineConfig::new(std::env::temp_dir().join("aware-bench-unused.db"));
-    Ok(Engine::open_with_store(
+    Ok(Engine::open(
         store,
-        config,
+        aware_engine::EngineConfig::new(),
         Arc::new(aware_engine::SystemClock),
     )?)
 }

@@ -3,7 +3,7 @@
 use anyhow::{anyhow, Result};
 use aware_core::{AgentId, SessionKey, SessionRef};
 use aware_engine::{Engine, EngineConfig, SystemClock};
-use aware_store::Durability;
+use aware_store_sqlite::{Durability, SqliteStore, StoreOptions};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -22,13 +22,17 @@ pub(crate) fn open_engine(
     max_rows: Option<u64>,
     notify_on_create: bool,
 ) -> Result<Engine> {
-    let mut config = EngineConfig::new(path);
-    config.durability = durability;
+    let mut config = EngineConfig::new();
     config.notify_on_create = notify_on_create;
     if let Some(max_rows) = max_rows {
         config.retention.max_rows = max_rows;
     }
-    Ok(Engine::open(config, Arc::new(SystemClock))?)
+    let store = SqliteStore::open(StoreOptions::new(path).durability(durability))?;
+    Ok(Engine::open(
+        Arc::new(store),
+        config,
+        Arc::new(SystemClock),
+    )?)
 }
 
 /// `key` of agent [`AGENT`].

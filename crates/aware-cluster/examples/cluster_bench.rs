@@ -13,7 +13,8 @@
 use aware_cluster::{Cluster, ClusterOptions};
 use aware_core::{SessionKey, SessionRef};
 use aware_engine::*;
-use aware_store::{SqliteStore, Store, StoreOptions};
+use aware_store::Store;
+use aware_store_sqlite::{SqliteStore, StoreOptions};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -25,12 +26,12 @@ fn sref(s: &str) -> SessionRef {
     SessionRef { key, agent }
 }
 
-fn engine(store: Arc<dyn Store>, dir: &std::path::Path) -> Engine {
-    let mut config = EngineConfig::new(dir.join("state.db"));
+fn engine(store: Arc<dyn Store>) -> Engine {
+    let mut config = EngineConfig::new();
     config.notify_on_create = false;
     // No coalescing: every round is measured, not merged.
     config.coalesce_secs = 0;
-    Engine::open_with_store(store, config, Arc::new(SystemClock)).expect("engine")
+    Engine::open(store, config, Arc::new(SystemClock)).expect("engine")
 }
 
 fn pct(sorted: &[Duration], p: f64) -> Duration {
@@ -54,7 +55,7 @@ fn main() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store: Arc<dyn Store> =
         Arc::new(SqliteStore::open(StoreOptions::new(dir.path().join("state.db"))).expect("store"));
-    let (a, b) = (engine(store.clone(), dir.path()), engine(store, dir.path()));
+    let (a, b) = (engine(store.clone()), engine(store));
     let ca = Cluster::start(&a, ClusterOptions::from_config(config.clone())).expect("cluster");
     let cb = Cluster::start(&b, ClusterOptions::from_config(config.clone())).expect("cluster");
     while !(ca.status().is_listening() && cb.status().is_listening()) {
@@ -117,7 +118,7 @@ fn main() {
         let store: Arc<dyn Store> = Arc::new(
             SqliteStore::open(StoreOptions::new(dir.path().join("state.db"))).expect("store"),
         );
-        let e = engine(store, dir.path());
+        let e = engine(store);
         let cl = Cluster::start(&e, ClusterOptions::from_config(config.clone())).expect("cl");
         assert!(!e.is_leader(), "two leaders");
         let t = Instant::now();
@@ -146,7 +147,7 @@ fn child_leader(config: postgres::Config) {
     let dir = tempfile::tempdir().expect("tempdir");
     let store: Arc<dyn Store> =
         Arc::new(SqliteStore::open(StoreOptions::new(dir.path().join("state.db"))).expect("store"));
-    let e = engine(store, dir.path());
+    let e = engine(store);
     let _cl = Cluster::start(&e, ClusterOptions::from_config(config)).expect("cluster");
     while !e.is_leader() {
         std::thread::sleep(Duration::from_millis(5));

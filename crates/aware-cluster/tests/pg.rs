@@ -34,10 +34,10 @@ fn engines() -> ((Engine, PgStore), (Engine, PgStore)) {
     let url = PgCluster::shared().database().expect("test database");
     let one = || {
         let store = PgStore::open(PgOptions::new(url.clone())).expect("open");
-        let mut config = EngineConfig::new("unused");
+        let mut config = EngineConfig::new();
         config.notify_on_create = false;
         let dyn_store: Arc<dyn Store> = Arc::new(store.clone());
-        let e = Engine::open_with_store(dyn_store, config, Arc::new(SystemClock)).unwrap();
+        let e = Engine::open(dyn_store, config, Arc::new(SystemClock)).unwrap();
         (e, store)
     };
     (one(), one())

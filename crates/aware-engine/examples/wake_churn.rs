@@ -14,7 +14,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use aware_engine::WakeBookkeeping;
-use aware_store::Durability;
+use aware_store_sqlite::Durability;
 use aware_testkit::engine::{World, T0};
 use std::error::Error;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,7 +39,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         Some(n) => n.parse().map_err(|e| format!("KEYS {n:?}: {e}"))?,
         None => 1_000_000,
     };
-    let world = World::with(|c| c.durability = Durability::Normal);
+    let world = World::with_durability(Durability::Normal, |_| {});
     let mut wakes = world.engine.subscribe_wakes();
     let received = Arc::new(AtomicU64::new(0));
     let counter = received.clone();

@@ -55,26 +55,24 @@ pub mod views {
 /// [`EngineError::Store`]), its gauges and histogram buckets, and the private data directory.
 pub mod storage {
     pub use aware_store::{
-        create_private_dir, Capabilities, Durability, FaultPlan, StoreError, StoreGauges,
-        StoreInfo, StoreMetrics, COMMIT_BUCKETS_US, GROUP_BUCKETS,
+        create_private_dir, Capabilities, FaultPlan, StoreError, StoreGauges, StoreInfo,
+        StoreMetrics, COMMIT_BUCKETS_US, GROUP_BUCKETS,
     };
 }
 
 pub use wakes::{Leadership, Wake, WakeBookkeeping, WakeBus, WakeReason};
 
 use aware_core::{AgentId, RetentionPolicy};
-use aware_store::{Durability, SqliteStore, Store, StoreExt, StoreOptions, WriteTx};
+use aware_store::{Store, StoreExt, WriteTx};
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use wakes::WakeHub;
 
-/// Engine configuration (the engine-relevant part of 03 §11).
+/// Engine configuration (the engine-relevant part of 03 §11). Where and how the data is kept is
+/// the store's own configuration: the engine takes an opened store.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
-    pub db_path: PathBuf,
-    pub durability: Durability,
     pub default_agent: AgentId,
     pub main_key: String,
     pub notify_on_create: bool,
@@ -86,10 +84,14 @@ pub struct EngineConfig {
 }
 
 impl EngineConfig {
-    pub fn new(db_path: impl Into<PathBuf>) -> Self {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
         EngineConfig {
-            db_path: db_path.into(),
-            durability: Durability::Full,
             default_agent: AgentId::parse("main").unwrap_or_else(|_| unreachable!()),
             main_key: "main".into(),
             notify_on_create: true,
@@ -126,20 +128,9 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Opens the store and builds the engine. Call [`Engine::start`] before serving.
-    pub fn open(config: EngineConfig, clock: Arc<dyn Clock>) -> Result<Self> {
-        config
-            .retention
-            .validate()
-            .map_err(|e| EngineError::invalid(e.to_string()))?;
-        let store =
-            SqliteStore::open(StoreOptions::new(&config.db_path).durability(config.durability))?;
-        Self::open_with_store(Arc::new(store), config, clock)
-    }
-
-    /// Builds the engine on an already opened store (any backend). `config.db_path` and
-    /// `config.durability` are not used: the store was opened with its own settings.
-    pub fn open_with_store(
+    /// Builds the engine on an opened store (any backend; whoever wires the process chooses it).
+    /// Call [`Engine::start`] before serving.
+    pub fn open(
         store: Arc<dyn Store>,
         config: EngineConfig,
         clock: Arc<dyn Clock>,
@@ -207,10 +198,6 @@ impl Engine {
     /// Whether a reader answers an empty read (the `/health` reader probe). Blocking.
     pub fn probe_reader(&self) -> bool {
         self.inner.store.read(|_| Ok(())).is_ok()
-    }
-    /// The SQLite store, when the engine runs on one (for SQLite-only test seams).
-    pub fn sqlite(&self) -> Option<&SqliteStore> {
-        self.inner.store.as_any().downcast_ref::<SqliteStore>()
     }
     /// Subscribes to delivered wakes.
     /// How many watchers the wake bookkeeping holds now: it follows the watchers woken

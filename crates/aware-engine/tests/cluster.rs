@@ -7,7 +7,8 @@
 mod common;
 
 use aware_engine::*;
-use aware_store::{SqliteStore, Store, StoreOptions};
+use aware_store::Store;
+use aware_store_sqlite::{SqliteStore, StoreOptions};
 use common::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -63,14 +64,14 @@ struct Pair {
 
 fn pair() -> Pair {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = EngineConfig::new(dir.path().join("state.db"));
+    let mut config = EngineConfig::new();
     config.notify_on_create = false;
     config.retention.prune_interval_secs = 31_536_000;
     let store: Arc<dyn Store> =
-        Arc::new(SqliteStore::open(StoreOptions::new(&config.db_path)).unwrap());
+        Arc::new(SqliteStore::open(StoreOptions::new(dir.path().join("state.db"))).unwrap());
     let clock = Arc::new(ManualClock::new(T0));
-    let a = Engine::open_with_store(store.clone(), config.clone(), clock.clone()).unwrap();
-    let b = Engine::open_with_store(store, config, clock.clone()).unwrap();
+    let a = Engine::open(store.clone(), config.clone(), clock.clone()).unwrap();
+    let b = Engine::open(store, config, clock.clone()).unwrap();
     let (bus_a, bus_b) = (Arc::new(Bus::default()), Arc::new(Bus::default()));
     *bus_a.peer.lock().unwrap() = Some(b.clone());
     *bus_b.peer.lock().unwrap() = Some(a.clone());

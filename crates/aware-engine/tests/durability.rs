@@ -5,8 +5,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use aware_core::{AgentId, SessionKey, SessionRef};
-use aware_engine::{CreateSession, Engine, EngineConfig, ManualClock, NewTurn, SystemClock};
-use aware_store::Durability;
+use aware_engine::{Clock, CreateSession, Engine, EngineConfig, ManualClock, NewTurn, SystemClock};
+use aware_testkit::engine::{open_sqlite_engine, Durability};
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -23,10 +23,9 @@ fn sref(k: &str) -> SessionRef {
     )
 }
 
-fn config(db: &Path) -> EngineConfig {
-    let mut c = EngineConfig::new(db);
-    c.durability = Durability::Full;
-    c
+/// The engine on a SQLite store at `db` with `durability=full`.
+fn open_full(db: &Path, clock: Arc<dyn Clock>) -> Engine {
+    open_sqlite_engine(db, Durability::Full, EngineConfig::new(), clock).unwrap()
 }
 
 /// Creates the parent and its child (which seeds the parent's cursor on the child).
@@ -93,7 +92,7 @@ fn reopen_loop_preserves_sequences_heads_cursors_and_notices() {
     let mut max_seq = 0i64;
     for round in 0..10 {
         clock.advance(1_000);
-        let engine = Engine::open(config(&db), clock.clone()).unwrap();
+        let engine = open_full(&db, clock.clone());
         let (sweep, _) = engine.start().unwrap();
         if round == 0 {
             create_pair(&engine);
@@ -198,7 +197,7 @@ fn sigkill_mid_appends_loses_no_acknowledged_event() {
     let acks = dir.path().join("acks.txt");
     let child_out = dir.path().join("child.log");
     {
-        let e = Engine::open(config(&db), Arc::new(SystemClock)).unwrap();
+        let e = open_full(&db, Arc::new(SystemClock));
         e.start().unwrap();
         create_pair(&e);
         e.close();
@@ -246,7 +245,7 @@ fn sigkill_mid_appends_loses_no_acknowledged_event() {
     );
     let max_acked = *distinct.last().unwrap();
 
-    let e = Engine::open(config(&db), Arc::new(SystemClock)).unwrap();
+    let e = open_full(&db, Arc::new(SystemClock));
     e.start().unwrap();
     let c = sref(CHILD);
     let stream = all_sequences(&e, &c);
@@ -295,7 +294,7 @@ fn sigkill_mid_appends_loses_no_acknowledged_event() {
 /// The child process of `sigkill_mid_appends_loses_no_acknowledged_event`: 64 threads post human
 /// turns and acknowledge each returned sequence in `acks`, until killed (or 20 s pass).
 fn sigkill_child_appender(db: &Path, acks: &Path) {
-    let e = Engine::open(config(db), Arc::new(SystemClock)).unwrap();
+    let e = open_full(db, Arc::new(SystemClock));
     e.start().unwrap();
     let file = std::fs::OpenOptions::new()
         .create(true)

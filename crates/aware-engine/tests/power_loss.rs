@@ -39,7 +39,7 @@
 
 use aware_core::{AgentId, SessionKey, SessionRef};
 use aware_engine::{CreateSession, Engine, EngineConfig, ManualClock, NewTurn};
-use aware_store::Durability;
+use aware_testkit::engine::{open_sqlite_engine, Durability};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Once, OnceLock};
@@ -58,11 +58,10 @@ fn sref(k: &str) -> SessionRef {
 }
 
 fn open(db: &Path, durability: Durability) -> Engine {
-    let mut c = EngineConfig::new(db);
-    c.durability = durability;
+    let mut c = EngineConfig::new();
     c.notify_on_create = false;
     c.retention.prune_interval_secs = 31_536_000;
-    let e = Engine::open(c, Arc::new(ManualClock::new(T0))).unwrap();
+    let e = open_sqlite_engine(db, durability, c, Arc::new(ManualClock::new(T0))).unwrap();
     e.start().unwrap();
     e
 }

@@ -9,7 +9,7 @@ mod store;
 
 pub use agents::Webhook;
 use aware_core::{AgentId, RetentionPolicy};
-use aware_engine::storage::Durability;
+use aware_store_sqlite::Durability;
 use error::bad;
 pub use error::{read_token_file, ConfigError};
 use file::FileConfig;

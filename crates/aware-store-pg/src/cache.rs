@@ -137,6 +137,13 @@ impl RowCache {
         self.turn_counts.clear();
     }
 
+    /// Rows were written behind the cache (`aware migrate`'s import): forget every row, and
+    /// have this batch's log row tell the other gateways to do the same.
+    pub(crate) fn imported(&mut self) {
+        self.clear();
+        self.touch_everything();
+    }
+
     fn room(&mut self) {
         let n =
             self.sessions.len() + self.cursors.len() + self.watchers.len() + self.turn_counts.len();

@@ -303,10 +303,6 @@ impl Store for PgStore {
             }
         }
     }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
 }
 
 impl Drop for Inner {

@@ -655,8 +655,9 @@ mod postgres_only {
 #[test]
 #[ignore = "a measurement with fsync on; prints figures"]
 fn appends_per_second_postgres_vs_sqlite() {
-    use aware_store::{contract, SqliteStore, StoreExt, StoreOptions, WriteTx};
+    use aware_store::{contract, StoreExt, WriteTx};
     use aware_store_pg::testing::{ClusterOptions, PgCluster};
+    use aware_store_sqlite::{SqliteStore, StoreOptions};
     use std::sync::Arc;
 
     const THREADS: usize = 16;
@@ -725,13 +726,11 @@ fn appends_per_second_postgres_vs_sqlite() {
 }
 
 mod migration {
-    use aware_store::{
-        contract, CursorRow, ReadTx, SessionFilter, SqliteStore, Store, StoreExt, StoreOptions,
-        WriteTx,
-    };
+    use aware_store::{contract, CursorRow, ReadTx, SessionFilter, Store, StoreExt, WriteTx};
     use aware_store_pg::migrate::{postgres_to_sqlite, sqlite_to_postgres};
     use aware_store_pg::testing::PgCluster;
     use aware_store_pg::{PgOptions, PgStore};
+    use aware_store_sqlite::{SqliteStore, StoreOptions};
     use std::path::Path;
 
     /// Everything the API can read about every session, in one snapshot.

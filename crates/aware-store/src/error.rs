@@ -4,13 +4,14 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
+    /// A SQLite statement failed (the driver's error, boxed: this crate names no driver).
     #[error("sqlite: {0}")]
-    Sqlite(#[from] rusqlite::Error),
+    Sqlite(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error("cannot open store at {path}: {source}")]
     Open {
         path: PathBuf,
         #[source]
-        source: rusqlite::Error,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     #[error("database schema version {found} is newer than this aware supports ({supported}); upgrade aware")]
     SchemaTooNew { found: i64, supported: i64 },

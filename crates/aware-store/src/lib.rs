@@ -1,20 +1,21 @@
-//! The storage boundary of aware and its SQLite implementation.
+//! The storage boundary of aware.
 //!
 //! The engine expresses every operation as a closure over a [`WriteTx`] (writes) or a
-//! [`ReadTx`] (reads). The traits are the seam: they speak rows, not SQL, so another backend
-//! (PostgreSQL) implements them without the engine or the core changing. [`SqliteStore`] runs
-//! writes on one writer thread with group commit (spec 01 §8) and reads on a small pool.
+//! [`ReadTx`] (reads). The traits are the seam: they speak rows, not SQL, so each backend
+//! (`aware-store-sqlite`, `aware-store-pg`) implements them without the engine or the core
+//! changing. This crate names no database driver.
 //!
 //! Architecture invariant: this crate makes no decisions of the spec (who is notified, what a
 //! notice says); it stores and returns rows. Cursor states come from `aware_core::cursor`.
 
 #[cfg(feature = "contract")]
 pub mod contract;
+pub mod dump;
 mod error;
 mod faults;
 mod metrics;
-mod rows;
-mod sqlite;
+pub mod migrate;
+pub mod rows;
 mod store;
 mod tx;
 
@@ -22,7 +23,6 @@ pub use error::StoreError;
 pub use faults::FaultPlan;
 pub use metrics::{StoreMetrics, COMMIT_BUCKETS_US, GROUP_BUCKETS};
 pub use rows::*;
-pub use sqlite::{Durability, SqliteStore, StoreOptions, SCHEMA_VERSION};
 pub use store::{Capabilities, Completion, Store, StoreExt, StoreInfo, WriteOp};
 pub use tx::{ReadTx, WriteTx};
 

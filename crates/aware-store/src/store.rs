@@ -96,9 +96,6 @@ pub trait Store: Send + Sync + 'static {
 
     /// Stops taking writes after every op already queued has finished.
     fn close(&self);
-
-    /// For backend-specific test seams (`SqliteStore::checkpoint` and the like).
-    fn as_any(&self) -> &dyn std::any::Any;
 }
 
 /// Typed conveniences over [`Store`]; implemented for every store, trait objects included.

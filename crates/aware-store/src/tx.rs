@@ -1,5 +1,6 @@
 //! The storage seam: the row-level primitives the engine composes into operations.
 
+use crate::dump::{Row, Table, Value};
 use crate::rows::*;
 use crate::Result;
 use aware_core::StoredEvent;
@@ -144,6 +145,15 @@ pub trait ReadTx {
     /// Active runs whose deadline is at or before `now`, oldest deadline first.
     fn due_runs(&self, now: i64) -> Result<Vec<RunRow>>;
     fn next_run_deadline(&self) -> Result<Option<i64>>;
+
+    /// Whole-state export (`aware_store::dump`): up to `limit` rows of `table`, every column of
+    /// `table.columns` in that order, in primary-key order, after the row whose key columns
+    /// are `after`.
+    fn export_rows(&self, table: &Table, after: Option<&[Value]>, limit: u32) -> Result<Vec<Row>>;
+    fn row_count(&self, table: &Table) -> Result<u64>;
+    /// The highest number the counter of `table` (a `table.counter` table) ever issued,
+    /// deleted rows included; 0 when none.
+    fn counter(&self, table: &Table) -> Result<i64>;
 }
 
 /// Writes, inside the writer's transaction and the op's savepoint.
@@ -223,4 +233,10 @@ pub trait WriteTx: ReadTx {
         limit: u32,
         now: i64,
     ) -> Result<(Option<i64>, Vec<String>)>;
+
+    /// Whole-state import (`aware_store::dump`): inserts `rows` of `table` as they are,
+    /// numbered columns included. Rows already checked against `table.columns`.
+    fn import_rows(&mut self, table: &Table, rows: &[Row]) -> Result<()>;
+    /// Makes the counter of `table` issue only numbers above `to` from now on.
+    fn raise_counter(&mut self, table: &Table, to: i64) -> Result<()>;
 }

@@ -5,7 +5,32 @@ pub use crate::spec::*;
 use aware_core::{AgentId, SessionKey, SessionRef};
 use aware_engine::*;
 use aware_store::StoreExt;
+pub use aware_store_sqlite::{Durability, SqliteStore, StoreOptions};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+/// Opens a SQLite store at `db` and the engine on it, as `aware serve` does on SQLite; the
+/// store handle comes back too, for SQLite-only test seams.
+pub fn open_sqlite(
+    db: &Path,
+    durability: Durability,
+    config: EngineConfig,
+    clock: Arc<dyn Clock>,
+) -> Result<(SqliteStore, Engine)> {
+    let store = SqliteStore::open(StoreOptions::new(db).durability(durability))?;
+    let engine = Engine::open(Arc::new(store.clone()), config, clock)?;
+    Ok((store, engine))
+}
+
+/// [`open_sqlite`] without the store handle.
+pub fn open_sqlite_engine(
+    db: &Path,
+    durability: Durability,
+    config: EngineConfig,
+    clock: Arc<dyn Clock>,
+) -> Result<Engine> {
+    open_sqlite(db, durability, config, clock).map(|(_, engine)| engine)
+}
 impl Default for World {
     fn default() -> Self {
         Self::new()
@@ -17,6 +42,11 @@ pub struct World {
     pub clock: Arc<ManualClock>,
     pub engine: Engine,
     pub config: EngineConfig,
+    /// The database file and how the store was opened: a restart opens it the same way.
+    pub db: PathBuf,
+    pub durability: Durability,
+    /// The engine's store, for SQLite-only test seams (`set_writer_query_only`, ...).
+    pub sqlite: SqliteStore,
 }
 
 pub fn key(s: &str) -> SessionKey {
@@ -45,26 +75,52 @@ impl World {
     }
 
     pub fn with(tweak: impl FnOnce(&mut EngineConfig)) -> Self {
+        Self::with_durability(Durability::Full, tweak)
+    }
+
+    pub fn with_durability(durability: Durability, tweak: impl FnOnce(&mut EngineConfig)) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let mut config = EngineConfig::new(dir.path().join("state.db"));
+        let db = dir.path().join("state.db");
+        let mut config = EngineConfig::new();
         config.notify_on_create = false;
         config.retention.prune_interval_secs = 31_536_000;
         tweak(&mut config);
         let clock = Arc::new(ManualClock::new(T0));
-        let engine = Engine::open(config.clone(), clock.clone()).unwrap();
+        let (sqlite, engine) = open_sqlite(&db, durability, config.clone(), clock.clone()).unwrap();
         engine.start().unwrap();
         World {
             dir,
             clock,
             engine,
             config,
+            db,
+            durability,
+            sqlite,
         }
+    }
+
+    /// A second engine on the world's file, opened as the first was (not started).
+    pub fn reopen(&self) -> Engine {
+        open_sqlite_engine(
+            &self.db,
+            self.durability,
+            self.config.clone(),
+            self.clock.clone(),
+        )
+        .unwrap()
     }
 
     /// Stops the engine and opens it again on the same file (a graceful restart).
     pub fn restart(&mut self) {
         self.engine.close();
-        self.engine = Engine::open(self.config.clone(), self.clock.clone()).unwrap();
+        let (sqlite, engine) = open_sqlite(
+            &self.db,
+            self.durability,
+            self.config.clone(),
+            self.clock.clone(),
+        )
+        .unwrap();
+        (self.sqlite, self.engine) = (sqlite, engine);
         self.engine.start().unwrap();
     }
 

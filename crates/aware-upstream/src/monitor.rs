@@ -261,7 +261,7 @@ impl Monitor {
             // answers, or one that fails. The real providers bound their own I/O and turn their
             // errors into "no outcome" per probe (04 §10), so otherwise only a stuck system call
             // or a panic reaches the timeout and failure paths below.
-            let faults = engine.store().faults();
+            let faults = engine.store_faults();
             while faults.provider_checks_stalled() {
                 std::thread::sleep(Duration::from_millis(5));
             }

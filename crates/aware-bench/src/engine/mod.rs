@@ -3,7 +3,7 @@
 //! Every workload runs twice in the same process with the same `synchronous` setting: once
 //! through the engine (writer thread, savepoints, watcher selection, after-commit effects), once
 //! as the "floor": the same row writes (or the same SELECT) with plain SQL on a plain WAL-mode
-//! connection, on a fresh file whose schema was created by opening an `aware_store::SqliteStore`
+//! connection, on a fresh file whose schema was created by opening an `aware_store_sqlite::SqliteStore`
 //! on it first. The ratio is engine cost / floor cost, so `1.00x` means "as fast as raw SQL" and
 //! `< 1` means faster than the floor. W3 reports engine / floor throughput instead: its floor is
 //! the serial one-transaction-per-event rate that group commit exists to beat.

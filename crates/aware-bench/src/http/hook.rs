@@ -8,7 +8,7 @@ use super::setup::*;
 use crate::report::*;
 use crate::util::*;
 use anyhow::{bail, Context, Result};
-use aware_store::Durability;
+use aware_store_sqlite::Durability;
 use serde_json::json;
 use std::io::Write;
 use std::process::{Command, Stdio};

@@ -6,7 +6,7 @@ use crate::report::*;
 use crate::util::*;
 use anyhow::{bail, Context, Result};
 use aware_gateway::GatewayConfig;
-use aware_store::Durability;
+use aware_store_sqlite::Durability;
 use serde_json::json;
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 use anyhow::{anyhow, bail, Context, Result};
 use aware_client::Client;
 use aware_gateway::GatewayConfig;
-use aware_store::Durability;
+use aware_store_sqlite::Durability;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 

@@ -9,7 +9,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use aware_core::SessionRef;
 use aware_engine::{CreateSession, Engine, NewTurn};
 use aware_gateway::GatewayConfig;
-use aware_store::Durability;
+use aware_store_sqlite::Durability;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 

@@ -11,7 +11,7 @@ use aware_client::{seg, Client};
 use aware_core::{SessionKey, SessionRef};
 use aware_engine::{CreateSession, NewTurn};
 use aware_gateway::GatewayConfig;
-use aware_store::Durability;
+use aware_store_sqlite::Durability;
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};

@@ -9,6 +9,7 @@ use crate::common::*;
 use aware_core::{ActorType, EventKind};
 use aware_engine::*;
 use aware_store::StoreExt;
+use aware_testkit::engine::{open_sqlite_engine, Durability};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Barrier};
@@ -446,9 +447,10 @@ fn running_as_root(dir: &std::path::Path) -> bool {
 /// with `AWARE_FAULTS_RO_CHILD_DB` set): opens the engine on that data dir and prints the
 /// outcome.
 fn read_only_reopen_child(db: std::ffi::OsString) {
-    let mut config = EngineConfig::new(std::path::PathBuf::from(db));
+    let mut config = EngineConfig::new();
     config.notify_on_create = false;
-    match Engine::open(config, Arc::new(SystemClock)) {
+    let db = std::path::PathBuf::from(db);
+    match open_sqlite_engine(&db, Durability::Full, config, Arc::new(SystemClock)) {
         Ok(_) => println!("RO-CHILD opened"),
         Err(e) => println!("RO-CHILD code={} error={e}", e.kind_name()),
     }
@@ -507,10 +509,7 @@ fn a_read_only_data_dir_answers_errors_never_panics() {
 
     // 2. The data dir turns read-only under a running engine: PRAGMA query_only on the writer
     // connection (what a read-only remount gives: every write transaction is refused).
-    w.engine
-        .sqlite()
-        .expect("runs on SQLite")
-        .set_writer_query_only(true);
+    w.sqlite.set_writer_query_only(true);
     let code = |e: EngineError| (e.kind_name(), e.to_string());
     let (c, msg) = code(
         w.engine
@@ -557,18 +556,14 @@ fn a_read_only_data_dir_answers_errors_never_panics() {
     assert_eq!(log_tables(&w), snapshot);
 
     // 3. Writable again: writes succeed, nothing was lost.
-    w.engine
-        .sqlite()
-        .expect("runs on SQLite")
-        .set_writer_query_only(false);
+    w.sqlite.set_writer_query_only(false);
     assert_eq!(w.hdm_seq(C), 3);
     assert_eq!(w.drain(W).notices.len(), 1);
     assert_eq!(w.triple(W, C), (2, 3, 3));
 
     // 4. A store that cannot be opened at all is an error too.
-    let mut bad = w.config.clone();
-    bad.db_path = w.dir.path().to_path_buf(); // a directory
-    let err = Engine::open(bad, w.clock.clone())
+    let bad = w.dir.path(); // a directory
+    let err = open_sqlite_engine(bad, Durability::Full, w.config.clone(), w.clock.clone())
         .err()
         .expect("open fails");
     assert_eq!(err.kind_name(), "store_unavailable", "{err}");
@@ -589,7 +584,7 @@ fn a_full_disk_fails_writes_cleanly_and_loses_nothing() {
             .set_goal(&sref(g), "before", GoalStatus::Active, Actor::system())
             .unwrap();
     }
-    let store = w.engine.sqlite().expect("runs on SQLite").clone();
+    let store = w.sqlite.clone();
     // No room from now on: SQLite keeps max_page_count at the current size.
     store.set_max_page_count(1);
 

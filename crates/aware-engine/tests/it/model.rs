@@ -21,7 +21,8 @@ use aware_engine::{
     Wake, WakeReason,
 };
 use aware_engine::{Provenance, ProvenanceKind};
-use aware_store::{CursorRow, Durability};
+use aware_store::CursorRow;
+use aware_testkit::engine::{open_sqlite_engine, Durability};
 use aware_testkit::model_runner::{cases_from_env, regression_seeds, run_seeded};
 use proptest::prelude::*;
 use std::cell::{Cell, RefCell};
@@ -258,6 +259,7 @@ struct Harness {
     engine: Option<Engine>,
     clock: Arc<ManualClock>,
     config: EngineConfig,
+    db: std::path::PathBuf,
     /// Every wake the engine delivered (02 §10), subscribed before `start` so the restart
     /// sweep's wakes are seen too.
     wakes: RefCell<tokio::sync::broadcast::Receiver<Wake>>,
@@ -269,21 +271,23 @@ struct Harness {
 impl Harness {
     fn new() -> Self {
         let dir = tempfile::TempDir::new().unwrap();
-        let mut config = EngineConfig::new(dir.path().join("state.db"));
+        let mut config = EngineConfig::new();
         config.retention = policy();
         // Prunes are the model's steps, never a timer's: `run_timers` fires coalesced wakes only.
         config.retention.prune_interval_secs = 31_536_000;
         config.coalesce_secs = (COALESCE_MS / 1000) as u64;
-        // Restarts here are clean closes, never crashes: `normal` keeps the case fast.
-        config.durability = Durability::Normal;
+        let db = dir.path().join("state.db");
         let clock = Arc::new(ManualClock::new(START));
-        let engine = Engine::open(config.clone(), clock.clone()).unwrap();
+        // Restarts here are clean closes, never crashes: `normal` keeps the case fast.
+        let engine =
+            open_sqlite_engine(&db, Durability::Normal, config.clone(), clock.clone()).unwrap();
         let wakes = engine.subscribe_wakes();
         engine.start().unwrap();
         Harness {
             engine: Some(engine),
             clock,
             config,
+            db,
             wakes: RefCell::new(wakes),
             last_wake_id: Cell::new(0),
             _dir: dir,
@@ -298,7 +302,13 @@ impl Harness {
         let old = self.engine.take().unwrap();
         old.close();
         drop(old);
-        let engine = Engine::open(self.config.clone(), self.clock.clone()).unwrap();
+        let engine = open_sqlite_engine(
+            &self.db,
+            Durability::Normal,
+            self.config.clone(),
+            self.clock.clone(),
+        )
+        .unwrap();
         self.wakes = RefCell::new(engine.subscribe_wakes());
         self.last_wake_id.set(0);
         let (sweep, prune) = engine.start().unwrap();
@@ -1412,7 +1422,7 @@ fn check(h: &Harness, m: &Model, prev: &Observed, op: Option<&Op>, ctx: &str) ->
             }
         }
     }
-    let total: i64 = rusqlite::Connection::open(&h.config.db_path)
+    let total: i64 = rusqlite::Connection::open(&h.db)
         .unwrap()
         .query_row("SELECT COUNT(*) FROM session_watch_cursors", [], |r| {
             r.get(0)

@@ -1705,7 +1705,7 @@ fn s089_sweep_reissues_wakes() {
     let w = World::family();
     w.hdm(C);
     w.engine.close();
-    let engine = Engine::open(w.config.clone(), w.clock.clone()).unwrap();
+    let engine = w.reopen();
     let mut rx = engine.subscribe_wakes();
     engine.start().unwrap();
     let wakes = state_wakes(&mut rx);
@@ -1727,7 +1727,7 @@ fn s089_sweep_wakes_carry_each_watchers_own_targets() {
     w.hdm(C);
     w.hdm(D);
     w.engine.close();
-    let engine = Engine::open(w.config.clone(), w.clock.clone()).unwrap();
+    let engine = w.reopen();
     let mut rx = engine.subscribe_wakes();
     engine.start().unwrap();
     let mut got: Vec<(String, Vec<(String, String)>)> = state_wakes(&mut rx)
@@ -1764,7 +1764,7 @@ fn s091_nothing_resurrected() {
     w.drain(W);
     w.end_run(C, "r1", RunOutcome::Ok);
     w.engine.close();
-    let engine = Engine::open(w.config.clone(), w.clock.clone()).unwrap();
+    let engine = w.reopen();
     let mut rx = engine.subscribe_wakes();
     engine.start().unwrap();
     assert!(engine.peek(&sref(W)).unwrap().notices.is_empty());

@@ -11,8 +11,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 
 fn engine_config(c: &GatewayConfig) -> EngineConfig {
-    let mut e = EngineConfig::new(c.db_path());
-    e.durability = c.durability;
+    let mut e = EngineConfig::new();
     e.default_agent = c.default_agent.clone();
     e.main_key = c.main_key.clone();
     e.notify_on_create = c.notify_on_create;
@@ -66,24 +65,30 @@ pub fn check_bind_policy(config: &GatewayConfig) -> Result<(), String> {
 )]
 async fn start_up(state: Shared, fatal: tokio::sync::oneshot::Sender<String>) {
     let config = engine_config(&state.config);
-    let engine = loop {
+    let (engine, pg) = loop {
         let (c, clock) = (config.clone(), state.clock.clone());
         let postgres = state.config.postgres.clone();
+        let (db, durability) = (state.config.db_path(), state.config.durability);
+        // The one place the backend is chosen: the engine takes whichever store is opened here.
         let opened = tokio::task::spawn_blocking(move || match postgres {
             // A PostgreSQL server named in `[store] url` instead of the embedded file.
-            Some(options) => aware_store_pg::PgStore::open(options)
-                .map_err(aware_engine::EngineError::Store)
-                .and_then(|store| Engine::open_with_store(std::sync::Arc::new(store), c, clock)),
+            Some(options) => {
+                let pg = aware_store_pg::PgStore::open(options)?;
+                let engine = Engine::open(Arc::new(pg.clone()), c, clock)?;
+                Ok::<_, aware_engine::EngineError>((engine, Some(pg)))
+            }
             None => {
-                if let Some(dir) = c.db_path.parent() {
+                if let Some(dir) = db.parent() {
                     let _ = create_private_dir(dir);
                 }
-                Engine::open(c, clock)
+                let options = aware_store_sqlite::StoreOptions::new(db).durability(durability);
+                let store = aware_store_sqlite::SqliteStore::open(options)?;
+                Ok((Engine::open(Arc::new(store), c, clock)?, None))
             }
         })
         .await;
         match opened {
-            Ok(Ok(engine)) => break engine,
+            Ok(Ok(opened)) => break opened,
             Ok(Err(
                 e @ aware_engine::EngineError::Store(
                     aware_engine::storage::StoreError::SchemaTooNew { .. }
@@ -111,7 +116,7 @@ async fn start_up(state: Shared, fatal: tokio::sync::oneshot::Sender<String>) {
     // Before the sweep: on PostgreSQL only the gateway that leads at start-up sweeps.
     {
         let (st, e) = (state.clone(), engine.clone());
-        let _ = tokio::task::spawn_blocking(move || crate::ops::cluster::attach(&st, &e)).await;
+        let _ = tokio::task::spawn_blocking(move || crate::ops::cluster::attach(&st, &e, pg)).await;
     }
     crate::api::wakes::spawn_webhooks(state.clone(), engine.subscribe_wakes());
     let e2 = engine.clone();

@@ -7,17 +7,13 @@ use aware_engine::Engine;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// Starts the cluster threads when the engine runs on PostgreSQL. Blocking (waits up to a few
-/// seconds for the first leadership attempt, so the gateway that starts a cluster sweeps).
-pub(crate) fn attach(state: &AppState, engine: &Engine) {
-    let Some(pg) = engine
-        .store()
-        .as_any()
-        .downcast_ref::<aware_store_pg::PgStore>()
-    else {
+/// Starts the cluster threads when the engine runs on PostgreSQL (`pg`, the store `server.rs`
+/// opened). Blocking (waits up to a few seconds for the first leadership attempt, so the
+/// gateway that starts a cluster sweeps).
+pub(crate) fn attach(state: &AppState, engine: &Engine, pg: Option<aware_store_pg::PgStore>) {
+    let Some(store) = pg else {
         return;
     };
-    let store = pg.clone();
     let connect: aware_cluster::Connect =
         Arc::new(move || store.connect().map_err(|e| e.to_string()));
     match aware_cluster::Cluster::start(engine, aware_cluster::ClusterOptions::new(connect)) {

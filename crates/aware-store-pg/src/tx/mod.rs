@@ -7,6 +7,7 @@ use postgres::Row;
 use std::cell::RefCell;
 
 mod console;
+mod dump;
 mod mapping;
 mod read;
 mod write;

@@ -4,12 +4,22 @@ use super::mapping::*;
 use super::PgTx;
 use crate::conn::{col, Param};
 use aware_core::StoredEvent;
+use aware_store::dump::{Row, Table, Value};
 use aware_store::{
     ConsoleFilter, ConsoleRow, CursorRow, HeadRow, LinkRow, ReadTx, Result, RunRow, SessionFilter,
     SessionRow, StoreGauges, SystemEventRow, TurnRow,
 };
 
 impl ReadTx for PgTx<'_> {
+    fn export_rows(&self, table: &Table, after: Option<&[Value]>, limit: u32) -> Result<Vec<Row>> {
+        self.dump_rows(table, after, limit)
+    }
+    fn row_count(&self, table: &Table) -> Result<u64> {
+        self.dump_count(table)
+    }
+    fn counter(&self, table: &Table) -> Result<i64> {
+        self.dump_counter(table)
+    }
     fn session(&self, key: &str, agent: &str) -> Result<Option<SessionRow>> {
         if let Some(Some(known)) = self.with_cache(|c| c.session(key, agent)) {
             return Ok(known);

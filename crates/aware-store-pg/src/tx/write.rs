@@ -3,12 +3,19 @@
 use super::mapping::*;
 use super::PgTx;
 use crate::conn::{col, Owned, Param};
+use aware_store::dump::{Row, Table};
 use aware_store::{
     BatchResult, CursorRow, LinkRow, NewEvent, Result, RunRow, SessionRow, StoreError, TurnRow,
     WriteTx,
 };
 
 impl WriteTx for PgTx<'_> {
+    fn import_rows(&mut self, table: &Table, rows: &[Row]) -> Result<()> {
+        self.load_rows(table, rows)
+    }
+    fn raise_counter(&mut self, table: &Table, to: i64) -> Result<()> {
+        self.load_counter(table, to)
+    }
     // Savepoints are lazy and releases queued (see `Conn::savepoint`): a savepoint reaches the
     // server only when an exchange happens inside it. A failure already known is reported at
     // the release, where the caller can still roll back (01 §12: a failed append leaves its

@@ -41,6 +41,11 @@ macro_rules! contract_suite {
             failed_commit_fails_every_op_of_the_batch,
             injected_faults_hit_the_backend
         );
+        #[test]
+        fn export_import_round_trips() {
+            let (source, target) = (($make)(), ($make)());
+            $crate::contract::export_import_round_trips(&*source, &*target);
+        }
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {
         $(
@@ -54,12 +59,14 @@ macro_rules! contract_suite {
 }
 
 mod cursors;
+mod dump;
 mod log;
 mod ops;
 mod records;
 mod support;
 
 pub use cursors::*;
+pub use dump::export_import_round_trips;
 pub use log::*;
 pub use ops::*;
 pub use records::*;

@@ -8,6 +8,7 @@
 use aware_core::{AgentId, EventKind, SessionKey, SessionRef};
 use aware_engine::views::LinkRow;
 use aware_engine::{CreateSession, Engine, EngineConfig, LinkInput, ManualClock, RunOutcome};
+use aware_testkit::engine::{SqliteStore, StoreOptions};
 use aware_upstream::claude::local::LocalClaude;
 use aware_upstream::monitor::{Monitor, MonitorConfig};
 use aware_upstream::provider::{CatalogItem, Outcome, Probe, Provider, ProviderError, ThreadInfo};
@@ -47,11 +48,12 @@ impl World {
     /// An engine with X, and X watching each of `linked` (local links unless the key is B).
     fn new(linked: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let mut config = EngineConfig::new(dir.path().join("state.db"));
+        let mut config = EngineConfig::new();
         config.notify_on_create = false;
         config.retention.prune_interval_secs = 31_536_000;
         let clock = Arc::new(ManualClock::new(T0));
-        let engine = Engine::open(config, clock.clone()).unwrap();
+        let store = SqliteStore::open(StoreOptions::new(dir.path().join("state.db"))).unwrap();
+        let engine = Engine::open(Arc::new(store), config, clock.clone()).unwrap();
         engine.start().unwrap();
         let w = World {
             _dir: dir,

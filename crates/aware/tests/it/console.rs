@@ -364,7 +364,8 @@ fn session_page_shows_the_monitors_misses_and_the_overview_its_ticks() {
 #[test]
 fn console_routes_timing_at_10k_sessions_100k_cursors() {
     use aware_core::{ActorType, CursorState, EventKind, Origin};
-    use aware_store::{CursorRow, Durability, NewEvent, SessionRow, SqliteStore, StoreOptions};
+    use aware_store::{CursorRow, NewEvent, SessionRow};
+    use aware_store_sqlite::{Durability, SqliteStore, StoreOptions};
     let mut s = Server::start();
     s.create(W);
     s.stop();

@@ -3,13 +3,25 @@
 use super::mapping::*;
 use super::schema::*;
 use super::sqltx::*;
-use crate::rows::*;
-use crate::tx::ReadTx;
-use crate::Result;
+use crate::Sq;
 use aware_core::StoredEvent;
+use aware_store::dump::{Row, Table, Value};
+use aware_store::rows::*;
+use aware_store::ReadTx;
+use aware_store::Result;
 use rusqlite::ToSql;
 
 impl ReadTx for SqlTx<'_> {
+    fn export_rows(&self, table: &Table, after: Option<&[Value]>, limit: u32) -> Result<Vec<Row>> {
+        self.dump_rows(table, after, limit)
+    }
+    fn row_count(&self, table: &Table) -> Result<u64> {
+        self.dump_count(table)
+    }
+    fn counter(&self, table: &Table) -> Result<i64> {
+        self.dump_counter(table)
+    }
+
     fn session(&self, key: &str, agent: &str) -> Result<Option<SessionRow>> {
         self.query_opt(
             &format!(
@@ -82,9 +94,9 @@ impl ReadTx for SqlTx<'_> {
         ));
         let refs: Vec<&dyn ToSql> = args.iter().map(|b| b.as_ref()).collect();
         self.live()?;
-        let mut stmt = self.conn.prepare(&sql)?;
-        let rows = stmt.query_map(refs.as_slice(), session_from_row)?;
-        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        let mut stmt = self.conn.prepare(&sql).sq()?;
+        let rows = stmt.query_map(refs.as_slice(), session_from_row).sq()?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().sq()
     }
 
     fn console_sessions(&self, f: &ConsoleFilter) -> Result<(Vec<ConsoleRow>, u64)> {
@@ -269,7 +281,7 @@ impl ReadTx for SqlTx<'_> {
             },
         )?;
         if rows.len() != watchers.len() {
-            return Err(crate::StoreError::Corrupt(format!(
+            return Err(aware_store::StoreError::Corrupt(format!(
                 "watcher lookup returned {} rows for {} watchers",
                 rows.len(),
                 watchers.len()
@@ -364,15 +376,18 @@ impl ReadTx for SqlTx<'_> {
         max_bytes: usize,
     ) -> Result<(Vec<TurnRow>, bool)> {
         self.live()?;
-        let mut stmt = self.conn.prepare_cached(&format!(
+        let mut stmt = self
+            .conn
+            .prepare_cached(&format!(
             "SELECT {TURN_COLS} FROM turns WHERE session_key = ?1 AND agent_id = ?2 AND idx > ?3 \
              ORDER BY idx LIMIT ?4"
-        ))?;
+        ))
+            .sq()?;
         let params: [&dyn ToSql; 4] = [&key, &agent, &after.unwrap_or(-1), &i64::from(limit)];
-        let mut rows = stmt.query(&params[..])?;
+        let mut rows = stmt.query(&params[..]).sq()?;
         let (mut out, mut used) = (Vec::new(), 0usize);
-        while let Some(row) = rows.next()? {
-            let turn = turn_from_row(row)?;
+        while let Some(row) = rows.next().sq()? {
+            let turn = turn_from_row(row).sq()?;
             let size = turn.text.len() + turn.upstream_text.as_ref().map_or(0, String::len);
             if !out.is_empty() && used.saturating_add(size) > max_bytes {
                 return Ok((out, true));

@@ -3,9 +3,9 @@
 #[cfg(test)]
 mod gauge_tests {
     #![allow(unused_imports)]
-    use crate::sqlite::{handle::*, mapping::*, options::*, schema::*, sqltx::*, writer::*};
-    use crate::*;
+    use crate::{handle::*, mapping::*, options::*, schema::*, sqltx::*, writer::*};
     use aware_core::{ActorType, CursorState, EventKind, Origin};
+    use aware_store::*;
     use rusqlite::{params, Connection, OptionalExtension};
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
@@ -70,9 +70,9 @@ mod gauge_tests {
 #[cfg(test)]
 mod writer_tests {
     #![allow(unused_imports)]
-    use crate::sqlite::{handle::*, mapping::*, options::*, schema::*, sqltx::*, writer::*};
-    use crate::*;
+    use crate::{handle::*, mapping::*, options::*, schema::*, sqltx::*, writer::*};
     use aware_core::{ActorType, CursorState, EventKind, Origin};
+    use aware_store::*;
     use rusqlite::{params, Connection, OptionalExtension};
     use std::sync::{Arc, Mutex};
     use std::time::Duration;

@@ -2,7 +2,8 @@
 // Test code: a panic is the failure report (the workspace denies unwrap/expect elsewhere).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use aware_store::{SqliteStore, Store, StoreOptions};
+use aware_store::Store;
+use aware_store_sqlite::{SqliteStore, StoreOptions};
 
 /// A fresh store on a temporary directory, removed when dropped.
 struct Fixture {

@@ -2,8 +2,9 @@
 
 use super::mapping::*;
 use super::sqltx::SqlTx;
-use crate::rows::*;
-use crate::Result;
+use crate::Sq;
+use aware_store::rows::*;
+use aware_store::Result;
 use rusqlite::ToSql;
 
 impl SqlTx<'_> {
@@ -58,11 +59,14 @@ impl SqlTx<'_> {
         }
         self.live()?;
         let refs: Vec<&dyn ToSql> = args.iter().map(|b| b.as_ref()).collect();
-        let total: i64 = self.conn.query_row(
-            &format!("SELECT COUNT(*) FROM sessions{filter}"),
-            refs.as_slice(),
-            |r| r.get(0),
-        )?;
+        let total: i64 = self
+            .conn
+            .query_row(
+                &format!("SELECT COUNT(*) FROM sessions{filter}"),
+                refs.as_slice(),
+                |r| r.get(0),
+            )
+            .sq()?;
         // The page is chosen first (only the sort key is computed for every matching row), then
         // the shown columns are computed for the page's rows alone by index lookups.
         const HEAD: &str = "(SELECT h.last_sequence FROM session_state_heads h \
@@ -110,20 +114,22 @@ impl SqlTx<'_> {
              ORDER BY page.sort_key {dir}, session_key, agent_id"
         );
         let refs: Vec<&dyn ToSql> = args.iter().map(|b| b.as_ref()).collect();
-        let mut stmt = self.conn.prepare(&sql)?;
-        let rows = stmt.query_map(refs.as_slice(), |r| {
-            Ok(ConsoleRow {
-                session: session_from_row(r)?,
-                state_version: r.get::<_, Option<i64>>(17)?.unwrap_or(0),
-                last_event_at: r.get(18)?,
-                last_event_kind: r.get(19)?,
-                pending_as_watcher: r.get::<_, i64>(20)?.max(0) as u64,
-                pending_as_target: r.get::<_, i64>(21)?.max(0) as u64,
-                last_human_at: r.get(22)?,
-                link_last_scanned_at: r.get(23)?,
+        let mut stmt = self.conn.prepare(&sql).sq()?;
+        let rows = stmt
+            .query_map(refs.as_slice(), |r| {
+                Ok(ConsoleRow {
+                    session: session_from_row(r)?,
+                    state_version: r.get::<_, Option<i64>>(17)?.unwrap_or(0),
+                    last_event_at: r.get(18)?,
+                    last_event_kind: r.get(19)?,
+                    pending_as_watcher: r.get::<_, i64>(20)?.max(0) as u64,
+                    pending_as_target: r.get::<_, i64>(21)?.max(0) as u64,
+                    last_human_at: r.get(22)?,
+                    link_last_scanned_at: r.get(23)?,
+                })
             })
-        })?;
-        let rows = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+            .sq()?;
+        let rows = rows.collect::<rusqlite::Result<Vec<_>>>().sq()?;
         Ok((rows, total.max(0) as u64))
     }
 
@@ -146,8 +152,8 @@ impl SqlTx<'_> {
         self.live()?;
         // Not the statement cache: the text differs with the number of watchers, and a few
         // hundred variants would evict the hot statements.
-        let mut stmt = self.conn.prepare(&sql)?;
-        let rows = stmt.query_map(args.as_slice(), cursor_from_row)?;
-        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        let mut stmt = self.conn.prepare(&sql).sq()?;
+        let rows = stmt.query_map(args.as_slice(), cursor_from_row).sq()?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().sq()
     }
 }

@@ -3,24 +3,33 @@
 use super::mapping::*;
 use super::schema::run_cached;
 use super::sqltx::*;
-use crate::rows::*;
-use crate::tx::WriteTx;
-use crate::{Result, StoreError};
+use crate::Sq;
+use aware_store::dump::{Row, Table};
+use aware_store::rows::*;
+use aware_store::WriteTx;
+use aware_store::{Result, StoreError};
 use rusqlite::{params, ToSql};
 
 impl WriteTx for SqlTx<'_> {
+    fn import_rows(&mut self, table: &Table, rows: &[Row]) -> Result<()> {
+        self.load_rows(table, rows)
+    }
+    fn raise_counter(&mut self, table: &Table, to: i64) -> Result<()> {
+        self.load_counter(table, to)
+    }
+
     fn savepoint(&mut self, name: &str) -> Result<()> {
         self.live()?;
-        Ok(run_cached(self.conn, &format!("SAVEPOINT \"{name}\""))?)
+        run_cached(self.conn, &format!("SAVEPOINT \"{name}\"")).sq()
     }
     fn release(&mut self, name: &str) -> Result<()> {
         self.live()?;
-        Ok(run_cached(self.conn, &format!("RELEASE \"{name}\""))?)
+        run_cached(self.conn, &format!("RELEASE \"{name}\"")).sq()
     }
     fn rollback_to(&mut self, name: &str) -> Result<()> {
-        Ok(self
-            .conn
-            .execute_batch(&format!("ROLLBACK TO \"{name}\"; RELEASE \"{name}\""))?)
+        self.conn
+            .execute_batch(&format!("ROLLBACK TO \"{name}\"; RELEASE \"{name}\""))
+            .sq()
     }
     fn after_commit(&mut self, hook: Box<dyn FnOnce() + Send>) {
         self.hooks.push(hook);
@@ -36,7 +45,7 @@ impl WriteTx for SqlTx<'_> {
             "INSERT INTO session_state_events (dedupe_key, session_key, session_id, agent_id, kind, \
              actor_type, actor_id, run_id, occurred_at, summary, payload_json) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-        )?;
+        ).sq()?;
         stmt.execute(params![
             e.dedupe_key,
             e.session_key,
@@ -49,7 +58,8 @@ impl WriteTx for SqlTx<'_> {
             e.occurred_at,
             e.summary,
             payload
-        ])?;
+        ])
+        .sq()?;
         Ok(self.conn.last_insert_rowid())
     }
 

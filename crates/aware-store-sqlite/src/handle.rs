@@ -6,12 +6,13 @@ use super::options::*;
 use super::schema::*;
 use super::sqltx::*;
 use super::writer::*;
-use crate::faults::FaultPlan;
-use crate::metrics::StoreMetrics;
-use crate::rows::*;
-use crate::store::{Completion, Store, StoreExt, StoreInfo, WriteOp};
-use crate::tx::ReadTx;
-use crate::{Result, StoreError};
+use crate::Sq;
+use aware_store::rows::*;
+use aware_store::FaultPlan;
+use aware_store::ReadTx;
+use aware_store::StoreMetrics;
+use aware_store::{Completion, Store, StoreExt, StoreInfo, WriteOp};
+use aware_store::{Result, StoreError};
 use rusqlite::{params, Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -56,7 +57,9 @@ impl SqliteStore {
                 | OpenFlags::SQLITE_OPEN_CREATE
                 | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
-        let mode: String = writer_conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+        let mode: String = writer_conn
+            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+            .sq()?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(StoreError::Corrupt(format!(
                 "cannot switch {} to WAL (journal mode {mode})",
@@ -67,9 +70,11 @@ impl SqliteStore {
             Durability::Full => "FULL",
             Durability::Normal => "NORMAL",
         };
-        writer_conn.execute_batch(&format!(
-            "PRAGMA synchronous={sync}; PRAGMA foreign_keys=OFF; PRAGMA temp_store=MEMORY;"
-        ))?;
+        writer_conn
+            .execute_batch(&format!(
+                "PRAGMA synchronous={sync}; PRAGMA foreign_keys=OFF; PRAGMA temp_store=MEMORY;"
+            ))
+            .sq()?;
         migrate(&writer_conn)?;
 
         let readers = (0..options.readers.clamp(1, 8))
@@ -78,7 +83,7 @@ impl SqliteStore {
                     &path,
                     OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
                 )?;
-                c.execute_batch("PRAGMA query_only=1;")?;
+                c.execute_batch("PRAGMA query_only=1;").sq()?;
                 Ok(Mutex::new(c))
             })
             .collect::<Result<Vec<_>>>()?;
@@ -196,15 +201,11 @@ impl Store for SqliteStore {
             location: self.inner.path.display().to_string(),
             durability: self.inner.durability.as_str().to_string(),
             // One process owns the file (an exclusive lock), and its reads are local.
-            capabilities: crate::Capabilities {
+            capabilities: aware_store::Capabilities {
                 inline_reads: true,
                 shared: false,
             },
         }
-    }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
     }
 
     fn maintain(&self) -> Result<()> {
@@ -222,8 +223,9 @@ impl Store for SqliteStore {
         let conn: &Connection = &guard;
         // Column 0 tells page rows (0) from the one head row (1); the head row carries
         // last_sequence, pruned_max_sequence and the earliest sequence in columns 1, 6, 7.
-        let mut stmt = conn.prepare_cached(
-            "SELECT 0, sequence, kind, actor_type, actor_id, run_id, occurred_at, summary, \
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT 0, sequence, kind, actor_type, actor_id, run_id, occurred_at, summary, \
              payload_json FROM (SELECT sequence, kind, actor_type, actor_id, run_id, \
              occurred_at, summary, payload_json FROM session_state_events \
              WHERE session_key = ?1 AND agent_id = ?2 AND sequence > ?3 \
@@ -234,24 +236,27 @@ impl Store for SqliteStore {
               WHERE session_key = ?1 AND agent_id = ?2 ORDER BY sequence LIMIT 1), NULL \
              FROM (SELECT 1) LEFT JOIN session_state_heads h \
              ON h.session_key = ?1 AND h.agent_id = ?2",
-        )?;
+            )
+            .sq()?;
         let mut page = StatePage::default();
-        let mut rows = stmt.query(params![key, agent, after, i64::from(limit)])?;
-        while let Some(row) = rows.next()? {
-            let tag: i64 = row.get(0)?;
+        let mut rows = stmt
+            .query(params![key, agent, after, i64::from(limit)])
+            .sq()?;
+        while let Some(row) = rows.next().sq()? {
+            let tag: i64 = row.get(0).sq()?;
             if tag == 1 {
-                let last: Option<i64> = row.get(1)?;
+                let last: Option<i64> = row.get(1).sq()?;
                 page.head = match last {
                     Some(last_sequence) => Some(HeadRow {
                         last_sequence,
-                        pruned_max_sequence: row.get(6)?,
+                        pruned_max_sequence: row.get(6).sq()?,
                         updated_at: 0,
                     }),
                     None => None,
                 };
-                page.earliest = row.get(7)?;
+                page.earliest = row.get(7).sq()?;
             } else {
-                page.events.push(compact_from_row(row)?);
+                page.events.push(compact_from_row(row).sq()?);
             }
         }
         // Compound-select output order is not promised; pages are (cheap when sorted).
@@ -265,15 +270,17 @@ impl Store for SqliteStore {
     fn pending_cursors_by_watcher(&self) -> Result<Vec<(String, Vec<CursorRow>)>> {
         let guard = self.reader()?;
         let conn: &Connection = &guard;
-        let mut stmt = conn.prepare_cached(&format!(
-            "SELECT {CURSOR_COLS} FROM session_watch_cursors \
+        let mut stmt = conn
+            .prepare_cached(&format!(
+                "SELECT {CURSOR_COLS} FROM session_watch_cursors \
              WHERE muted = 0 AND notified_sequence > last_seen_sequence \
              ORDER BY watcher_session_key, notified_sequence, target_session_key, target_agent_id"
-        ))?;
+            ))
+            .sq()?;
         let mut out: Vec<(String, Vec<CursorRow>)> = Vec::new();
-        let mut rows = stmt.query([])?;
-        while let Some(row) = rows.next()? {
-            let c = cursor_from_row(row)?;
+        let mut rows = stmt.query([]).sq()?;
+        while let Some(row) = rows.next().sq()? {
+            let c = cursor_from_row(row).sq()?;
             match out.last_mut() {
                 Some((w, list)) if *w == c.watcher => list.push(c),
                 _ => out.push((c.watcher.clone(), vec![c])),
@@ -286,7 +293,7 @@ impl Store for SqliteStore {
     fn read_with(&self, f: &mut dyn FnMut(&dyn ReadTx) -> Result<()>) -> Result<()> {
         let guard = self.reader()?;
         let conn: &Connection = &guard;
-        run_cached(conn, "BEGIN DEFERRED")?;
+        run_cached(conn, "BEGIN DEFERRED").sq()?;
         let tx = SqlTx {
             conn,
             faults: &self.inner.faults,
@@ -359,7 +366,9 @@ impl SqliteStore {
         let guard = self.inner.readers[0]
             .lock()
             .map_err(|_| StoreError::Corrupt("reader connection poisoned".into()))?;
-        guard.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
+        guard
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+            .sq()?;
         Ok(())
     }
 }

@@ -6,6 +6,7 @@
 
 use aware_core::{ActorType, CursorState, EventKind, Origin};
 use aware_store::*;
+use aware_store_sqlite::{Durability, SqliteStore, StoreOptions};
 use std::time::Instant;
 
 fn session(key: &str, agent: &str, kind: &str, parent: Option<&str>, at: i64) -> SessionRow {

@@ -1,8 +1,8 @@
 //! Rows to and from SQLite: column lists and row mappers.
 
-use crate::rows::*;
 use aware_core::event::compact_payload;
 use aware_core::{ActorType, CompactEvent, CursorState, EventKind, Origin, StoredEvent};
+use aware_store::rows::*;
 use rusqlite::types::Type;
 use rusqlite::Row;
 

@@ -3,10 +3,10 @@
 use super::options::*;
 use super::schema::run_cached;
 use super::sqltx::*;
-use crate::faults::FaultPlan;
-use crate::metrics::StoreMetrics;
-use crate::store::{Completion, WriteOp};
-use crate::StoreError;
+use aware_store::FaultPlan;
+use aware_store::StoreError;
+use aware_store::StoreMetrics;
+use aware_store::{Completion, WriteOp};
 use rusqlite::Connection;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};

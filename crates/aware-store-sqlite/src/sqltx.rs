@@ -1,9 +1,10 @@
 //! `SqlTx`: one connection viewed as a transaction (the writer's, or a reader snapshot), with
 //! the query helpers the `ReadTx`/`WriteTx` implementations share.
 
-use crate::faults::FaultPlan;
-use crate::rows::*;
-use crate::{Result, StoreError};
+use crate::Sq;
+use aware_store::rows::*;
+use aware_store::FaultPlan;
+use aware_store::{Result, StoreError};
 use rusqlite::{Connection, OptionalExtension, Row, ToSql};
 
 /// An after-commit hook of one op.
@@ -46,9 +47,9 @@ impl SqlTx<'_> {
         map: impl FnMut(&Row<'_>) -> rusqlite::Result<T>,
     ) -> Result<Vec<T>> {
         self.live()?;
-        let mut stmt = self.conn.prepare_cached(sql)?;
-        let rows = stmt.query_map(params, map)?;
-        Ok(rows.collect::<rusqlite::Result<Vec<T>>>()?)
+        let mut stmt = self.conn.prepare_cached(sql).sq()?;
+        let rows = stmt.query_map(params, map).sq()?;
+        rows.collect::<rusqlite::Result<Vec<T>>>().sq()
     }
 
     pub(super) fn query_opt<T>(
@@ -58,14 +59,14 @@ impl SqlTx<'_> {
         map: impl FnOnce(&Row<'_>) -> rusqlite::Result<T>,
     ) -> Result<Option<T>> {
         self.live()?;
-        let mut stmt = self.conn.prepare_cached(sql)?;
-        Ok(stmt.query_row(params, map).optional()?)
+        let mut stmt = self.conn.prepare_cached(sql).sq()?;
+        stmt.query_row(params, map).optional().sq()
     }
 
     pub(super) fn exec(&self, sql: &str, params: &[&dyn ToSql]) -> Result<usize> {
         self.live()?;
-        let mut stmt = self.conn.prepare_cached(sql)?;
-        Ok(stmt.execute(params)?)
+        let mut stmt = self.conn.prepare_cached(sql).sq()?;
+        stmt.execute(params).sq()
     }
 }
 

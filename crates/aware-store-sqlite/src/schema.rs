@@ -2,7 +2,8 @@
 //! timeout, the statement-planner setting).
 
 use super::options::*;
-use crate::{Result, StoreError};
+use crate::Sq;
+use aware_store::{Result, StoreError};
 use rusqlite::{Connection, OpenFlags};
 use std::path::Path;
 
@@ -163,22 +164,24 @@ CREATE INDEX IF NOT EXISTS runs_deadline ON runs (deadline_at) WHERE ended_at IS
 "#;
 
 pub(super) fn migrate(conn: &Connection) -> Result<()> {
-    let found: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let found: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .sq()?;
     if found > SCHEMA_VERSION {
         return Err(StoreError::SchemaTooNew {
             found,
             supported: SCHEMA_VERSION,
         });
     }
-    conn.execute_batch("BEGIN IMMEDIATE")?;
+    conn.execute_batch("BEGIN IMMEDIATE").sq()?;
     let result = conn
         .execute_batch(SCHEMA)
         .and_then(|_| conn.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}")));
     match result {
-        Ok(()) => conn.execute_batch("COMMIT")?,
+        Ok(()) => conn.execute_batch("COMMIT").sq()?,
         Err(e) => {
             let _ = conn.execute_batch("ROLLBACK");
-            return Err(e.into());
+            return Err(crate::sqlite_error(e));
         }
     }
     Ok(())
@@ -190,9 +193,9 @@ const STATEMENT_CACHE: usize = 128;
 pub(super) fn open_conn(path: &Path, flags: OpenFlags) -> Result<Connection> {
     let conn = Connection::open_with_flags(path, flags).map_err(|source| StoreError::Open {
         path: path.to_path_buf(),
-        source,
+        source: Box::new(source),
     })?;
-    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.busy_timeout(BUSY_TIMEOUT).sq()?;
     // rusqlite caches 16 statements by default; the writer alone runs more than that on a mixed
     // load (an append is about a dozen, plus turns, drains, prunes), and an evicted statement is
     // parsed and planned again on its next use.
@@ -203,7 +206,8 @@ pub(super) fn open_conn(path: &Path, flags: OpenFlags) -> Result<Connection> {
     conn.set_db_config(
         rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
         true,
-    )?;
+    )
+    .sq()?;
     Ok(conn)
 }
 
@@ -220,10 +224,10 @@ pub(super) fn create_private_file(path: &Path) -> Result<()> {
             .open(path);
         let io = |e: std::io::Error| StoreError::Open {
             path: path.to_path_buf(),
-            source: rusqlite::Error::SqliteFailure(
+            source: Box::new(rusqlite::Error::SqliteFailure(
                 rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CANTOPEN),
                 Some(e.to_string()),
-            ),
+            )),
         };
         match created {
             // The mode given to open() is masked by the umask; set it explicitly.
