@@ -191,11 +191,11 @@ INSERT INTO aware_cluster_key (id, key)
 VALUES (1, replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''));
 "#,
     r#"
--- A target's watchers in watcher order with `muted`: `live_watchers_of` (every append) reads
--- them from the index alone, with no sort (decision D51). It covers every use of the index on
--- the target columns alone, which it replaces.
+-- A target's watchers in watcher order: `live_watchers_of` (every append) reads them as one
+-- index range, with no sort (decision D51; the same index as SQLite's). It serves every use of
+-- the index on the target columns alone, which it replaces.
 CREATE INDEX session_watch_cursors_target_watcher
-    ON session_watch_cursors (target_session_key, target_agent_id, watcher_session_key, muted);
+    ON session_watch_cursors (target_session_key, target_agent_id, watcher_session_key);
 DROP INDEX session_watch_cursors_target;
 "#,
 ];

@@ -71,12 +71,13 @@ CREATE TABLE IF NOT EXISTS session_watch_cursors (
     updated_at          INTEGER NOT NULL,
     PRIMARY KEY (watcher_session_key, target_session_key, target_agent_id)
 ) STRICT;
--- A target's watchers in watcher order, `muted` included: every append reads them
--- (`live_watchers_of`) from the index alone, with no sort and no table lookup (decision D51).
--- It replaces the index on the target columns alone, which a store made before it still has
--- until the drop at the end of this script.
+-- A target's watchers in watcher order: every append reads them (`live_watchers_of`) as one
+-- index range, with no sort (decision D51). Not `muted` as well, which would make it covering:
+-- every cursor upsert names `muted`, and SQLite rewrites the entry of an index whose column an
+-- UPDATE assigns, changed or not. It replaces the index on the target columns alone, which a
+-- store made before it still has until the drop at the end of this script.
 CREATE INDEX IF NOT EXISTS session_watch_cursors_target_watcher
-    ON session_watch_cursors (target_session_key, target_agent_id, watcher_session_key, muted);
+    ON session_watch_cursors (target_session_key, target_agent_id, watcher_session_key);
 CREATE INDEX IF NOT EXISTS session_watch_cursors_updated
     ON session_watch_cursors (updated_at);
 -- Pending rows only (few at any time): the console counts and sorts by pending notices, and

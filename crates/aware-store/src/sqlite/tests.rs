@@ -66,8 +66,8 @@ mod gauge_tests {
                 "{sql} is not answered from an index: {steps:?}"
             );
         }
-        // Every append reads its target's live watchers: one range of one covering index, in
-        // the order asked, with no sort (decision D51).
+        // Every append reads its target's live watchers: one range of one index, in the order
+        // asked, with no sort (decision D51).
         let mut plan = conn
             .prepare(&format!("EXPLAIN QUERY PLAN {LIVE_WATCHERS_SQL}"))
             .unwrap();
@@ -78,7 +78,7 @@ mod gauge_tests {
             .collect();
         assert_eq!(
             steps,
-            ["SEARCH session_watch_cursors USING COVERING INDEX \
+            ["SEARCH session_watch_cursors USING INDEX \
               session_watch_cursors_target_watcher (target_session_key=? AND target_agent_id=?)"],
         );
     }
