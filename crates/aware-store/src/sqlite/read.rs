@@ -225,11 +225,9 @@ impl ReadTx for SqlTx<'_> {
     }
 
     fn live_watchers_of(&self, target_key: &str, target_agent: &str) -> Result<Vec<String>> {
-        self.query_vec(
-            LIVE_WATCHERS_SQL,
-            &[&target_key, &target_agent],
-            |r| r.get(0),
-        )
+        self.query_vec(LIVE_WATCHERS_SQL, &[&target_key, &target_agent], |r| {
+            r.get(0)
+        })
     }
 
     fn watcher_cursors(

@@ -105,11 +105,14 @@ mod gauge_tests {
             (
                 one("SELECT COUNT(*) FROM sessions"),
                 one("SELECT COUNT(*) FROM sessions WHERE agent_id = 'ops'"),
-                one("SELECT COUNT(*) FROM session_watch_cursors WHERE muted = 0 \
-                     AND notified_sequence > last_seen_sequence"),
+                one(
+                    "SELECT COUNT(*) FROM session_watch_cursors WHERE muted = 0 \
+                     AND notified_sequence > last_seen_sequence",
+                ),
             )
         };
-        let session = "INSERT INTO sessions (session_key, agent_id, session_id, kind, created_via, \
+        let session =
+            "INSERT INTO sessions (session_key, agent_id, session_id, kind, created_via, \
                        created_at, updated_at) VALUES (?1, ?2, ?1, 'main', 'api', 0, 0)";
         let cursor = "INSERT INTO session_watch_cursors (watcher_session_key, target_session_key, \
                       target_agent_id, last_seen_sequence, notified_sequence, material_sequence, \
@@ -124,7 +127,13 @@ mod gauge_tests {
                 .unwrap();
             conn.execute(
                 cursor,
-                params![format!("agent:main:s{}", i % 7), format!("agent:main:t{i}"), 1, 1 + i % 2, i64::from(i % 5 == 0)],
+                params![
+                    format!("agent:main:s{}", i % 7),
+                    format!("agent:main:t{i}"),
+                    1,
+                    1 + i % 2,
+                    i64::from(i % 5 == 0)
+                ],
             )
             .unwrap();
         }
