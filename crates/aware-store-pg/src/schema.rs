@@ -7,7 +7,7 @@ use crate::WRITE_LOCK;
 use aware_store::{Result, StoreError};
 
 /// The newest schema version this binary knows.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// Migration `n` (1-based) brings the schema from version `n - 1` to `n`. Never edit a
 /// migration that shipped; add the next one.
@@ -189,6 +189,14 @@ CREATE TABLE aware_cluster_key (
 );
 INSERT INTO aware_cluster_key (id, key)
 VALUES (1, replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''));
+"#,
+    r#"
+-- A target's watchers in watcher order: `live_watchers_of` (every append) reads them as one
+-- index range, with no sort (decision D51; the same index as SQLite's). It serves every use of
+-- the index on the target columns alone, which it replaces.
+CREATE INDEX session_watch_cursors_target_watcher
+    ON session_watch_cursors (target_session_key, target_agent_id, watcher_session_key);
+DROP INDEX session_watch_cursors_target;
 "#,
 ];
 

@@ -59,13 +59,17 @@ impl SqlTx<'_> {
         }
         self.live()?;
         let refs: Vec<&dyn ToSql> = args.iter().map(|b| b.as_ref()).collect();
+        // Filtered by agents at most (the console's table and overview), the total is a sum of
+        // per-agent counts kept by triggers (decision D51); other filters count the rows.
+        let counted = f.kind.is_none() && f.text.is_none() && f.keys.is_empty();
+        let total_sql = if counted {
+            format!("SELECT COALESCE(SUM(n), 0) FROM aware_counts{filter} AND counter = 'sessions'")
+        } else {
+            format!("SELECT COUNT(*) FROM sessions{filter}")
+        };
         let total: i64 = self
             .conn
-            .query_row(
-                &format!("SELECT COUNT(*) FROM sessions{filter}"),
-                refs.as_slice(),
-                |r| r.get(0),
-            )
+            .query_row(&total_sql, refs.as_slice(), |r| r.get(0))
             .sq()?;
         // The page is chosen first (only the sort key is computed for every matching row), then
         // the shown columns are computed for the page's rows alone by index lookups.

@@ -237,12 +237,9 @@ impl ReadTx for SqlTx<'_> {
     }
 
     fn live_watchers_of(&self, target_key: &str, target_agent: &str) -> Result<Vec<String>> {
-        self.query_vec(
-            "SELECT watcher_session_key FROM session_watch_cursors WHERE target_session_key = ?1 \
-             AND target_agent_id = ?2 AND muted = 0 ORDER BY watcher_session_key",
-            &[&target_key, &target_agent],
-            |r| r.get(0),
-        )
+        self.query_vec(LIVE_WATCHERS_SQL, &[&target_key, &target_agent], |r| {
+            r.get(0)
+        })
     }
 
     fn watcher_cursors(
@@ -319,10 +316,9 @@ impl ReadTx for SqlTx<'_> {
     }
 
     fn gauges(&self) -> Result<StoreGauges> {
-        // Each COUNT is answered from an index, never the cursor table itself: sessions from
-        // its narrowest index, watchers from the primary key (watcher first, so DISTINCT is a
-        // sequential index scan), pending from the partial index `session_watch_cursors_pending_watcher`
-        // that holds only pending rows. At 10,000 sessions and 100,000 cursors this is a few ms.
+        // Sessions and pending are the trigger-kept rows of `aware_counts` (decision D51);
+        // watchers are a count over the primary key (watcher first, so DISTINCT is a
+        // sequential index scan), never the cursor table itself.
         let count = |sql: &str| -> Result<u64> {
             let n: i64 = self.query_opt(sql, &[], |r| r.get(0))?.unwrap_or(0);
             Ok(n.max(0) as u64)

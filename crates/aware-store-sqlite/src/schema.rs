@@ -9,12 +9,25 @@ use std::path::Path;
 
 // The counts behind the metrics gauges; constants so the unit test checks the plans of exactly
 // these statements.
-pub(super) const COUNT_SESSIONS_SQL: &str = "SELECT COUNT(*) FROM sessions";
+pub(super) const COUNT_SESSIONS_SQL: &str =
+    "SELECT COALESCE(SUM(n), 0) FROM aware_counts WHERE counter = 'sessions'";
 pub(super) const COUNT_WATCHERS_SQL: &str =
     "SELECT COUNT(DISTINCT watcher_session_key) FROM session_watch_cursors";
 pub(super) const COUNT_PENDING_SQL: &str =
-    "SELECT COUNT(*) FROM session_watch_cursors WHERE muted = 0 \
-                                 AND notified_sequence > last_seen_sequence";
+    "SELECT COALESCE(SUM(n), 0) FROM aware_counts WHERE counter = 'pending'";
+
+/// Every append runs it; the unit test checks that its plan reads one index range in order.
+pub(super) const LIVE_WATCHERS_SQL: &str =
+    "SELECT watcher_session_key FROM session_watch_cursors WHERE target_session_key = ?1 \
+     AND target_agent_id = ?2 AND muted = 0 ORDER BY watcher_session_key";
+
+/// The two counts of `aware_counts` taken from the rows, for a store made before the table.
+const SEED_COUNTS: &str = "\
+INSERT INTO aware_counts (counter, agent_id, n) \
+    SELECT 'sessions', agent_id, COUNT(*) FROM sessions GROUP BY agent_id;
+INSERT INTO aware_counts (counter, agent_id, n) \
+    SELECT 'pending', '', COUNT(*) FROM session_watch_cursors \
+    WHERE muted = 0 AND notified_sequence > last_seen_sequence HAVING COUNT(*) > 0;";
 
 pub(super) const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS session_state_events (
@@ -59,8 +72,13 @@ CREATE TABLE IF NOT EXISTS session_watch_cursors (
     updated_at          INTEGER NOT NULL,
     PRIMARY KEY (watcher_session_key, target_session_key, target_agent_id)
 ) STRICT;
-CREATE INDEX IF NOT EXISTS session_watch_cursors_target
-    ON session_watch_cursors (target_session_key, target_agent_id);
+-- A target's watchers in watcher order: every append reads them (`live_watchers_of`) as one
+-- index range, with no sort (decision D51). Not `muted` as well, which would make it covering:
+-- every cursor upsert names `muted`, and SQLite rewrites the entry of an index whose column an
+-- UPDATE assigns, changed or not. It replaces the index on the target columns alone, which a
+-- store made before it still has until the drop at the end of this script.
+CREATE INDEX IF NOT EXISTS session_watch_cursors_target_watcher
+    ON session_watch_cursors (target_session_key, target_agent_id, watcher_session_key);
 CREATE INDEX IF NOT EXISTS session_watch_cursors_updated
     ON session_watch_cursors (updated_at);
 -- Pending rows only (few at any time): the console counts and sorts by pending notices, and
@@ -161,6 +179,50 @@ CREATE TABLE IF NOT EXISTS runs (
 ) STRICT;
 CREATE INDEX IF NOT EXISTS runs_session ON runs (session_key, agent_id);
 CREATE INDEX IF NOT EXISTS runs_deadline ON runs (deadline_at) WHERE ended_at IS NULL AND deadline_at IS NOT NULL;
+
+-- Counts kept beside the rows by triggers in the writing transaction, so the console's totals
+-- and the gauges read a few rows instead of counting every session or pending cursor (decision
+-- D51): `sessions` per agent, `pending` (non-muted cursors with notified > last seen) under
+-- agent ''. Triggers, not the store's code, so every writer of the file keeps them (an older
+-- binary, `aware migrate`, a bench's SQL fill). No statement here replaces a row with
+-- `INSERT OR REPLACE`, whose implicit delete would not fire the delete triggers.
+CREATE TABLE IF NOT EXISTS aware_counts (
+    counter  TEXT NOT NULL,
+    agent_id TEXT NOT NULL,
+    n        INTEGER NOT NULL,
+    PRIMARY KEY (counter, agent_id)
+) STRICT, WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS sessions_count_insert AFTER INSERT ON sessions BEGIN
+    INSERT INTO aware_counts (counter, agent_id, n) VALUES ('sessions', NEW.agent_id, 1)
+    ON CONFLICT (counter, agent_id) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER IF NOT EXISTS sessions_count_delete AFTER DELETE ON sessions BEGIN
+    UPDATE aware_counts SET n = n - 1 WHERE counter = 'sessions' AND agent_id = OLD.agent_id;
+END;
+CREATE TRIGGER IF NOT EXISTS sessions_count_update AFTER UPDATE OF agent_id ON sessions
+WHEN OLD.agent_id IS NOT NEW.agent_id BEGIN
+    UPDATE aware_counts SET n = n - 1 WHERE counter = 'sessions' AND agent_id = OLD.agent_id;
+    INSERT INTO aware_counts (counter, agent_id, n) VALUES ('sessions', NEW.agent_id, 1)
+    ON CONFLICT (counter, agent_id) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER IF NOT EXISTS cursors_pending_insert AFTER INSERT ON session_watch_cursors
+WHEN NEW.muted = 0 AND NEW.notified_sequence > NEW.last_seen_sequence BEGIN
+    INSERT INTO aware_counts (counter, agent_id, n) VALUES ('pending', '', 1)
+    ON CONFLICT (counter, agent_id) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER IF NOT EXISTS cursors_pending_delete AFTER DELETE ON session_watch_cursors
+WHEN OLD.muted = 0 AND OLD.notified_sequence > OLD.last_seen_sequence BEGIN
+    UPDATE aware_counts SET n = n - 1 WHERE counter = 'pending' AND agent_id = '';
+END;
+CREATE TRIGGER IF NOT EXISTS cursors_pending_update
+AFTER UPDATE OF muted, notified_sequence, last_seen_sequence ON session_watch_cursors
+WHEN (OLD.muted = 0 AND OLD.notified_sequence > OLD.last_seen_sequence)
+  IS NOT (NEW.muted = 0 AND NEW.notified_sequence > NEW.last_seen_sequence) BEGIN
+    INSERT INTO aware_counts (counter, agent_id, n) VALUES ('pending', '',
+        CASE WHEN NEW.muted = 0 AND NEW.notified_sequence > NEW.last_seen_sequence
+        THEN 1 ELSE -1 END)
+    ON CONFLICT (counter, agent_id) DO UPDATE SET n = n + excluded.n;
+END;
 "#;
 
 pub(super) fn migrate(conn: &Connection) -> Result<()> {
@@ -174,8 +236,14 @@ pub(super) fn migrate(conn: &Connection) -> Result<()> {
         });
     }
     conn.execute_batch("BEGIN IMMEDIATE").sq()?;
-    let result = conn
-        .execute_batch(SCHEMA)
+    let result = seeds_counts(conn)
+        .and_then(|seed| {
+            conn.execute_batch(SCHEMA)?;
+            if seed {
+                conn.execute_batch(SEED_COUNTS)?;
+            }
+            Ok(())
+        })
         .and_then(|_| conn.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}")));
     match result {
         Ok(()) => conn.execute_batch("COMMIT").sq()?,
@@ -185,6 +253,17 @@ pub(super) fn migrate(conn: &Connection) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether this open creates `aware_counts`, and so must fill it from the rows it counts (in the
+/// same transaction that creates its triggers).
+fn seeds_counts(conn: &Connection) -> rusqlite::Result<bool> {
+    let found: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'aware_counts'",
+        [],
+        |r| r.get(0),
+    )?;
+    Ok(found == 0)
 }
 
 /// Statements cached per connection.

@@ -60,10 +60,134 @@ mod gauge_tests {
                 .map(|r| r.unwrap())
                 .collect();
             assert!(
-                steps.iter().all(|s| s.contains("INDEX")),
+                steps
+                    .iter()
+                    .all(|s| s.contains("INDEX") || s.contains("PRIMARY KEY")),
                 "{sql} is not answered from an index: {steps:?}"
             );
         }
+        // Every append reads its target's live watchers: one range of one index, in the order
+        // asked, with no sort (decision D51).
+        let mut plan = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {LIVE_WATCHERS_SQL}"))
+            .unwrap();
+        let steps: Vec<String> = plan
+            .query_map(["agent:main:s7000", "main"], |r| r.get::<_, String>(3))
+            .unwrap()
+            .map(|r| r.unwrap())
+            .collect();
+        assert_eq!(
+            steps,
+            ["SEARCH session_watch_cursors USING INDEX \
+              session_watch_cursors_target_watcher (target_session_key=? AND target_agent_id=?)"],
+        );
+    }
+
+    /// The trigger-kept counts equal the rows they count after every kind of write, and a store
+    /// made before `aware_counts` gets them from its rows when it is next opened.
+    #[test]
+    fn kept_counts_follow_every_write_and_are_seeded_on_upgrade() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let conn = Connection::open(&path).unwrap();
+        migrate(&conn).unwrap();
+        let kept = |conn: &Connection| -> (i64, i64, i64) {
+            let one = |sql: &str| conn.query_row(sql, [], |r| r.get::<_, i64>(0)).unwrap();
+            (
+                one(COUNT_SESSIONS_SQL),
+                one("SELECT COALESCE(SUM(n), 0) FROM aware_counts \
+                     WHERE counter = 'sessions' AND agent_id = 'ops'"),
+                one(COUNT_PENDING_SQL),
+            )
+        };
+        let counted = |conn: &Connection| -> (i64, i64, i64) {
+            let one = |sql: &str| conn.query_row(sql, [], |r| r.get::<_, i64>(0)).unwrap();
+            (
+                one("SELECT COUNT(*) FROM sessions"),
+                one("SELECT COUNT(*) FROM sessions WHERE agent_id = 'ops'"),
+                one(
+                    "SELECT COUNT(*) FROM session_watch_cursors WHERE muted = 0 \
+                     AND notified_sequence > last_seen_sequence",
+                ),
+            )
+        };
+        let session =
+            "INSERT INTO sessions (session_key, agent_id, session_id, kind, created_via, \
+                       created_at, updated_at) VALUES (?1, ?2, ?1, 'main', 'api', 0, 0)";
+        let cursor = "INSERT INTO session_watch_cursors (watcher_session_key, target_session_key, \
+                      target_agent_id, last_seen_sequence, notified_sequence, material_sequence, \
+                      muted, origin, created_at, updated_at) \
+                      VALUES (?1, ?2, 'main', ?3, ?4, ?4, ?5, 'explicit', 0, 0) \
+                      ON CONFLICT (watcher_session_key, target_session_key, target_agent_id) \
+                      DO UPDATE SET notified_sequence = excluded.notified_sequence, \
+                      muted = excluded.muted";
+        for i in 0..60i64 {
+            let agent = if i % 3 == 0 { "ops" } else { "main" };
+            conn.execute(session, params![format!("agent:{agent}:s{i}"), agent])
+                .unwrap();
+            conn.execute(
+                cursor,
+                params![
+                    format!("agent:main:s{}", i % 7),
+                    format!("agent:main:t{i}"),
+                    1,
+                    1 + i % 2,
+                    i64::from(i % 5 == 0)
+                ],
+            )
+            .unwrap();
+        }
+        assert_eq!(kept(&conn), counted(&conn));
+        let writes = [
+            // An upsert that opens and one that mutes.
+            "INSERT INTO session_watch_cursors (watcher_session_key, target_session_key, \
+             target_agent_id, last_seen_sequence, notified_sequence, material_sequence, muted, \
+             origin, created_at, updated_at) VALUES ('agent:main:s0', 'agent:main:t2', 'main', \
+             1, 9, 9, 0, 'explicit', 0, 0) ON CONFLICT (watcher_session_key, \
+             target_session_key, target_agent_id) DO UPDATE SET notified_sequence = 9",
+            "UPDATE session_watch_cursors SET muted = 1 WHERE target_session_key = 'agent:main:t3'",
+            // A drain's acknowledgement, a sweep's re-freeze, unmuting everything.
+            "UPDATE session_watch_cursors SET last_seen_sequence = notified_sequence \
+             WHERE watcher_session_key = 'agent:main:s1'",
+            "UPDATE session_watch_cursors SET notified_sequence = material_sequence + 1, \
+             updated_at = 5 WHERE rowid % 4 = 0",
+            "UPDATE session_watch_cursors SET muted = 0",
+            "UPDATE session_watch_cursors SET updated_at = 7",
+            // Unwatch, a deleted session's cursors, deleted sessions, an agent renamed.
+            "DELETE FROM session_watch_cursors WHERE watcher_session_key = 'agent:main:s2'",
+            "DELETE FROM session_watch_cursors WHERE rowid % 5 = 1",
+            "DELETE FROM sessions WHERE rowid % 4 = 0",
+            "UPDATE sessions SET agent_id = 'ops' WHERE rowid % 7 = 1",
+            "DELETE FROM session_watch_cursors",
+        ];
+        for sql in writes {
+            conn.execute_batch(sql).unwrap();
+            assert_eq!(kept(&conn), counted(&conn), "after {sql}");
+        }
+        // A store from before the table: rows but no counts, then opened again.
+        conn.execute_batch(
+            "DROP TABLE aware_counts; DROP TRIGGER sessions_count_insert; \
+             DROP TRIGGER sessions_count_delete; DROP TRIGGER sessions_count_update; \
+             DROP TRIGGER cursors_pending_insert; DROP TRIGGER cursors_pending_delete; \
+             DROP TRIGGER cursors_pending_update;",
+        )
+        .unwrap();
+        for i in 0..5 {
+            conn.execute(session, params![format!("agent:main:u{i}"), "main"])
+                .unwrap();
+            conn.execute(
+                cursor,
+                params!["agent:main:u0", format!("agent:main:u{i}"), 1, 2, 0],
+            )
+            .unwrap();
+        }
+        drop(conn);
+        let conn = Connection::open(&path).unwrap();
+        migrate(&conn).unwrap();
+        assert_eq!(kept(&conn), counted(&conn));
+        assert_eq!(counted(&conn).2, 5);
+        migrate(&conn).unwrap();
+        assert_eq!(kept(&conn), counted(&conn), "seeded once only");
     }
 }
 
