@@ -79,6 +79,9 @@ impl Connector {
         slot: &'a mut Option<Conn>,
         role: Role,
     ) -> Result<&'a mut Conn> {
+        if let Some(conn) = slot.as_mut() {
+            conn.catch_up_idle();
+        }
         if slot.as_ref().is_some_and(Conn::is_closed) {
             *slot = None;
         }

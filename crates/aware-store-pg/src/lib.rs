@@ -150,14 +150,40 @@ impl PgStore {
     /// Runs `f` on a reader connection (made if needed); a connection that broke is dropped so
     /// the next read makes a new one.
     fn with_reader<R>(&self, f: impl FnOnce(&mut Conn) -> Result<R>) -> Result<R> {
-        let mut guard = self.reader()?;
-        let conn = self.inner.connector.ensure(&mut guard, Role::Reader)?;
+        self.on_reader(f).0
+    }
+
+    /// [`PgStore::with_reader`], and whether the connection used had served an earlier read.
+    fn on_reader<R>(&self, f: impl FnOnce(&mut Conn) -> Result<R>) -> (Result<R>, bool) {
+        let mut guard = match self.reader() {
+            Ok(g) => g,
+            Err(e) => return (Err(e), false),
+        };
+        let reused = guard.is_some();
+        let conn = match self.inner.connector.ensure(&mut guard, Role::Reader) {
+            Ok(c) => c,
+            Err(e) => return (Err(e), false),
+        };
         stats::read();
         let result = f(conn);
         if conn.is_closed() || matches!(result, Err(StoreError::Unreachable(_))) {
             *guard = None;
         }
-        result
+        (result, reused)
+    }
+
+    /// A read of one statement, run once more on a new connection when a pooled one turns out
+    /// dead on use. A failed read degrades to an empty answer (01 §12: `session_status` then
+    /// shows no changes), so a pooled connection the server dropped must not answer a read.
+    /// `Connector::ensure` already drops one that was told so while it sat idle (EOF, a
+    /// termination notice); this covers a close that lands between that check and the
+    /// statement. A single statement is safe to run again; a server that is really down fails
+    /// the second try at once (the connector remembers a failed connect).
+    fn with_reader_once_more<R>(&self, f: impl Fn(&mut Conn) -> Result<R>) -> Result<R> {
+        match self.on_reader(&f) {
+            (Err(StoreError::Unreachable(_)), true) => self.with_reader(&f),
+            (result, _) => result,
+        }
     }
 }
 
@@ -195,7 +221,7 @@ impl Store for PgStore {
     /// One statement outside a transaction (a statement is its own snapshot): one round trip
     /// where `read_with` takes two (the queued `BEGIN` with the statement, then `COMMIT`).
     fn session_exists(&self, key: &str, agent: &str) -> Result<bool> {
-        let rows = self.with_reader(|conn| {
+        let rows = self.with_reader_once_more(|conn| {
             conn.query(
                 "SELECT 1 FROM sessions WHERE session_key = $1 AND agent_id = $2",
                 &[&key, &agent],
@@ -211,7 +237,7 @@ impl Store for PgStore {
             return Err(StoreError::InjectedFault("signal-log reads fail"));
         }
         let limit = i64::from(limit);
-        let rows = self.with_reader(|conn| {
+        let rows = self.with_reader_once_more(|conn| {
             conn.query(
                 "SELECT * FROM (SELECT 0::BIGINT AS tag, sequence, kind, actor_type, actor_id, \
                  run_id, occurred_at, summary, payload_json, NULL::BIGINT AS earliest \
@@ -250,7 +276,7 @@ impl Store for PgStore {
     }
 
     fn pending_cursors_by_watcher(&self) -> Result<Vec<(String, Vec<CursorRow>)>> {
-        let rows = self.with_reader(|conn| {
+        let rows = self.with_reader_once_more(|conn| {
             conn.query(
                 &format!(
                     "SELECT {} FROM session_watch_cursors \

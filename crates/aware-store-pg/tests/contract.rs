@@ -589,6 +589,36 @@ mod postgres_only {
         }
     }
 
+    /// A pooled reader connection learns that the server restarted only when it is next used.
+    /// The single-statement reads then try once more on a new connection, so the first
+    /// `state_page` after a restart answers the stream instead of failing (which
+    /// `session_status` would turn into an empty page).
+    #[test]
+    fn the_first_page_read_after_a_server_restart_answers() {
+        let cluster = PgCluster::start_new(ClusterOptions::default()).expect("cluster");
+        let url = cluster.database().expect("database");
+        let store = PgStore::open(PgOptions::new(url)).expect("open");
+        let seq = append(&store, "agent:main:r", 1).expect("append");
+        // Every pooled reader connection is made and left idle.
+        for _ in 0..8 {
+            assert!(store.state_page("agent:main:r", "main", 0, 10).is_ok());
+            assert!(store.session_exists("agent:main:r", "main").is_ok());
+        }
+        cluster.kill().expect("kill -9");
+        cluster.start().expect("restart");
+        for round in 0..8 {
+            let page = store
+                .state_page("agent:main:r", "main", 0, 10)
+                .unwrap_or_else(|e| panic!("read {round} after the restart failed: {e}"));
+            let seqs: Vec<i64> = page.events.iter().map(|e| e.sequence).collect();
+            assert_eq!(seqs, [seq], "read {round} after the restart");
+            let exists = store
+                .session_exists("agent:main:r", "main")
+                .unwrap_or_else(|e| panic!("exists {round} after the restart failed: {e}"));
+            assert!(!exists, "no session row was written");
+        }
+    }
+
     #[test]
     fn outage_answers_unavailable_then_recovers_without_losing_commits() {
         let cluster = PgCluster::start_new(ClusterOptions::default()).expect("cluster");

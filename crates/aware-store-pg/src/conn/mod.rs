@@ -166,6 +166,20 @@ impl Conn {
         })
     }
 
+    /// Lets the connection's task read what the server sent while the connection sat idle in
+    /// a pool (its runtime runs only while this thread waits on it). A server that restarted or
+    /// closed the connection has sent EOF or a termination notice, and after this the
+    /// connection knows it is closed ([`Conn::is_closed`]) before a request is put on it. No
+    /// round trip: it only drains what already arrived.
+    pub(crate) fn catch_up_idle(&mut self) {
+        self.rt.block_on(async {
+            // Twice: the first turn lets the I/O driver deliver readiness, the second lets the
+            // woken connection task run to its end.
+            tokio::task::yield_now().await;
+            tokio::task::yield_now().await;
+        });
+    }
+
     /// Whether the connection may not be used any more: closed by the server or the network,
     /// broken by a missed deadline, or made before another connection missed one.
     pub(crate) fn is_closed(&self) -> bool {
