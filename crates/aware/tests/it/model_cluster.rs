@@ -435,6 +435,7 @@ impl Client {
         for i in 0..N {
             let key = self.key(i);
             let (mut after, mut seqs, mut head) = (0i64, Vec::new(), None);
+            let deadline = Instant::now() + RECOVERY;
             loop {
                 let b = self.read(
                     "POST",
@@ -442,7 +443,28 @@ impl Client {
                     i,
                     Some(json!({"sessionKey": key, "changesSince": after, "limit": 200})),
                 );
-                head.get_or_insert(b["stateVersion"].as_i64().unwrap_or(-1));
+                // 01 §12: a page read that fails degrades to "no changes" instead of an error.
+                // A page that says the stream is past `after` yet holds no event and no gap is
+                // such a read (a reader connection lost with a gateway or PostgreSQL, a missed
+                // deadline on a loaded machine): read it again, as a 503 would be.
+                let version = b["stateVersion"].as_i64().unwrap_or(-1);
+                let degraded = version > after
+                    && b["stateChanges"]["events"]
+                        .as_array()
+                        .is_some_and(Vec::is_empty)
+                    && b["stateChanges"]["historyGap"] == false;
+                if degraded {
+                    assert!(
+                        Instant::now() < deadline,
+                        "client {}: session_status of {key} kept answering an empty page at \
+                         version {version} for {RECOVERY:?} (seed {}): {b}",
+                        self.k,
+                        self.shared.seed
+                    );
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
+                head.get_or_insert(version);
                 let ch = &b["stateChanges"];
                 assert_eq!(
                     ch["historyGap"], false,
