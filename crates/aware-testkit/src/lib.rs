@@ -15,6 +15,11 @@
 // Test support only (a dev-dependency): a panic is a test's failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+/// The SQLite driver, for tests that read a gateway's `state.db` with raw SQL: the scans that no
+/// message text reached the log, and rows no API shows. Production code reaches SQLite only
+/// through `aware-store-sqlite`.
+pub use rusqlite;
+
 pub mod agent_cli;
 pub mod engine;
 pub mod fault_proxy;

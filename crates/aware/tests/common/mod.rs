@@ -2,6 +2,7 @@
 //! from `aware-testkit` (one copy for every crate).
 #![allow(dead_code, unused_imports)]
 
+pub use aware_testkit::rusqlite;
 pub use aware_testkit::server::*;
 pub use aware_testkit::wakes::*;
 

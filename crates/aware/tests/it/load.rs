@@ -19,7 +19,7 @@
 //! AWARE_LOAD_BIN=$PWD/target/release/aware cargo test -p aware --test it load:: -- --nocapture`
 //! (an absolute path: the test runs in crates/aware).
 
-use crate::common::{bin, seg, DEFAULT_CONFIG};
+use crate::common::{bin, rusqlite, seg, DEFAULT_CONFIG};
 use aware_testkit::rng::Rng;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
