@@ -199,13 +199,13 @@ impl Engine {
     pub fn probe_reader(&self) -> bool {
         self.inner.store.read(|_| Ok(())).is_ok()
     }
-    /// Subscribes to delivered wakes.
     /// How many watchers the wake bookkeeping holds now: it follows the watchers woken
     /// recently, so a gateway that sees sessions come and go keeps a flat footprint.
     pub fn wake_bookkeeping(&self) -> WakeBookkeeping {
         self.inner.wakes.bookkeeping()
     }
 
+    /// Subscribes to delivered wakes.
     pub fn subscribe_wakes(&self) -> tokio::sync::broadcast::Receiver<Wake> {
         self.inner.wakes.subscribe()
     }
