@@ -258,6 +258,18 @@ impl SessionKind {
             _ => return None,
         })
     }
+
+    /// The kind's name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Main => "main",
+            Self::Subagent => "subagent",
+            Self::Adopted => "adopted",
+            Self::Group => "group",
+            Self::Cron => "cron",
+            Self::Other => "other",
+        }
+    }
 }
 
 /// `sessions_list` (§3.3).
@@ -555,6 +567,21 @@ pub struct SessionsUnwatchResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn session_kinds_parse_back_and_match_serde() {
+        for k in [
+            SessionKind::Main,
+            SessionKind::Subagent,
+            SessionKind::Adopted,
+            SessionKind::Group,
+            SessionKind::Cron,
+            SessionKind::Other,
+        ] {
+            assert_eq!(SessionKind::parse(k.as_str()), Some(k));
+            assert_eq!(serde_json::to_value(k).unwrap(), k.as_str());
+        }
+    }
 
     #[test]
     fn names_parse_back_and_are_unique() {

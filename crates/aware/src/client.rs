@@ -61,12 +61,7 @@ impl Client {
             .transpose()
             .map_err(|e| Failure::Usage(format!("the body of {method} {path}: {e}")))?;
         let v = self.call(method, path, body)?;
-        let typed = R::deserialize(&v).map_err(|e| {
-            Failure::Server(format!(
-                "the gateway's answer to {method} {path} does not read as this client expects \
-                 ({e}); is the gateway a different version?"
-            ))
-        })?;
+        let typed = read_answer(&v, &format!("{method} {path}"))?;
         Ok((v, typed))
     }
 
@@ -109,13 +104,7 @@ impl Client {
         extra: Duration,
     ) -> CliResult<(Value, R)> {
         let v = self.tool(tool, args, extra)?;
-        let typed = R::deserialize(&v).map_err(|e| {
-            Failure::Server(format!(
-                "the gateway's answer to {} does not read as this client expects ({e}); \
-                 is the gateway a different version?",
-                tool.name()
-            ))
-        })?;
+        let typed = read_answer(&v, tool.name())?;
         Ok((v, typed))
     }
 
@@ -261,19 +250,26 @@ impl From<aware_wire::sessions::Session> for SessionLine {
 
 impl From<aware_wire::SessionRow> for SessionLine {
     fn from(s: aware_wire::SessionRow) -> Self {
-        let kind = serde_json::to_value(s.kind)
-            .ok()
-            .and_then(|k| k.as_str().map(str::to_string))
-            .unwrap_or_default();
         Self {
             key: s.key,
             agent: s.agent_id,
-            kind,
+            kind: s.kind.as_str().to_string(),
             status: s.status,
             version: s.state_version,
             label: s.label,
         }
     }
+}
+
+/// An answer read into its `aware_wire` type; one that does not read is a gateway this client
+/// does not understand, said as such.
+fn read_answer<R: serde::de::DeserializeOwned>(v: &Value, what: &str) -> CliResult<R> {
+    R::deserialize(v).map_err(|e| {
+        Failure::Server(format!(
+            "the gateway's answer to {what} does not read as this client expects ({e}); is the \
+             gateway a different version?"
+        ))
+    })
 }
 
 /// The session table; `wide` prints every key whole.

@@ -1,7 +1,7 @@
 //! The answers of the HTTP routes (03 §5.4, 04 §2–§3, 03 §9), built from the resources of
 //! `wire`.
 
-use super::{cursor, event, goal, run, session, turn, EventJson, TurnJson};
+use super::{count, cursor, event, goal, run, session, turn, EventJson, TurnJson};
 use aware_core::StoredEvent;
 use aware_engine::views::{CursorRow, RunRow, TurnRow};
 use aware_engine::{
@@ -78,11 +78,6 @@ pub fn ack(r: &AckResult) -> aware_wire::AckAnswer {
     }
 }
 
-/// A count on the wire (JSON integers are read as i64 by the clients).
-fn count(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
 /// `POST …/system-events`: the new id, or `deduped` when an equal event was already queued.
 pub fn system_event_enqueued(id: Option<i64>) -> w::SystemEventEnqueued {
     match id {
@@ -122,7 +117,7 @@ pub fn compaction(out: &CompactionOutcome) -> w::Compaction {
 
 /// Where the next page starts, when more follow.
 fn next_offset(more: bool, next: usize) -> Option<i64> {
-    more.then(|| i64::try_from(next).unwrap_or(i64::MAX))
+    more.then(|| super::count(next as u64))
 }
 
 pub fn watches(rows: &[CursorRow], more: bool, next: usize) -> w::WatchesPage {

@@ -48,6 +48,11 @@ pub(crate) fn json_response(status: StatusCode, v: &impl Serialize, size_hint: u
     }
 }
 
+/// A count or id as the wire's integer (the clients read JSON integers as i64).
+pub(crate) fn count(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
 /// A wire object as a `Value`, for the read models that add fields to it (the console).
 /// Serialising these types cannot fail: every key is a string and every number finite.
 pub fn value(v: impl Serialize) -> Value {
@@ -312,7 +317,7 @@ pub fn drain(d: &Drain) -> aware_wire::DrainAnswer {
         agent_id: d.agent_id.clone(),
         system_events: d.system_events.iter().map(system_event).collect(),
         notices: d.notices.iter().map(notice).collect(),
-        pending_after: i64::try_from(d.pending_after).unwrap_or(i64::MAX),
+        pending_after: count(d.pending_after),
         prompt: d.prompt.clone(),
         // Only when a limit left items out, so answers without one keep their shape.
         has_more: d.has_more.then_some(true),
@@ -328,7 +333,7 @@ pub fn wake(wake: &Wake) -> aware_wire::Wake {
     };
     aware_wire::Wake {
         // Ids count wakes of one process from 1: far below i64::MAX.
-        id: i64::try_from(wake.id).unwrap_or(i64::MAX),
+        id: count(wake.id),
         session_key: wake.session_key.clone(),
         agent_id: wake.agent_id.clone(),
         reason,
