@@ -574,10 +574,13 @@ fn webhooks_reach_an_https_receiver_with_the_ca_and_not_an_untrusted_one() {
         .load(Ordering::SeqCst)
         >= 1));
     assert!(bad.bodies.lock().unwrap().is_empty());
-    let logs = s.logs();
+    // The log line is written before the counter moves, but reaches the test through the
+    // harness's stderr reader thread, which may not have read it yet.
+    let logged = |l: &str| l.contains("wake_webhook_failed") && l.contains("TLS handshake");
     assert!(
-        logs.contains("wake_webhook_failed") && logs.contains("TLS handshake"),
-        "{logs}"
+        wait_until(Duration::from_secs(10), || logged(&s.logs())),
+        "{}",
+        s.logs()
     );
     assert_eq!(
         s.metric("aware_wakes_delivered_total{channel=\"webhook\"}"),
