@@ -226,13 +226,9 @@ pub trait WriteTx: ReadTx {
     fn expire_cursors_batch(&mut self, cutoff: i64, limit: u32) -> Result<BatchResult>;
     fn expire_fifo_batch(&mut self, cutoff: i64, limit: u32) -> Result<BatchResult>;
     /// Restart sweep batch (02 §12): re-freezes up to `limit` pending cursors of existing
-    /// watchers with rowid above `after_rowid`. Returns (last rowid, watchers touched).
-    fn sweep_batch(
-        &mut self,
-        after_rowid: i64,
-        limit: u32,
-        now: i64,
-    ) -> Result<(Option<i64>, Vec<String>)>;
+    /// watchers with rowid above `after_rowid`, in rowid order, and names the watchers it
+    /// finished ([`SweepBatch::finished_watchers`]).
+    fn sweep_batch(&mut self, after_rowid: i64, limit: u32, now: i64) -> Result<SweepBatch>;
 
     /// Whole-state import (`aware_store::dump`): inserts `rows` of `table` as they are,
     /// numbered columns included. Rows already checked against `table.columns`.
