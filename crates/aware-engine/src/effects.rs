@@ -209,25 +209,25 @@ pub(crate) fn request_state_wakes(inner: &Arc<Inner>, watchers: &[String], now: 
     // subscriber (the sweep at start-up runs before anyone can subscribe) the targets would
     // go nowhere, so they are not read: a subscriber that connects later gets catch-up wakes
     // with its targets read then (02 §10).
-    let mut pending: Vec<Vec<aware_store::CursorRow>> = if inner.wakes.has_subscribers() {
-        inner
+    let mut pending: std::collections::HashMap<String, Vec<aware_store::CursorRow>> =
+        std::collections::HashMap::new();
+    if inner.wakes.has_subscribers() {
+        let keys: Vec<String> = due.iter().map(|w| (*w).clone()).collect();
+        for c in inner
             .store
-            .read_as(|r| {
-                due.iter()
-                    .map(|w| Ok(r.pending_by_watcher(w)?))
-                    .collect::<crate::Result<Vec<_>>>()
-            })
+            .read_as(|r| r.pending_by_watchers(&keys))
             .unwrap_or_default()
-    } else {
-        Vec::new()
-    };
-    pending.resize_with(due.len(), Vec::new);
-    for (watcher, targets) in due.into_iter().zip(pending) {
+        {
+            pending.entry(c.watcher.clone()).or_default().push(c);
+        }
+    }
+    for watcher in due {
         let agent = aware_core::SessionKey::parse(watcher)
             .ok()
             .and_then(|k| k.qualified_agent())
             .map(|a| a.as_str().to_string())
             .unwrap_or_default();
+        let targets = pending.remove(watcher.as_str()).unwrap_or_default();
         inner
             .wakes
             .emit(state_wake(watcher.clone(), agent, targets, now, false));

@@ -79,6 +79,16 @@ pub trait ReadTx {
     }
     /// Pending, non-muted cursors of a watcher, ordered by notified, target key, target agent.
     fn pending_by_watcher(&self, watcher: &str) -> Result<Vec<CursorRow>>;
+    /// [`ReadTx::pending_by_watcher`] of each listed watcher (a restart-sweep batch's), in
+    /// that order within a watcher; the watchers in any order. A backend with a round trip per
+    /// statement answers it with one statement.
+    fn pending_by_watchers(&self, watchers: &[String]) -> Result<Vec<CursorRow>> {
+        let mut out = Vec::new();
+        for w in watchers {
+            out.extend(self.pending_by_watcher(w)?);
+        }
+        Ok(out)
+    }
     /// Distinct watcher keys that have at least one pending cursor.
     fn watchers_with_pending(&self) -> Result<Vec<String>>;
     fn count_pending(&self) -> Result<u64>;

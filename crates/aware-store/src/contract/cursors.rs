@@ -260,6 +260,21 @@ pub fn sweep_pages_and_refreezes_pending_cursors(store: &dyn Store) {
             ("agent:main:w2".into(), 2)
         ]
     );
+    // The targets of a sweep batch's wakes: the listed watchers' pending cursors only.
+    let mut listed: Vec<(String, String)> = read(store, |r| {
+        r.pending_by_watchers(&["agent:main:w2".into(), "agent:main:w3".into()])
+    })
+    .into_iter()
+    .map(|c| (c.watcher, c.target_key))
+    .collect();
+    listed.sort();
+    assert_eq!(
+        listed,
+        [
+            ("agent:main:w2".to_string(), "agent:main:t".to_string()),
+            ("agent:main:w2".into(), "agent:main:u".into())
+        ]
+    );
     // Within a watcher: by notified (u's 2 before t's 3).
     assert_eq!(grouped[2].1[0].target_key, "agent:main:u");
 }
