@@ -8,9 +8,15 @@
 //! A watcher whose last delivery is long past and that has nothing scheduled behaves exactly as
 //! one never seen, so such entries are swept out: the memory follows the watchers woken
 //! recently, not every watcher ever woken (sessions come and go for good).
+//!
+//! A burst that names each watcher once (the restart sweep, up to every watcher of the store)
+//! records the watchers it delivers to at once as 16-byte marks (a hash of the watcher and the
+//! time) in sorted runs instead of map entries (decision D55): a watcher woken by the sweep
+//! still coalesces its next request for a window, at a fraction of an entry's memory.
 
-use std::collections::{BTreeMap, HashMap};
-use std::hash::Hash;
+use std::collections::hash_map::RandomState;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{BuildHasher, Hash};
 
 /// What to do with one wake request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +46,88 @@ pub struct Coalescer<W> {
     /// The entry count at which the next sweep runs: twice what the last sweep kept (at least
     /// [`SWEEP_MIN`]), so sweeping costs O(1) per request amortised.
     sweep_at: usize,
+    /// Deliveries of bursts ([`Coalescer::request_burst`]), read where `watchers` has no entry.
+    marks: Marks,
+}
+
+/// Deliveries remembered as `(hash of the watcher, time)`, in runs sorted by hash; the runs
+/// merge as they grow (each at most half its left neighbour), so a lookup is O(log² n) and a
+/// mark costs O(log n) amortised. A watcher's mark is its last delivery as long as it has no
+/// map entry (an entry, made by any later request, takes over). Two watchers share a mark only
+/// if their 64-bit hashes (keys random per process) collide; the other then waits at most one
+/// window for a wake it would have had at once, and loses none.
+#[derive(Debug, Default)]
+struct Marks {
+    hasher: RandomState,
+    /// Each run with the newest time in it (a run is dropped whole once that is old).
+    runs: Vec<(Vec<(u64, i64)>, i64)>,
+}
+
+/// The time of a forgotten mark.
+const GONE: i64 = i64::MIN;
+
+impl Marks {
+    fn hash<W: Hash>(&self, watcher: &W) -> u64 {
+        self.hasher.hash_one(watcher)
+    }
+
+    fn len(&self) -> usize {
+        self.runs.iter().map(|(r, _)| r.len()).sum()
+    }
+
+    /// The newest delivery marked for this hash.
+    fn find(&self, hash: u64) -> Option<i64> {
+        let mut best = None;
+        for (run, _) in &self.runs {
+            let from = run.partition_point(|(h, _)| *h < hash);
+            for (_, at) in run[from..].iter().take_while(|(h, _)| *h == hash) {
+                if *at != GONE {
+                    best = best.max(Some(*at));
+                }
+            }
+        }
+        best
+    }
+
+    fn add(&mut self, mut run: Vec<(u64, i64)>) {
+        let Some(newest) = run.iter().map(|(_, at)| *at).max() else {
+            return;
+        };
+        run.sort_unstable();
+        self.runs.push((run, newest));
+        // Append, then a stable sort, which finds the two sorted runs and merges them in linear
+        // time with a buffer of the smaller half, so a merge needs no second copy of both.
+        while self.runs.len() >= 2 {
+            let n = self.runs.len();
+            if self.runs[n - 2].0.len() > 2 * self.runs[n - 1].0.len() {
+                break;
+            }
+            let Some((last, last_newest)) = self.runs.pop() else {
+                break;
+            };
+            let (left, left_newest) = &mut self.runs[n - 2];
+            left.extend(last);
+            left.sort();
+            *left_newest = (*left_newest).max(last_newest);
+        }
+    }
+
+    /// Drops the runs whose every mark is older than `cutoff`.
+    fn expire(&mut self, cutoff: i64) {
+        self.runs.retain(|(_, newest)| *newest >= cutoff);
+        if self.runs.is_empty() {
+            self.runs = Vec::new();
+        }
+    }
+
+    fn forget(&mut self, hash: u64) {
+        for (run, _) in &mut self.runs {
+            let from = run.partition_point(|(h, _)| *h < hash);
+            for mark in run[from..].iter_mut().take_while(|(h, _)| *h == hash) {
+                mark.1 = GONE;
+            }
+        }
+    }
 }
 
 /// Entries below which no sweep runs.
@@ -53,12 +141,67 @@ impl<W: Clone + Eq + Hash> Coalescer<W> {
             schedule: BTreeMap::new(),
             tie: 0,
             sweep_at: SWEEP_MIN,
+            marks: Marks::default(),
         }
     }
 
-    /// Watchers remembered now (recently delivered or scheduled, plus those not swept yet).
+    /// Watchers remembered now by an entry (recently delivered or scheduled, plus those not
+    /// swept yet); the marks of bursts are counted by [`Coalescer::marks`].
     pub fn len(&self) -> usize {
         self.watchers.len()
+    }
+
+    /// Deliveries of bursts remembered now as marks (16 bytes each), until two windows after
+    /// the newest of their run.
+    pub fn marks(&self) -> usize {
+        self.marks.len()
+    }
+
+    fn expire_marks(&mut self, now: i64) {
+        if !self.marks.runs.is_empty() {
+            self.marks
+                .expire(now.saturating_sub(self.window_ms.saturating_mul(2)));
+        }
+    }
+
+    /// [`Coalescer::request`] for a burst of requests that names each watcher once (the
+    /// restart sweep), with the same answers; a watcher without an entry or a mark is delivered
+    /// at once and remembered by a mark, not an entry, so a burst of a million watchers costs
+    /// 16 MB for two windows rather than an entry each.
+    pub fn request_burst<'w>(
+        &mut self,
+        watchers: impl IntoIterator<Item = &'w W>,
+        now: i64,
+    ) -> Vec<WakeDecision>
+    where
+        W: 'w,
+    {
+        self.expire_marks(now);
+        let mut run = Vec::new();
+        let mut in_burst = HashSet::new();
+        let mut out = Vec::new();
+        for w in watchers {
+            let hash = self.marks.hash(w);
+            let known = self.watchers.contains_key(w) || self.marks.find(hash).is_some();
+            if known || self.window_ms == 0 {
+                out.push(self.request(w, now));
+            } else if !in_burst.insert(hash) {
+                // Named twice in one burst: the second is a request inside the first's window.
+                self.watchers.insert(
+                    w.clone(),
+                    WatcherState {
+                        last_delivered: Some(now),
+                        scheduled_at: None,
+                    },
+                );
+                out.push(self.request(w, now));
+            } else {
+                run.push((hash, now));
+                out.push(WakeDecision::DeliverNow);
+            }
+        }
+        self.marks.add(run);
+        out
     }
 
     pub fn is_empty(&self) -> bool {
@@ -83,7 +226,18 @@ impl<W: Clone + Eq + Hash> Coalescer<W> {
         if self.watchers.len() >= self.sweep_at {
             self.sweep(now);
         }
+        self.expire_marks(now);
         let window = self.window_ms;
+        if !self.marks.runs.is_empty() && !self.watchers.contains_key(watcher) {
+            let marked = self.marks.find(self.marks.hash(watcher));
+            self.watchers.insert(
+                watcher.clone(),
+                WatcherState {
+                    last_delivered: marked,
+                    scheduled_at: None,
+                },
+            );
+        }
         let state = self.watchers.entry(watcher.clone()).or_default();
         let quiet = match state.last_delivered {
             None => true,
@@ -107,6 +261,7 @@ impl<W: Clone + Eq + Hash> Coalescer<W> {
     /// caller delivers when the watcher still has a pending notice and then calls
     /// [`Coalescer::delivered`]; otherwise the delivery is simply dropped.
     pub fn take_due(&mut self, now: i64) -> Vec<(W, i64)> {
+        self.expire_marks(now);
         let mut due = Vec::new();
         while let Some(entry) = self.schedule.first_entry() {
             let (at, _) = *entry.key();
@@ -136,6 +291,10 @@ impl<W: Clone + Eq + Hash> Coalescer<W> {
 
     /// Drops all state of a deleted watcher.
     pub fn forget(&mut self, watcher: &W) {
+        if !self.marks.runs.is_empty() {
+            let hash = self.marks.hash(watcher);
+            self.marks.forget(hash);
+        }
         if let Some(state) = self.watchers.remove(watcher) {
             if state.scheduled_at.is_some() {
                 self.schedule.retain(|_, w| w != watcher);
@@ -222,5 +381,77 @@ mod tests {
         }
         assert_eq!(c.take_due(T0 + 200_000), vec![(-1, T0 + 1_000)]);
         assert!(c.len() < 10_000);
+    }
+
+    /// A burst's deliveries are marks, not entries, and coalesce as entries would (S059 after a
+    /// restart sweep): a request inside the window is scheduled at the mark's time plus a
+    /// window; a watcher the burst did not name is delivered at once.
+    #[test]
+    fn a_burst_is_remembered_by_marks() {
+        let mut c = Coalescer::new(20_000);
+        let burst: Vec<i64> = (0..5_000).collect();
+        let first = c.request_burst(&burst[..2_000], T0);
+        let second = c.request_burst(&burst[2_000..], T0 + 1_000);
+        assert!(first
+            .iter()
+            .chain(&second)
+            .all(|d| *d == WakeDecision::DeliverNow));
+        assert_eq!((c.len(), c.marks()), (0, 5_000));
+        // Runs merge: a handful, not one per burst.
+        assert!(c.marks.runs.len() <= 2, "{} runs", c.marks.runs.len());
+        assert_eq!(
+            c.request(&7, T0 + 5_000),
+            WakeDecision::Scheduled(T0 + 20_000)
+        );
+        assert_eq!(
+            c.request(&4_000, T0 + 5_000),
+            WakeDecision::Scheduled(T0 + 21_000)
+        );
+        assert_eq!(c.request(&-3, T0 + 5_000), WakeDecision::DeliverNow);
+        assert_eq!(c.request(&8, T0 + 20_000), WakeDecision::DeliverNow);
+        // A second burst inside the window coalesces with the first.
+        assert_eq!(
+            c.request_burst(&[9, 9], T0 + 6_000),
+            vec![WakeDecision::Scheduled(T0 + 20_000), WakeDecision::Merged]
+        );
+        assert_eq!(
+            c.request_burst(&[-10, -10], T0 + 6_000),
+            vec![
+                WakeDecision::DeliverNow,
+                WakeDecision::Scheduled(T0 + 26_000)
+            ]
+        );
+        // Two windows after the newest mark, the marks are gone.
+        c.take_due(T0 + 6_000 + 40_000);
+        assert!(c.marks() > 0);
+        c.take_due(T0 + 6_000 + 40_001);
+        assert_eq!(c.marks(), 0);
+        assert_eq!(c.request(&100, T0 + 46_002), WakeDecision::DeliverNow);
+    }
+
+    #[test]
+    fn forget_drops_a_mark() {
+        let mut c = Coalescer::new(20_000);
+        c.request_burst(&[1, 2, 3], T0);
+        c.forget(&2);
+        assert_eq!(c.request(&2, T0 + 1), WakeDecision::DeliverNow);
+        assert_eq!(c.request(&3, T0 + 1), WakeDecision::Scheduled(T0 + 20_000));
+    }
+
+    /// 200,000 watchers in bursts of a thousand (the restart sweep's batches): no entry, and
+    /// the runs stay few.
+    #[test]
+    fn many_marks_in_few_runs() {
+        let mut c = Coalescer::new(20_000);
+        let ids: Vec<i64> = (0..200_000).collect();
+        for (i, chunk) in ids.chunks(1_000).enumerate() {
+            c.request_burst(chunk, T0 + i as i64);
+        }
+        assert_eq!((c.len(), c.marks()), (0, 200_000));
+        assert!(c.marks.runs.len() <= 18, "{} runs", c.marks.runs.len());
+        assert_eq!(
+            c.request(&199_999, T0 + 2_000),
+            WakeDecision::Scheduled(T0 + 199 + 20_000)
+        );
     }
 }

@@ -182,32 +182,20 @@ pub(crate) fn request_state_wake(inner: &Arc<Inner>, watcher: &str, now: i64) {
     }
 }
 
-/// [`request_state_wake`] for many watchers at once (the restart sweep): the pending targets of
-/// all watchers are read with one statement instead of one read (BEGIN, SELECT, COMMIT) per
-/// watcher, which was most of the sweep's time outside its transactions (profile of W6).
-pub(crate) fn request_state_wakes(inner: &Arc<Inner>, watchers: &[String], now: i64) {
-    let eligible: Vec<(&str, String)> = watchers
-        .iter()
-        .filter_map(|w| {
-            let agent = aware_core::SessionKey::parse(w)
-                .ok()
-                .filter(|k| k.is_agent_qualified() && !k.is_subagent())
-                .and_then(|k| k.qualified_agent())?;
-            Some((w.as_str(), agent.as_str().to_string()))
-        })
-        .collect();
-    EngineMetrics::inc(
-        &inner.metrics.wakes_requested_session_state,
-        eligible.len() as u64,
-    );
-    // One coalescer lock for the lot rather than one per watcher.
-    let decisions = inner
-        .wakes
-        .decide_many(eligible.iter().map(|(w, _)| *w), now);
-    let mut due: Vec<(&str, String)> = Vec::with_capacity(eligible.len());
-    for ((w, agent), decision) in eligible.into_iter().zip(decisions) {
+/// [`request_state_wake`] for the watchers one restart-sweep batch finished (each named once
+/// in the whole sweep): one coalescer lock for the batch, and their pending targets read in one
+/// snapshot rather than one read (BEGIN, SELECT, COMMIT) per watcher, which was most of the
+/// sweep's time outside its transactions (profile of W6). Returns the wakes requested (the
+/// eligible watchers).
+pub(crate) fn request_state_wakes(inner: &Arc<Inner>, watchers: &[String], now: i64) -> u64 {
+    let eligible: Vec<&String> = watchers.iter().filter(|w| wake_eligible(w)).collect();
+    let requested = eligible.len() as u64;
+    EngineMetrics::inc(&inner.metrics.wakes_requested_session_state, requested);
+    let decisions = inner.wakes.decide_burst(eligible.iter().copied(), now);
+    let mut due: Vec<&String> = Vec::with_capacity(eligible.len());
+    for (w, decision) in eligible.into_iter().zip(decisions) {
         match decision {
-            aware_core::wake::WakeDecision::DeliverNow => due.push((w, agent)),
+            aware_core::wake::WakeDecision::DeliverNow => due.push(w),
             _ => {
                 inner.wakes.cluster.merged(w, true);
                 EngineMetrics::inc(&inner.metrics.wakes_coalesced, 1)
@@ -215,40 +203,37 @@ pub(crate) fn request_state_wakes(inner: &Arc<Inner>, watchers: &[String], now: 
         }
     }
     if due.is_empty() {
-        return;
+        return requested;
     }
     // A failed read sends the wakes without targets, as `deliver_state_wake` does. With no
     // subscriber (the sweep at start-up runs before anyone can subscribe) the targets would
     // go nowhere, so they are not read: a subscriber that connects later gets catch-up wakes
     // with its targets read then (02 §10).
     let mut pending: std::collections::HashMap<String, Vec<aware_store::CursorRow>> =
-        if inner.wakes.has_subscribers() {
-            inner
-                .store
-                .pending_cursors_by_watcher()
-                .map(|v| v.into_iter().collect())
-                .unwrap_or_default()
-        } else {
-            std::collections::HashMap::new()
-        };
-    for (watcher, agent) in due {
-        let targets = pending.remove(watcher).unwrap_or_default();
-        inner.wakes.emit(Wake {
-            id: 0,
-            session_key: watcher.to_string(),
-            agent_id: agent,
-            reason: WakeReason::SessionState,
-            targets: targets
-                .into_iter()
-                .map(|c| (c.target_key, c.target_agent))
-                .collect(),
-            run_id: None,
-            from: None,
-            at: now,
-            remote: false,
-        });
+        std::collections::HashMap::new();
+    if inner.wakes.has_subscribers() {
+        let keys: Vec<String> = due.iter().map(|w| (*w).clone()).collect();
+        for c in inner
+            .store
+            .read_as(|r| r.pending_by_watchers(&keys))
+            .unwrap_or_default()
+        {
+            pending.entry(c.watcher.clone()).or_default().push(c);
+        }
+    }
+    for watcher in due {
+        let agent = aware_core::SessionKey::parse(watcher)
+            .ok()
+            .and_then(|k| k.qualified_agent())
+            .map(|a| a.as_str().to_string())
+            .unwrap_or_default();
+        let targets = pending.remove(watcher.as_str()).unwrap_or_default();
+        inner
+            .wakes
+            .emit(state_wake(watcher.clone(), agent, targets, now, false));
         EngineMetrics::inc(&inner.metrics.wakes_delivered, 1);
     }
+    requested
 }
 
 /// Sends one `session-state` wake listing the watcher's pending targets. A scheduled (merged)

@@ -105,13 +105,14 @@ impl Engine {
     }
 
     /// The restart sweep (02 §12): re-freeze pending cursors of existing watchers, then one
-    /// `session-state` wake per distinct eligible watcher.
+    /// `session-state` wake per distinct eligible watcher. Each watcher is woken as the batch
+    /// that re-froze its last pending cursor commits (the store names it there, once per
+    /// sweep), so nothing here grows with the watchers (D55).
     pub fn restart_sweep(&self) -> Result<SweepReport> {
         let mut after = 0i64;
         let mut report = SweepReport::default();
-        let mut seen = std::collections::HashSet::new();
         loop {
-            let (last, watchers) =
+            let batch =
                 self.write(move |tx, ctx| Ok(tx.sweep_batch(after, SWEEP_BATCH, ctx.now)?))?;
             // Between batches, outside the writer: a passive checkpoint keeps the WAL short,
             // so SQLite's automatic checkpoint (1,000 pages, run inside the commit that crosses
@@ -120,18 +121,14 @@ impl Engine {
             if let Err(e) = self.inner.store.maintain() {
                 tracing::warn!(event = "checkpoint_failed", error = %e, "passive WAL checkpoint failed");
             }
-            report.cursors += watchers.len() as u64;
-            for w in watchers {
-                if seen.insert(w.clone()) {
-                    report.watchers.push(w);
-                }
-            }
-            match last {
+            report.cursors += batch.cursors;
+            report.watchers += batch.finished_watchers.len() as u64;
+            report.woken += request_state_wakes(&self.inner, &batch.finished_watchers, self.now());
+            match batch.last {
                 Some(rowid) => after = rowid,
                 None => break,
             }
         }
-        request_state_wakes(&self.inner, &report.watchers, self.now());
         Ok(report)
     }
 }

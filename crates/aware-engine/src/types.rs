@@ -421,10 +421,17 @@ pub struct PruneReport {
     pub batches: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+/// What the restart sweep did (02 §12): counts only, so the report does not grow with the
+/// watchers it woke (D55).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SweepReport {
+    /// Pending cursors re-frozen.
     pub cursors: u64,
-    pub watchers: Vec<String>,
+    /// Distinct watchers of those cursors.
+    pub watchers: u64,
+    /// `session-state` wakes requested: one per distinct eligible watcher (agent-qualified, not
+    /// a subagent).
+    pub woken: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

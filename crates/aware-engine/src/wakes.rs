@@ -108,6 +108,7 @@ impl WakeHub {
     pub(crate) fn bookkeeping(&self) -> WakeBookkeeping {
         WakeBookkeeping {
             coalescer: self.coalescer.lock().map(|c| c.len()).unwrap_or(0),
+            swept: self.coalescer.lock().map(|c| c.marks()).unwrap_or(0),
             merged: self
                 .cluster
                 .merged_local
@@ -128,14 +129,15 @@ impl WakeHub {
         self.sender.receiver_count() > 0 || self.cluster.has_bus()
     }
 
-    /// [`WakeHub::decide`] for many watchers under one lock (the restart sweep).
-    pub(crate) fn decide_many<'w>(
+    /// [`WakeHub::decide`] for a batch of the restart sweep, which names each watcher once,
+    /// under one lock: the watchers woken at once are remembered as marks, not entries (D55).
+    pub(crate) fn decide_burst<'w>(
         &self,
-        watchers: impl Iterator<Item = &'w str>,
+        watchers: impl Iterator<Item = &'w String>,
         now: i64,
     ) -> Vec<WakeDecision> {
         match self.coalescer.lock() {
-            Ok(mut c) => watchers.map(|w| c.request(&w.to_string(), now)).collect(),
+            Ok(mut c) => c.request_burst(watchers, now),
             Err(_) => watchers.map(|_| WakeDecision::DeliverNow).collect(),
         }
     }
@@ -158,6 +160,8 @@ impl WakeHub {
 pub struct WakeBookkeeping {
     /// The coalescer's watchers: delivered within two windows, or with a delivery scheduled.
     pub coalescer: usize,
+    /// Watchers the restart sweep woke within two windows, held as 16-byte marks.
+    pub swept: usize,
     /// Scheduled deliveries with the origin of their requests.
     pub merged: usize,
     /// Watchers woken since the last repair check (none without repair checks).

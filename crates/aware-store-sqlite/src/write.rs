@@ -373,23 +373,25 @@ impl WriteTx for SqlTx<'_> {
         Ok(BatchResult { deleted: n as u64 })
     }
 
-    fn sweep_batch(
-        &mut self,
-        after_rowid: i64,
-        limit: u32,
-        now: i64,
-    ) -> Result<(Option<i64>, Vec<String>)> {
-        let rows: Vec<(i64, String, bool)> = self.query_vec(
-            "SELECT c.rowid, c.watcher_session_key, c.notified_sequence = c.material_sequence \
+    fn sweep_batch(&mut self, after_rowid: i64, limit: u32, now: i64) -> Result<SweepBatch> {
+        // `last`: no pending cursor of the same watcher has a higher rowid, so the watcher is
+        // fully re-frozen once this batch commits (one probe of the pending-watcher index, whose
+        // entries end in the rowid). The engine wakes each watcher at its last row and keeps
+        // no set of the watchers already seen (D55).
+        let rows: Vec<(i64, String, bool, bool)> = self.query_vec(
+            "SELECT c.rowid, c.watcher_session_key, c.notified_sequence = c.material_sequence, \
+             NOT EXISTS (SELECT 1 FROM session_watch_cursors p \
+             WHERE p.watcher_session_key = c.watcher_session_key AND p.muted = 0 \
+             AND p.notified_sequence > p.last_seen_sequence AND p.rowid > c.rowid) \
              FROM session_watch_cursors c \
              WHERE c.rowid > ?1 AND c.muted = 0 AND c.notified_sequence > c.last_seen_sequence \
              AND EXISTS (SELECT 1 FROM sessions s WHERE s.session_key = c.watcher_session_key) \
              ORDER BY c.rowid LIMIT ?2",
             &[&after_rowid, &i64::from(limit)],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
         )?;
-        let mut watchers = Vec::with_capacity(rows.len());
-        for (rowid, watcher, frozen) in &rows {
+        let mut finished_watchers = Vec::new();
+        for (rowid, _, frozen, _) in &rows {
             // A statement that names `notified_sequence` rewrites the entries of both pending
             // partial indexes (their WHERE reads it), at scattered places in big indexes: twice
             // the pages per batch. A cursor already frozen at its material sequence keeps its
@@ -402,8 +404,18 @@ impl WriteTx for SqlTx<'_> {
                  notice_opened_at = COALESCE(notice_opened_at, ?2) WHERE rowid = ?1"
             };
             self.exec(sql, &[rowid, &now])?;
-            watchers.push(watcher.clone());
         }
-        Ok((rows.last().map(|(r, _, _)| *r), watchers))
+        let last = rows.last().map(|(r, ..)| *r);
+        let cursors = rows.len() as u64;
+        for (_, watcher, _, is_last) in rows {
+            if is_last {
+                finished_watchers.push(watcher);
+            }
+        }
+        Ok(SweepBatch {
+            last,
+            cursors,
+            finished_watchers,
+        })
     }
 }

@@ -148,6 +148,21 @@ pub struct BatchResult {
     pub deleted: u64,
 }
 
+/// What one restart-sweep batch did (02 §12).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SweepBatch {
+    /// The highest row id re-frozen (where the next batch starts); `None` when nothing was left.
+    pub last: Option<i64>,
+    /// Cursors re-frozen by this batch.
+    pub cursors: u64,
+    /// The watchers this batch finished: each watcher whose highest-numbered pending cursor
+    /// (non-muted) is in this batch, once, in row order. All of its pending cursors are
+    /// re-frozen once this batch commits, so its wake may go out then (02 §12 step 3). Over a
+    /// whole sweep that pages forward with no other writes between batches, every swept
+    /// watcher is listed exactly once, so the caller keeps no set of the watchers seen.
+    pub finished_watchers: Vec<String>,
+}
+
 /// The sort column of a console session page.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum ConsoleSort {

@@ -79,6 +79,16 @@ pub trait ReadTx {
     }
     /// Pending, non-muted cursors of a watcher, ordered by notified, target key, target agent.
     fn pending_by_watcher(&self, watcher: &str) -> Result<Vec<CursorRow>>;
+    /// [`ReadTx::pending_by_watcher`] of each listed watcher (a restart-sweep batch's), in
+    /// that order within a watcher; the watchers in any order. A backend with a round trip per
+    /// statement answers it with one statement.
+    fn pending_by_watchers(&self, watchers: &[String]) -> Result<Vec<CursorRow>> {
+        let mut out = Vec::new();
+        for w in watchers {
+            out.extend(self.pending_by_watcher(w)?);
+        }
+        Ok(out)
+    }
     /// Distinct watcher keys that have at least one pending cursor.
     fn watchers_with_pending(&self) -> Result<Vec<String>>;
     fn count_pending(&self) -> Result<u64>;
@@ -226,13 +236,9 @@ pub trait WriteTx: ReadTx {
     fn expire_cursors_batch(&mut self, cutoff: i64, limit: u32) -> Result<BatchResult>;
     fn expire_fifo_batch(&mut self, cutoff: i64, limit: u32) -> Result<BatchResult>;
     /// Restart sweep batch (02 §12): re-freezes up to `limit` pending cursors of existing
-    /// watchers with rowid above `after_rowid`. Returns (last rowid, watchers touched).
-    fn sweep_batch(
-        &mut self,
-        after_rowid: i64,
-        limit: u32,
-        now: i64,
-    ) -> Result<(Option<i64>, Vec<String>)>;
+    /// watchers with rowid above `after_rowid`, in rowid order, and names the watchers it
+    /// finished ([`SweepBatch::finished_watchers`]).
+    fn sweep_batch(&mut self, after_rowid: i64, limit: u32, now: i64) -> Result<SweepBatch>;
 
     /// Whole-state import (`aware_store::dump`): inserts `rows` of `table` as they are,
     /// numbered columns included. Rows already checked against `table.columns`.

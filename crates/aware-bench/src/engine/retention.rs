@@ -289,7 +289,7 @@ pub(crate) fn w6(plan: &Plan) -> Result<Outcome> {
     let t = Instant::now();
     let (swept, watchers) = floor_sweep(&conn, 1000)?;
     let floor_secs = t.elapsed().as_secs_f64();
-    if swept != pending || watchers != report.watchers.len() {
+    if swept != pending || watchers as u64 != report.watchers {
         bail!("floor sweep found {swept} cursors / {watchers} watchers");
     }
     let total_ns = (engine_secs * 1e9) as u64;
@@ -298,7 +298,7 @@ pub(crate) fn w6(plan: &Plan) -> Result<Outcome> {
          {} in txns, longest txn {}; {} outside txns: watcher dedupe + {} wakes) | floor {} \
          (same SELECT/UPDATE batches of 1000, no wakes) | ratio {:.2}x",
         fmt_int(pending),
-        fmt_int(report.watchers.len() as u64),
+        fmt_int(report.watchers),
         durability.as_str(),
         fmt_dur(total_ns),
         commits,

@@ -1771,6 +1771,98 @@ fn s091_nothing_resurrected() {
     assert!(state_wakes(&mut rx).is_empty());
 }
 
+/// A watcher whose pending cursors span several sweep batches gets one wake, after the batch
+/// that re-froze the last of them; subagent watchers are swept but not woken; ghosts are left
+/// alone. The coalescer keeps no entry per woken watcher, only a mark (D55).
+#[test]
+fn sweep_wakes_each_watcher_once_across_batches() {
+    const GHOST: &str = "agent:main:ghost";
+    let w = World::family();
+    w.create(X);
+    w.engine.close();
+    let conn = rusqlite::Connection::open(w.dir.path().join("state.db")).unwrap();
+    // 4,000 rows, interleaved: three batches of 1,000 swept rows, each watcher in all three.
+    for i in 0..4000 {
+        let watcher = [W, X, C, GHOST][i % 4];
+        conn.execute(
+            "INSERT INTO session_watch_cursors VALUES (?1, ?2, 'main', 0, 1, 2, 0, 'watch', ?3, ?3, ?3)",
+            rusqlite::params![watcher, format!("agent:main:t{i}"), T0],
+        )
+        .unwrap();
+    }
+    let engine = w.reopen();
+    let mut rx = engine.subscribe_wakes();
+    let (report, _) = engine.start().unwrap();
+    assert_eq!(
+        report,
+        SweepReport {
+            cursors: 3000,
+            watchers: 3,
+            woken: 2
+        }
+    );
+    let mut got: Vec<(String, usize)> = state_wakes(&mut rx)
+        .into_iter()
+        .map(|k| (k.session_key, k.targets.len()))
+        .collect();
+    got.sort();
+    assert_eq!(got, [(X.to_string(), 1000), (W.to_string(), 1000)]);
+    let m = engine.metrics();
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(
+        (
+            load(&m.wakes_requested_session_state),
+            load(&m.wakes_coalesced)
+        ),
+        (2, 0),
+        "one request per distinct eligible watcher, none merged"
+    );
+    let book = engine.wake_bookkeeping();
+    assert_eq!((book.coalescer, book.swept), (0, 2));
+    // Nothing was scheduled behind the sweep's wakes.
+    w.clock.set(T0 + 60_000).unwrap();
+    engine.run_timers().unwrap();
+    assert!(state_wakes(&mut rx).is_empty());
+    let ghost: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM session_watch_cursors WHERE watcher_session_key = ?1 \
+             AND notified_sequence = 1 AND updated_at = ?2",
+            rusqlite::params![GHOST, T0],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(ghost, 1000, "a missing watcher's rows are left untouched");
+    engine.close();
+}
+
+/// The sweep's wake opens W's coalescing window (02 §10, 02 §12): a notice that opens inside it
+/// is delivered at its end, not at once, although the sweep kept no entry for W.
+#[test]
+fn a_sweep_wake_opens_the_coalescing_window() {
+    let mut w = World::family();
+    w.hdm(C);
+    w.clock.set(T0 + 60_000).unwrap();
+    w.restart();
+    assert_eq!(w.engine.wake_bookkeeping().swept, 1);
+    let mut rx = w.engine.subscribe_wakes();
+    w.drain(W);
+    w.clock.set(T0 + 65_000).unwrap();
+    w.hdm(C);
+    assert!(
+        state_wakes(&mut rx).is_empty(),
+        "inside the sweep wake's window"
+    );
+    w.set_time(T0 + 79_999);
+    assert!(state_wakes(&mut rx).is_empty());
+    w.set_time(T0 + 80_000);
+    let wakes = state_wakes(&mut rx);
+    assert_eq!(wakes.len(), 1);
+    assert_eq!(
+        (wakes[0].session_key.as_str(), wakes[0].at),
+        (W, T0 + 80_000)
+    );
+}
+
 // ---- M. Turns and producers ----
 
 #[test]

@@ -124,14 +124,19 @@ async fn start_up(state: Shared, fatal: tokio::sync::oneshot::Sender<String>) {
         Ok(Ok((sweep, Some(p)))) => tracing::info!(
             event = "started",
             swept_cursors = sweep.cursors,
+            swept_watchers = sweep.watchers,
+            sweep_wakes = sweep.woken,
             pruned_by_age = p.deleted_by_age,
             pruned_by_cap = p.deleted_by_cap,
             expired_cursors = p.expired_cursors,
             expired_system_events = p.expired_system_events,
             prune_batches = p.batches,
-            "start-up done: restart sweep re-froze {} pending cursors; first prune deleted {} events \
-             ({} by age, {} by row cap) and expired {} cursors and {} system events",
+            "start-up done: restart sweep re-froze {} pending cursors of {} watchers and woke {}; \
+             first prune deleted {} events ({} by age, {} by row cap) and expired {} cursors and {} \
+             system events",
             sweep.cursors,
+            sweep.watchers,
+            sweep.woken,
             p.deleted_by_age + p.deleted_by_cap,
             p.deleted_by_age,
             p.deleted_by_cap,
@@ -142,9 +147,13 @@ async fn start_up(state: Shared, fatal: tokio::sync::oneshot::Sender<String>) {
         Ok(Ok((sweep, None))) => tracing::info!(
             event = "started",
             swept_cursors = sweep.cursors,
-            "start-up done: restart sweep re-froze {} pending cursors; first prune skipped (a pass was \
-             already running)",
-            sweep.cursors
+            swept_watchers = sweep.watchers,
+            sweep_wakes = sweep.woken,
+            "start-up done: restart sweep re-froze {} pending cursors of {} watchers and woke {}; \
+             first prune skipped (a pass was already running)",
+            sweep.cursors,
+            sweep.watchers,
+            sweep.woken
         ),
         Ok(Err(e)) => tracing::warn!(event = "startup_failed", error = %e, "restart sweep failed"),
         Err(e) => tracing::warn!(event = "startup_failed", error = %e, "start-up task failed"),

@@ -210,6 +210,22 @@ impl ReadTx for PgTx<'_> {
         )
     }
 
+    fn pending_by_watchers(&self, watchers: &[String]) -> Result<Vec<CursorRow>> {
+        if watchers.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.map_vec(
+            &format!(
+                "SELECT {CURSOR_COLS} FROM session_watch_cursors \
+                 WHERE watcher_session_key = ANY($1) \
+                 AND muted = 0 AND notified_sequence > last_seen_sequence \
+                 ORDER BY watcher_session_key, notified_sequence, target_session_key, target_agent_id"
+            ),
+            &[&watchers],
+            cursor_from_row,
+        )
+    }
+
     fn console_cursors_held_by(&self, watchers: &[String]) -> Result<Vec<CursorRow>> {
         if watchers.is_empty() {
             return Ok(Vec::new());

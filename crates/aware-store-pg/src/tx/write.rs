@@ -5,8 +5,8 @@ use super::PgTx;
 use crate::conn::{col, Owned, Param};
 use aware_store::dump::{Row, Table};
 use aware_store::{
-    BatchResult, CursorRow, LinkRow, NewEvent, Result, RunRow, SessionRow, StoreError, TurnRow,
-    WriteTx,
+    BatchResult, CursorRow, LinkRow, NewEvent, Result, RunRow, SessionRow, StoreError, SweepBatch,
+    TurnRow, WriteTx,
 };
 
 impl WriteTx for PgTx<'_> {
@@ -414,33 +414,42 @@ impl WriteTx for PgTx<'_> {
         Ok(BatchResult { deleted: n })
     }
 
-    fn sweep_batch(
-        &mut self,
-        after_rowid: i64,
-        limit: u32,
-        now: i64,
-    ) -> Result<(Option<i64>, Vec<String>)> {
+    fn sweep_batch(&mut self, after_rowid: i64, limit: u32, now: i64) -> Result<SweepBatch> {
         self.with_cache(|c| c.forget_cursors());
-        let rows: Vec<(i64, String)> = self.map_vec(
-            "SELECT c.row_id, c.watcher_session_key FROM session_watch_cursors c \
+        // `last`: no pending cursor of the same watcher has a higher row id, so the watcher is
+        // fully re-frozen once this batch commits; the engine wakes it then and keeps no set of
+        // the watchers already seen (D55).
+        let rows: Vec<(i64, String, bool)> = self.map_vec(
+            "SELECT c.row_id, c.watcher_session_key, \
+             NOT EXISTS (SELECT 1 FROM session_watch_cursors p \
+             WHERE p.watcher_session_key = c.watcher_session_key AND p.muted = 0 \
+             AND p.notified_sequence > p.last_seen_sequence AND p.row_id > c.row_id) \
+             FROM session_watch_cursors c \
              WHERE c.row_id > $1 AND c.muted = 0 AND c.notified_sequence > c.last_seen_sequence \
              AND EXISTS (SELECT 1 FROM sessions s WHERE s.session_key = c.watcher_session_key) \
              ORDER BY c.row_id LIMIT $2",
             &[&after_rowid, &i64::from(limit)],
-            |r| Ok((col(r, 0)?, col(r, 1)?)),
+            |r| Ok((col(r, 0)?, col(r, 1)?, col(r, 2)?)),
         )?;
         if rows.is_empty() {
-            return Ok((None, Vec::new()));
+            return Ok(SweepBatch::default());
         }
-        let ids: Vec<i64> = rows.iter().map(|(id, _)| *id).collect();
+        let ids: Vec<i64> = rows.iter().map(|(id, ..)| *id).collect();
         self.exec(
             "UPDATE session_watch_cursors SET notified_sequence = material_sequence, \
              updated_at = $2, notice_opened_at = COALESCE(notice_opened_at, $2) \
              WHERE row_id = ANY($1)",
             &[&ids, &now],
         )?;
-        let last = ids.last().copied();
-        Ok((last, rows.into_iter().map(|(_, w)| w).collect()))
+        Ok(SweepBatch {
+            last: ids.last().copied(),
+            cursors: ids.len() as u64,
+            finished_watchers: rows
+                .into_iter()
+                .filter(|(_, _, is_last)| *is_last)
+                .map(|(_, w, _)| w)
+                .collect(),
+        })
     }
 }
 

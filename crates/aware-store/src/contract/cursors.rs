@@ -196,27 +196,30 @@ pub fn sweep_pages_and_refreezes_pending_cursors(store: &dyn Store) {
         ))
     });
     let mut after = 0;
-    let mut touched = Vec::new();
+    let mut finished = Vec::new();
+    let mut cursors = 0;
     let mut batches = 0;
     loop {
-        let (last, watchers) = write(store, move |tx| tx.sweep_batch(after, 2, 500));
-        match last {
+        let b = write(store, move |tx| tx.sweep_batch(after, 2, 500));
+        match b.last {
             Some(l) => {
                 assert!(l > after, "sweep must page forward");
-                assert!(watchers.len() <= 2, "sweep batch exceeds its limit");
+                assert!(b.cursors <= 2, "sweep batch exceeds its limit");
                 after = l;
-                touched.extend(watchers);
+                cursors += b.cursors;
+                finished.extend(b.finished_watchers);
                 batches += 1;
             }
             None => {
-                assert!(watchers.is_empty());
+                assert_eq!((b.cursors, b.finished_watchers.len()), (0, 0));
                 break;
             }
         }
         assert!(batches < 10, "sweep does not end");
     }
-    touched.sort();
-    assert_eq!(touched, ["agent:main:w1", "agent:main:w2", "agent:main:w2"]);
+    assert_eq!(cursors, 3, "three pending cursors of existing watchers");
+    // w2's cursors span the two batches: it is named once, by the batch that re-froze its last.
+    assert_eq!(finished, ["agent:main:w1", "agent:main:w2"]);
     let c = read(store, |r| r.cursor("agent:main:w1", "agent:main:t", "main")).expect("cursor");
     assert_eq!(
         (c.state.notified, c.state.material, c.state.updated_at),
@@ -255,6 +258,21 @@ pub fn sweep_pages_and_refreezes_pending_cursors(store: &dyn Store) {
             ("agent:main:gone".to_string(), 1),
             ("agent:main:w1".into(), 1),
             ("agent:main:w2".into(), 2)
+        ]
+    );
+    // The targets of a sweep batch's wakes: the listed watchers' pending cursors only.
+    let mut listed: Vec<(String, String)> = read(store, |r| {
+        r.pending_by_watchers(&["agent:main:w2".into(), "agent:main:w3".into()])
+    })
+    .into_iter()
+    .map(|c| (c.watcher, c.target_key))
+    .collect();
+    listed.sort();
+    assert_eq!(
+        listed,
+        [
+            ("agent:main:w2".to_string(), "agent:main:t".to_string()),
+            ("agent:main:w2".into(), "agent:main:u".into())
         ]
     );
     // Within a watcher: by notified (u's 2 before t's 3).
