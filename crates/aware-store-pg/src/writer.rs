@@ -127,7 +127,7 @@ fn run_ops(conn: &mut Conn, batch: Vec<Job>, faults: &FaultPlan) -> (Vec<Done>, 
     // Set when the transaction can no longer be used (the connection broke): ops not run
     // yet are failed without running and the batch is rolled back.
     let mut lost: Option<String> = None;
-    for job in batch {
+    for mut job in batch {
         if let Some(msg) = &lost {
             (job.complete)(Err(StoreError::CommitFailed(msg.clone())));
             continue;
