@@ -5,6 +5,7 @@
 
 use crate::cache;
 use crate::conn::{col, Conn};
+use crate::keys::{Mode, Need, KEY_SPACE};
 use aware_store::{Result, StoreError};
 
 /// Batches kept in `aware_write_log`: a writer whose last commit is older finds a gap and
@@ -65,3 +66,36 @@ pub(crate) fn log_batch(conn: &mut Conn, epoch: i64) -> Result<()> {
     }
     Ok(())
 }
+
+/// Opens a batch of keyed mode (`PgOptions::keyed_locks`): the cluster key in share mode (the
+/// epoch row `FOR SHARE`, which the `UPDATE` of [`begin`] excludes), and first, while the batch
+/// holds no other key, the key its first op could not get in the last batch. A batch whose
+/// first op needs the cluster key exclusively opens as [`begin`] does. The row cache is
+/// emptied either way: other gateways' keyed batches log nothing (see write-scaling.md).
+pub(crate) fn begin_keyed(conn: &mut Conn, need: Option<Need>) -> Result<i64> {
+    conn.rows.clear();
+    match need {
+        Some(Need::Exclusive) => {
+            let (epoch, _) = begin(conn)?;
+            conn.rows.clear();
+            conn.keys.begin(Mode::Exclusive, None);
+            Ok(epoch)
+        }
+        Some(Need::Key(k)) => {
+            conn.end_transaction();
+            conn.defer_simple(SHARED_BEGIN);
+            conn.execute("SELECT pg_advisory_xact_lock($1, $2)", &[&KEY_SPACE, &k])?;
+            conn.keys.begin(Mode::Shared, Some(k));
+            Ok(0)
+        }
+        None => {
+            conn.end_transaction();
+            conn.batch(SHARED_BEGIN)?;
+            conn.keys.begin(Mode::Shared, None);
+            Ok(0)
+        }
+    }
+}
+
+const SHARED_BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED; \
+     SELECT 1 FROM aware_write_epoch WHERE id = 1 FOR SHARE";
