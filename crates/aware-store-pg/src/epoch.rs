@@ -5,7 +5,7 @@
 
 use crate::cache;
 use crate::conn::{col, Conn};
-use crate::keys::{Mode, Need, KEY_SPACE};
+use crate::keys::{Mode, Need};
 use aware_store::{Result, StoreError};
 
 /// Batches kept in `aware_write_log`: a writer whose last commit is older finds a gap and
@@ -73,29 +73,28 @@ pub(crate) fn log_batch(conn: &mut Conn, epoch: i64) -> Result<()> {
 /// first op needs the cluster key exclusively opens as [`begin`] does. The row cache is
 /// emptied either way: other gateways' keyed batches log nothing (see write-scaling.md).
 pub(crate) fn begin_keyed(conn: &mut Conn, need: Option<Need>) -> Result<i64> {
-    conn.rows.clear();
-    match need {
-        Some(Need::Exclusive) => {
-            let (epoch, _) = begin(conn)?;
-            conn.rows.clear();
-            conn.keys.begin(Mode::Exclusive, None);
-            Ok(epoch)
-        }
-        Some(Need::Key(k)) => {
-            conn.end_transaction();
-            conn.defer_simple(SHARED_BEGIN);
-            conn.execute("SELECT pg_advisory_xact_lock($1, $2)", &[&KEY_SPACE, &k])?;
-            conn.keys.begin(Mode::Shared, Some(k));
-            Ok(0)
-        }
-        None => {
-            conn.end_transaction();
-            conn.batch(SHARED_BEGIN)?;
-            conn.keys.begin(Mode::Shared, None);
-            Ok(0)
-        }
+    if let Some(Need::Exclusive) = need {
+        let (epoch, _) = begin(conn)?;
+        // This batch's own bulk writes carry no key versions: nothing cached survives it.
+        conn.rows.clear();
+        conn.keys.begin(Mode::Exclusive, None);
+        return Ok(epoch);
     }
+    conn.end_transaction();
+    conn.defer_simple("BEGIN ISOLATION LEVEL READ COMMITTED");
+    let epoch: i64 = match conn.query_opt(
+        "SELECT epoch FROM aware_write_epoch WHERE id = 1 FOR SHARE",
+        &[],
+    )? {
+        Some(row) => col(&row, 0)?,
+        None => return Err(StoreError::Corrupt("aware_write_epoch has no row".into())),
+    };
+    if conn.keys.epoch_moved(epoch) {
+        conn.rows.clear();
+    }
+    conn.keys.begin(Mode::Shared, None);
+    if let Some(Need::Key(k)) = need {
+        crate::keys::take(conn, k, true)?;
+    }
+    Ok(epoch)
 }
-
-const SHARED_BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED; \
-     SELECT 1 FROM aware_write_epoch WHERE id = 1 FOR SHARE";

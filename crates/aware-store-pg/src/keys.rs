@@ -15,7 +15,13 @@
 //!   cluster key exclusively: such an op is rolled back and run first in a batch that takes it
 //!   (the epoch's `UPDATE`), which keeps every keyed batch out.
 
-use std::collections::HashSet;
+use crate::conn::{col, Conn};
+use aware_store::{Result, StoreError};
+use std::collections::{HashMap, HashSet};
+
+/// Most keys whose last version this writer remembers; past it the memory starts again (a
+/// key forgotten only costs re-reading its rows once).
+const MAX_REMEMBERED: usize = 100_000;
 
 /// The first half of every key lock: the two-`int4` form of advisory locks lives apart from
 /// the `bigint` keys of the migration and leadership locks, so no stream key can collide with
@@ -56,10 +62,24 @@ pub(crate) struct KeyLocks {
     /// Set when an op met a busy key or needs the cluster key exclusively: the op is rolled
     /// back and deferred, whatever it answered.
     blocked: Option<Need>,
+    /// This writer's name in `aware_key_versions` (unique per writer thread and start).
+    writer: String,
+    /// The number of the current batch, the version it writes for the keys it holds.
+    batch: i64,
+    /// Per key, the version this writer last committed holding it: its cached rows of a key
+    /// are valid while the key's row still names this writer and version.
+    mine: HashMap<i32, i64>,
+    /// The cluster epoch seen by the last batch: raised by exclusive batches (bulk writes,
+    /// `aware migrate`), which write rows of any key without key versions.
+    epoch: Option<i64>,
 }
 
 impl KeyLocks {
     pub(crate) fn begin(&mut self, mode: Mode, first: Option<i32>) {
+        if self.writer.is_empty() {
+            self.writer = writer_name();
+        }
+        self.batch += 1;
         self.mode = mode;
         self.held.clear();
         self.taken.clear();
@@ -68,6 +88,41 @@ impl KeyLocks {
         if let Some(k) = first {
             self.held.insert(k);
             self.taken.push(k);
+        }
+    }
+
+    /// Whether the version a key's row holds (`None`: no row) is this writer's last, i.e. no
+    /// other writer held the key since this writer's last commit holding it.
+    pub(crate) fn still_mine(&self, k: i32, writer: Option<&str>, version: Option<i64>) -> bool {
+        match (self.mine.get(&k), writer, version) {
+            (None, None, _) => true,
+            (Some(&v), Some(w), Some(version)) => w == self.writer && v == version,
+            _ => false,
+        }
+    }
+
+    /// Whether the cluster epoch moved since the last batch (then every cached row may be
+    /// stale); remembers `epoch`.
+    pub(crate) fn epoch_moved(&mut self, epoch: i64) -> bool {
+        self.epoch.replace(epoch) != Some(epoch)
+    }
+
+    /// The keys held at commit and the version to write for them.
+    pub(crate) fn to_log(&self) -> (Vec<i32>, String, i64) {
+        (
+            self.held.iter().copied().collect(),
+            self.writer.clone(),
+            self.batch,
+        )
+    }
+
+    /// The batch committed: its keys now carry its version.
+    pub(crate) fn committed(&mut self) {
+        if self.mine.len() + self.held.len() > MAX_REMEMBERED {
+            self.mine.clear();
+        }
+        for &k in &self.held {
+            self.mine.insert(k, self.batch);
         }
     }
 
@@ -122,6 +177,56 @@ impl KeyLocks {
             }
         }
     }
+}
+
+/// Takes key `k` for the writer's batch, waiting for it or only trying, and answers whether it
+/// was granted. Granted, the key's version row says whether another writer held it since this
+/// writer's last commit holding it: then the row cache may hold stale rows of it and is
+/// emptied (a first cut: the cache does not know which rows belong to which key).
+pub(crate) fn take(conn: &mut Conn, k: i32, wait: bool) -> Result<bool> {
+    let row = conn.query_opt(
+        "SELECT o_got, o_writer, o_version FROM aware_take_key($1, $2, $3)",
+        &[&KEY_SPACE, &k, &wait],
+    )?;
+    let Some(row) = row else {
+        return Err(StoreError::Corrupt("aware_take_key gave no row".into()));
+    };
+    if !col::<Option<bool>>(&row, 0)?.unwrap_or(false) {
+        return Ok(false);
+    }
+    let writer: Option<String> = col(&row, 1)?;
+    let version: Option<i64> = col(&row, 2)?;
+    if !conn.keys.still_mine(k, writer.as_deref(), version) {
+        conn.rows.clear();
+    }
+    conn.keys.granted(k);
+    Ok(true)
+}
+
+/// Queues the version rows of the keys the batch holds, to travel with its `COMMIT`.
+pub(crate) fn log_versions(conn: &mut Conn) -> Result<()> {
+    let (keys, writer, version) = conn.keys.to_log();
+    if keys.is_empty() {
+        return Ok(());
+    }
+    conn.defer(
+        "INSERT INTO aware_key_versions (k, writer, version) SELECT k, $2, $3 \
+         FROM unnest($1::INTEGER[]) AS k ON CONFLICT (k) DO UPDATE \
+         SET writer = EXCLUDED.writer, version = EXCLUDED.version",
+        vec![Box::new(keys), Box::new(writer), Box::new(version)],
+    )
+}
+
+/// A name no other writer has: the process, the time and a random hash seed.
+fn writer_name() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    h.write_u128(nanos);
+    format!("{}-{nanos}-{:016x}", std::process::id(), h.finish())
 }
 
 /// The lock key of a stream `(key, agent)`, or of another name (`parts`) that ops must not

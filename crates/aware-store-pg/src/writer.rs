@@ -249,7 +249,7 @@ fn commit(conn: &mut Conn, lost: Option<String>, faults: &FaultPlan, epoch: i64)
             .and_then(|()| {
                 // Keyed batches in share mode raise no epoch and log nothing (see `epoch`).
                 if conn.keys.mode() == Mode::Shared {
-                    Ok(())
+                    crate::keys::log_versions(conn)
                 } else {
                     epoch::log_batch(conn, epoch)
                 }
@@ -272,6 +272,7 @@ fn settle(
     match commit {
         Ok(()) => {
             conn.rows.committed(epoch);
+            conn.keys.committed();
             let total = started.elapsed().as_micros() as u64;
             metrics.record_commit(done.len() as u64, total);
             stats::batch(

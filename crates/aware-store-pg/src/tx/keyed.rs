@@ -3,8 +3,8 @@
 //! key.
 
 use super::PgTx;
-use crate::conn::{col, Param};
-use crate::keys::{key_of, Mode, Need, KEY_SPACE};
+use crate::conn::Param;
+use crate::keys::{key_of, Mode, Need};
 use aware_store::{CursorRow, ReadTx, Result, StoreError};
 
 /// What an op meets when it cannot go on in this batch; the writer rolls it back and runs it
@@ -33,21 +33,9 @@ impl PgTx<'_> {
         if conn.keys.holds(k) {
             return Ok(());
         }
-        if conn.keys.holds_none() {
-            conn.execute("SELECT pg_advisory_xact_lock($1, $2)", &[&KEY_SPACE, &k])?;
-            conn.keys.granted(k);
-            return Ok(());
-        }
-        let got = conn
-            .query_opt(
-                "SELECT pg_try_advisory_xact_lock($1, $2)",
-                &[&KEY_SPACE, &k],
-            )?
-            .map(|row| col::<bool>(&row, 0))
-            .transpose()?
-            .unwrap_or(false);
+        let wait = conn.keys.holds_none();
+        let got = crate::keys::take(&mut conn, k, wait)?;
         if got {
-            conn.keys.granted(k);
             Ok(())
         } else {
             conn.keys.block(Need::Key(k));
