@@ -5,7 +5,7 @@
 
 use crate::cache;
 use crate::conn::{col, Conn};
-use crate::keys::{Mode, Need};
+use crate::keys::{Mode, Need, KEY_SPACE};
 use aware_store::{Result, StoreError};
 
 /// Batches kept in `aware_write_log`: a writer whose last commit is older finds a gap and
@@ -94,7 +94,45 @@ pub(crate) fn begin_keyed(conn: &mut Conn, need: Option<Need>) -> Result<i64> {
     }
     conn.keys.begin(Mode::Shared, None);
     if let Some(Need::Key(k)) = need {
-        crate::keys::take(conn, k, true)?;
+        take_key(conn, k, true)?;
     }
     Ok(epoch)
+}
+
+/// Takes key `k` for the writer's batch, waiting for it or only trying, and answers whether it
+/// was granted. Granted, the key's version row says whether another writer held it since this
+/// writer's last commit holding it: then the row cache may hold stale rows of it and is
+/// emptied (a first cut: the cache does not know which rows belong to which key).
+pub(crate) fn take_key(conn: &mut Conn, k: i32, wait: bool) -> Result<bool> {
+    let row = conn.query_opt(
+        "SELECT o_got, o_writer, o_version FROM aware_take_key($1, $2, $3)",
+        &[&KEY_SPACE, &k, &wait],
+    )?;
+    let Some(row) = row else {
+        return Err(StoreError::Corrupt("aware_take_key gave no row".into()));
+    };
+    if !col::<Option<bool>>(&row, 0)?.unwrap_or(false) {
+        return Ok(false);
+    }
+    let writer: Option<String> = col(&row, 1)?;
+    let version: Option<i64> = col(&row, 2)?;
+    if !conn.keys.still_mine(k, writer.as_deref(), version) {
+        conn.rows.clear();
+    }
+    conn.keys.granted(k);
+    Ok(true)
+}
+
+/// Queues the version rows of the keys the batch holds, to travel with its `COMMIT`.
+pub(crate) fn log_key_versions(conn: &mut Conn) -> Result<()> {
+    let (keys, writer, version) = conn.keys.to_log();
+    if keys.is_empty() {
+        return Ok(());
+    }
+    conn.defer(
+        "INSERT INTO aware_key_versions (k, writer, version) SELECT k, $2, $3 \
+         FROM unnest($1::INTEGER[]) AS k ON CONFLICT (k) DO UPDATE \
+         SET writer = EXCLUDED.writer, version = EXCLUDED.version",
+        vec![Box::new(keys), Box::new(writer), Box::new(version)],
+    )
 }

@@ -249,7 +249,7 @@ fn commit(conn: &mut Conn, lost: Option<String>, faults: &FaultPlan, epoch: i64)
             .and_then(|()| {
                 // Keyed batches in share mode raise no epoch and log nothing (see `epoch`).
                 if conn.keys.mode() == Mode::Shared {
-                    crate::keys::log_versions(conn)
+                    epoch::log_key_versions(conn)
                 } else {
                     epoch::log_batch(conn, epoch)
                 }

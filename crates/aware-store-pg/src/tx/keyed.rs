@@ -34,7 +34,7 @@ impl PgTx<'_> {
             return Ok(());
         }
         let wait = conn.keys.holds_none();
-        let got = crate::keys::take(&mut conn, k, wait)?;
+        let got = crate::epoch::take_key(&mut conn, k, wait)?;
         if got {
             Ok(())
         } else {
