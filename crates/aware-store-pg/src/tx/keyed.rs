@@ -140,13 +140,20 @@ impl PgTx<'_> {
             .map(|(key, agent)| {
                 let exists = if self.holds_stream(key, agent) {
                     self.session_exists(key, agent)?
+                } else if self.with_cache(|c| c.known_existing(key, agent)) == Some(true) {
+                    true
                 } else {
-                    self.map_opt(
-                        "SELECT 1 FROM sessions WHERE session_key = $1 AND agent_id = $2",
-                        &[key, agent],
-                        |_| Ok(()),
-                    )?
-                    .is_some()
+                    let found = self
+                        .map_opt(
+                            "SELECT 1 FROM sessions WHERE session_key = $1 AND agent_id = $2",
+                            &[key, agent],
+                            |_| Ok(()),
+                        )?
+                        .is_some();
+                    if found {
+                        self.with_cache(|c| c.saw_existing(key, agent));
+                    }
+                    found
                 };
                 let cursor = if exists {
                     self.cursor(key, target_key, target_agent)?
