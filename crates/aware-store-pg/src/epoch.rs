@@ -70,14 +70,16 @@ pub(crate) fn log_batch(conn: &mut Conn, epoch: i64) -> Result<()> {
 /// Opens a batch of keyed mode (`PgOptions::keyed_locks`): the cluster key in share mode (the
 /// epoch row `FOR SHARE`, which the `UPDATE` of [`begin`] excludes), and first, while the batch
 /// holds no other key, the key its first op could not get in the last batch. A batch whose
-/// first op needs the cluster key exclusively opens as [`begin`] does. The row cache is
-/// emptied either way: other gateways' keyed batches log nothing (see write-scaling.md).
+/// first op needs the cluster key exclusively opens as [`begin`] does, and empties the row
+/// cache. A share-mode batch reads the epoch: moved since this writer's last batch (a bulk
+/// write, `aware migrate`), every cached row may be stale; otherwise each key's version says
+/// so when the key is taken ([`take_key`]).
 pub(crate) fn begin_keyed(conn: &mut Conn, need: Option<Need>) -> Result<i64> {
     if let Some(Need::Exclusive) = need {
         let (epoch, _) = begin(conn)?;
         // This batch's own bulk writes carry no key versions: nothing cached survives it.
         conn.rows.clear();
-        conn.keys.begin(Mode::Exclusive, None);
+        conn.keys.begin(Mode::Exclusive);
         return Ok(epoch);
     }
     conn.end_transaction();
@@ -92,7 +94,7 @@ pub(crate) fn begin_keyed(conn: &mut Conn, need: Option<Need>) -> Result<i64> {
     if conn.keys.epoch_moved(epoch) {
         conn.rows.clear();
     }
-    conn.keys.begin(Mode::Shared, None);
+    conn.keys.begin(Mode::Shared);
     if let Some(Need::Key(k)) = need {
         take_key(conn, k, true)?;
     }

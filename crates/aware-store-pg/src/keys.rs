@@ -73,7 +73,7 @@ pub(crate) struct KeyLocks {
 }
 
 impl KeyLocks {
-    pub(crate) fn begin(&mut self, mode: Mode, first: Option<i32>) {
+    pub(crate) fn begin(&mut self, mode: Mode) {
         if self.writer.is_empty() {
             self.writer = writer_name();
         }
@@ -83,10 +83,6 @@ impl KeyLocks {
         self.taken.clear();
         self.marks.clear();
         self.blocked = None;
-        if let Some(k) = first {
-            self.held.insert(k);
-            self.taken.push(k);
-        }
     }
 
     /// Whether the version a key's row holds (`None`: no row) is this writer's last, i.e. no
@@ -215,7 +211,8 @@ mod tests {
     #[test]
     fn a_rollback_forgets_the_keys_taken_after_its_savepoint() {
         let mut k = KeyLocks::default();
-        k.begin(Mode::Shared, Some(1));
+        k.begin(Mode::Shared);
+        k.granted(1);
         k.savepoint("op");
         k.granted(2);
         k.savepoint("inner");
