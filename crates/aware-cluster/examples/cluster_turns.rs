@@ -30,6 +30,8 @@ impl Gateway {
             let mut o = aware_store_pg::PgOptions::new(u.to_string());
             // The before/after switch of decision D47, for alternated runs of one build.
             o.batch_after_lock = std::env::var_os("AWARE_BENCH_PG_BATCH_BEFORE_LOCK").is_none();
+            // Locks by key (decision D56), for alternated runs of one build.
+            o.keyed_locks |= std::env::var_os("AWARE_BENCH_PG_KEYED").is_some_and(|v| v == "1");
             o
         });
         let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -8,10 +8,12 @@ use aware_store::{CursorRow, NewEvent, ReadTx, WriteTx};
 use serde_json::Value;
 
 /// A predicate over stored state evaluated inside the append's transaction (e.g. "the link row
-/// is unchanged and the session is the same idle incarnation").
-pub type Admission = Box<dyn FnOnce(&dyn ReadTx) -> aware_store::Result<bool> + Send>;
+/// is unchanged and the session is the same idle incarnation"). Shared, not boxed: the write op
+/// that carries it may run more than once (`aware_store::WriteOp`).
+pub type Admission = std::sync::Arc<dyn Fn(&dyn ReadTx) -> aware_store::Result<bool> + Send + Sync>;
 
 /// Input of an append.
+#[derive(Clone)]
 pub struct AppendRequest {
     pub session: SessionRef,
     pub session_id: Option<String>,
@@ -396,7 +398,7 @@ impl Engine {
             if !tx.session_exists(session.key.as_str(), session.agent.as_str())? {
                 return Err(EngineError::SessionNotFound(session.to_string()));
             }
-            Ok(record(tx, ctx, req))
+            Ok(record(tx, ctx, req.clone()))
         })
     }
 }

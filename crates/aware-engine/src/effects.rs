@@ -71,10 +71,10 @@ impl EffectsQueue {
 /// failed), which the caller then applies through.
 pub(crate) fn with_effects<R>(
     inner: &Arc<Inner>,
-    op: impl FnOnce(&mut dyn WriteTx, &mut Ctx) -> Result<R> + Send + 'static,
+    mut op: impl FnMut(&mut dyn WriteTx, &mut Ctx) -> Result<R> + Send + 'static,
 ) -> (
     Arc<std::sync::atomic::AtomicU64>,
-    impl FnOnce(&mut dyn WriteTx) -> Result<R> + Send + 'static,
+    impl FnMut(&mut dyn WriteTx) -> Result<R> + Send + 'static,
 ) {
     let ticket = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let hook_ticket = ticket.clone();
@@ -88,6 +88,9 @@ pub(crate) fn with_effects<R>(
         let r = op(tx, &mut ctx)?;
         let effects = std::mem::take(&mut ctx.effects);
         let now = ctx.now;
+        // Per run: a backend may run the op again (`aware_store::WriteOp`); only the hook of
+        // the run that commits runs.
+        let (hook_ticket, inner) = (hook_ticket.clone(), inner.clone());
         tx.after_commit(Box::new(move || {
             hook_ticket.store(
                 inner.effects.push(effects, now),

@@ -297,7 +297,7 @@ impl Engine {
     /// (on this thread, in commit order; see [`EffectsQueue`]).
     pub(crate) fn write<R: Send + 'static>(
         &self,
-        op: impl FnOnce(&mut dyn WriteTx, &mut Ctx) -> Result<R> + Send + 'static,
+        op: impl FnMut(&mut dyn WriteTx, &mut Ctx) -> Result<R> + Send + 'static,
     ) -> Result<R> {
         let (ticket, op) = with_effects(&self.inner, op);
         let result = self.inner.store.write_as(op);
@@ -316,7 +316,7 @@ impl Engine {
     /// local and short; on other stores they go to the blocking pool. Needs a tokio runtime.
     pub(crate) async fn write_async<R: Send + 'static>(
         &self,
-        op: impl FnOnce(&mut dyn WriteTx, &mut Ctx) -> Result<R> + Send + 'static,
+        op: impl FnMut(&mut dyn WriteTx, &mut Ctx) -> Result<R> + Send + 'static,
     ) -> Result<R> {
         let inner = self.inner.clone();
         let task = tokio::spawn(async move {

@@ -188,7 +188,7 @@ impl Engine {
             if current.as_ref() != Some(&expected) {
                 return Ok(false);
             }
-            match settlement {
+            match settlement.clone() {
                 Settlement::Missing => {
                     tx.delete_link(&expected.session_key, &expected.agent_id)?;
                 }
@@ -197,7 +197,7 @@ impl Engine {
                         last_marker_json: Some(canonical_json(&marker)),
                         last_scanned_at: Some(ctx.now),
                         updated_at: ctx.now.max(expected.updated_at + 1),
-                        ..expected
+                        ..expected.clone()
                     })?;
                 }
             }
@@ -346,7 +346,7 @@ impl Engine {
         mut req: AppendRequest,
     ) -> Result<crate::AppendOutcome> {
         let (snap, sid) = (snapshot.clone(), session_id.to_string());
-        req.admission = Some(Box::new(move |tx: &dyn ReadTx| {
+        req.admission = Some(std::sync::Arc::new(move |tx: &dyn ReadTx| {
             let link_same = tx.link(&snap.session_key, &snap.agent_id)?.as_ref() == Some(&snap);
             let session_ok = tx
                 .session(&snap.session_key, &snap.agent_id)?
@@ -360,7 +360,7 @@ impl Engine {
             req.session_id = Some(row.session_id.clone());
             req.only_if_watched = parent.is_none();
             req.watchers = parent.into_iter().collect();
-            Ok(record(tx, ctx, req))
+            Ok(record(tx, ctx, req.clone()))
         })
     }
 }

@@ -48,13 +48,13 @@ impl Engine {
                 key: child2.key.clone(),
                 agent: Some(child2.agent.clone()),
                 kind: None,
-                label,
+                label: label.clone(),
                 parent: Some(caller.key.clone()),
                 caller: Caller::Session(caller.clone()),
                 created_via: CreatedVia::Spawn,
             };
             create_in(tx, ctx, &child2, &req, Some(&run2))?;
-            let mut turn = NewTurn::user(task);
+            let mut turn = NewTurn::user(task.clone());
             turn.provenance = Some(Provenance::inter_session(caller.key.clone(), None));
             turn.run_id = Some(run2.clone());
             post_turn_in(tx, ctx, &child2, turn)?;
@@ -107,7 +107,7 @@ impl Engine {
         let watched = self.write(move |tx, ctx| {
             load_session(tx, &c)?;
             load_session(tx, &t)?;
-            let mut turn = NewTurn::user(m);
+            let mut turn = NewTurn::user(m.clone());
             turn.provenance = Some(Provenance::inter_session(c.key.clone(), Some("sessions_send")));
             turn.run_id = Some(r.clone());
             post_turn_in(tx, ctx, &t, turn)?;

@@ -13,7 +13,7 @@ impl Engine {
     pub fn post_turn(&self, s: &SessionRef, turn: NewTurn) -> Result<TurnOutcome> {
         check_new_turn(&turn)?;
         let s2 = s.clone();
-        self.write(move |tx, ctx| post_turn_in(tx, ctx, &s2, turn))
+        self.write(move |tx, ctx| post_turn_in(tx, ctx, &s2, turn.clone()))
     }
 
     /// [`Engine::post_turn`] for async callers (the gateway's hottest write route): no
@@ -21,7 +21,7 @@ impl Engine {
     pub async fn post_turn_async(&self, s: &SessionRef, turn: NewTurn) -> Result<TurnOutcome> {
         check_new_turn(&turn)?;
         let s2 = s.clone();
-        self.write_async(move |tx, ctx| post_turn_in(tx, ctx, &s2, turn))
+        self.write_async(move |tx, ctx| post_turn_in(tx, ctx, &s2, turn.clone()))
             .await
     }
 
@@ -122,13 +122,13 @@ impl Engine {
                 });
             };
             row.goal = Some(GoalRow {
-                text,
+                text: text.clone(),
                 status: status.as_str().into(),
                 updated_at: ctx.now,
             });
             row.updated_at = ctx.now;
             tx.update_session(&row)?;
-            let event = record_goal(tx, ctx, &row, action, actor);
+            let event = record_goal(tx, ctx, &row, action, actor.clone());
             Ok(GoalChange {
                 goal: row.goal,
                 changed: true,
@@ -152,7 +152,7 @@ impl Engine {
             row.goal = None;
             row.updated_at = ctx.now;
             tx.update_session(&row)?;
-            let event = record_goal(tx, ctx, &row, "cleared", actor);
+            let event = record_goal(tx, ctx, &row, "cleared", actor.clone());
             Ok(GoalChange {
                 goal: None,
                 changed: true,
@@ -172,7 +172,7 @@ impl Engine {
             validate_run_id(r)?;
         }
         let s2 = s.clone();
-        self.write(move |tx, ctx| start_run_in(tx, ctx, &s2, run_id, timeout_secs))
+        self.write(move |tx, ctx| start_run_in(tx, ctx, &s2, run_id.clone(), timeout_secs))
     }
 
     /// Ends a run (03 §4.3): idempotent for the same outcome, a conflict for another.
@@ -241,7 +241,7 @@ impl Engine {
                     id: new_uuid(),
                     index,
                     role: Role::Compaction.as_str().into(),
-                    text: summary.unwrap_or_else(|| "[compacted]".into()),
+                    text: summary.clone().unwrap_or_else(|| "[compacted]".into()),
                     at: ctx.now,
                     actor_type: ActorType::System,
                     actor_id: None,

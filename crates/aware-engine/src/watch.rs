@@ -219,7 +219,7 @@ impl Engine {
                 Vec::new()
             };
             let mut acked: std::collections::HashSet<(String, String)> = Default::default();
-            for n in notices {
+            for n in notices.iter().cloned() {
                 let Some(target) = decode_context_key(&n.context_key) else {
                     result.ignored.push(n.context_key);
                     continue;

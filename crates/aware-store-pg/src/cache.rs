@@ -47,6 +47,11 @@ pub(crate) struct RowCache {
     watchers: HashMap<Pair, Vec<String>>,
     /// `MAX(idx) + 1` of a session's turns.
     turn_counts: HashMap<Pair, i64>,
+    /// Keyed mode: sessions seen to exist by a read without their key (a watcher's existence,
+    /// `watcher_cursors`). A session disappears only in a batch holding the cluster key
+    /// exclusively, after which every writer's next batch finds the epoch moved and empties
+    /// the cache; so a session seen existing stays so, and one not seen is read again.
+    existing: HashSet<Pair>,
     /// What this batch wrote, for its row in `aware_write_log` (recorded whether or not the
     /// row was cached: other writers' caches are what it is for).
     touched: HashSet<String>,
@@ -135,6 +140,7 @@ impl RowCache {
         self.cursors.clear();
         self.watchers.clear();
         self.turn_counts.clear();
+        self.existing.clear();
     }
 
     /// Rows were written behind the cache (`aware migrate`'s import): forget every row, and
@@ -145,14 +151,26 @@ impl RowCache {
     }
 
     fn room(&mut self) {
-        let n =
-            self.sessions.len() + self.cursors.len() + self.watchers.len() + self.turn_counts.len();
+        let n = self.sessions.len()
+            + self.cursors.len()
+            + self.watchers.len()
+            + self.turn_counts.len()
+            + self.existing.len();
         if n >= MAX_ENTRIES {
             self.clear();
         }
     }
 
     // Sessions.
+
+    pub(crate) fn known_existing(&self, key: &str, agent: &str) -> bool {
+        self.existing.contains(&pair(key, agent))
+    }
+
+    pub(crate) fn saw_existing(&mut self, key: &str, agent: &str) {
+        self.room();
+        self.existing.insert(pair(key, agent));
+    }
 
     /// `Some(row or None)` when known.
     pub(crate) fn session(&self, key: &str, agent: &str) -> Option<Option<SessionRow>> {

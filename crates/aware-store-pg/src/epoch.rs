@@ -5,6 +5,7 @@
 
 use crate::cache;
 use crate::conn::{col, Conn};
+use crate::keys::{Mode, Need, KEY_SPACE};
 use aware_store::{Result, StoreError};
 
 /// Batches kept in `aware_write_log`: a writer whose last commit is older finds a gap and
@@ -64,4 +65,76 @@ pub(crate) fn log_batch(conn: &mut Conn, epoch: i64) -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// Opens a batch of keyed mode (`PgOptions::keyed_locks`): the cluster key in share mode (the
+/// epoch row `FOR SHARE`, which the `UPDATE` of [`begin`] excludes), and first, while the batch
+/// holds no other key, the key its first op could not get in the last batch. A batch whose
+/// first op needs the cluster key exclusively opens as [`begin`] does, and empties the row
+/// cache. A share-mode batch reads the epoch: moved since this writer's last batch (a bulk
+/// write, `aware migrate`), every cached row may be stale; otherwise each key's version says
+/// so when the key is taken ([`take_key`]).
+pub(crate) fn begin_keyed(conn: &mut Conn, need: Option<Need>) -> Result<i64> {
+    if let Some(Need::Exclusive) = need {
+        let (epoch, _) = begin(conn)?;
+        // This batch's own bulk writes carry no key versions: nothing cached survives it.
+        conn.rows.clear();
+        conn.keys.begin(Mode::Exclusive);
+        return Ok(epoch);
+    }
+    conn.end_transaction();
+    conn.defer_simple("BEGIN ISOLATION LEVEL READ COMMITTED");
+    let epoch: i64 = match conn.query_opt(
+        "SELECT epoch FROM aware_write_epoch WHERE id = 1 FOR SHARE",
+        &[],
+    )? {
+        Some(row) => col(&row, 0)?,
+        None => return Err(StoreError::Corrupt("aware_write_epoch has no row".into())),
+    };
+    if conn.keys.epoch_moved(epoch) {
+        conn.rows.clear();
+    }
+    conn.keys.begin(Mode::Shared);
+    if let Some(Need::Key(k)) = need {
+        take_key(conn, k, true)?;
+    }
+    Ok(epoch)
+}
+
+/// Takes key `k` for the writer's batch, waiting for it or only trying, and answers whether it
+/// was granted. Granted, the key's version row says whether another writer held it since this
+/// writer's last commit holding it: then the row cache may hold stale rows of it and is
+/// emptied (a first cut: the cache does not know which rows belong to which key).
+pub(crate) fn take_key(conn: &mut Conn, k: i32, wait: bool) -> Result<bool> {
+    let row = conn.query_opt(
+        "SELECT o_got, o_writer, o_version FROM aware_take_key($1, $2, $3)",
+        &[&KEY_SPACE, &k, &wait],
+    )?;
+    let Some(row) = row else {
+        return Err(StoreError::Corrupt("aware_take_key gave no row".into()));
+    };
+    if !col::<Option<bool>>(&row, 0)?.unwrap_or(false) {
+        return Ok(false);
+    }
+    let writer: Option<String> = col(&row, 1)?;
+    let version: Option<i64> = col(&row, 2)?;
+    if !conn.keys.still_mine(k, writer.as_deref(), version) {
+        conn.rows.clear();
+    }
+    conn.keys.granted(k);
+    Ok(true)
+}
+
+/// Queues the version rows of the keys the batch holds, to travel with its `COMMIT`.
+pub(crate) fn log_key_versions(conn: &mut Conn) -> Result<()> {
+    let (keys, writer, version) = conn.keys.to_log();
+    if keys.is_empty() {
+        return Ok(());
+    }
+    conn.defer(
+        "INSERT INTO aware_key_versions (k, writer, version) SELECT k, $2, $3 \
+         FROM unnest($1::INTEGER[]) AS k ON CONFLICT (k) DO UPDATE \
+         SET writer = EXCLUDED.writer, version = EXCLUDED.version",
+        vec![Box::new(keys), Box::new(writer), Box::new(version)],
+    )
 }

@@ -15,6 +15,7 @@ mod cache;
 mod conn;
 mod connector;
 mod epoch;
+mod keys;
 mod locks;
 pub mod migrate;
 mod options;
@@ -97,12 +98,10 @@ impl PgStore {
         let (tx, rx) = mpsc::channel::<Job>();
         let writer = {
             let (faults, metrics, connector) = (faults.clone(), metrics.clone(), connector.clone());
-            let after_lock = options.batch_after_lock;
+            let modes = (options.batch_after_lock, options.keyed_locks);
             std::thread::Builder::new()
                 .name("aware-pg-writer".into())
-                .spawn(move || {
-                    writer_loop(Some(first), &connector, rx, &faults, &metrics, after_lock)
-                })
+                .spawn(move || writer_loop(Some(first), &connector, rx, &faults, &metrics, modes))
                 .map_err(|e| StoreError::Corrupt(format!("cannot start writer thread: {e}")))?
         };
         Ok(PgStore {

@@ -31,6 +31,12 @@ pub struct PgOptions {
     /// before asking for it, so ops that arrive while another gateway holds the lock join this
     /// gateway's next commit instead of waiting for one more.
     pub batch_after_lock: bool,
+    /// Locks by key (decision D56, docs/design/write-scaling.md): batches hold the cluster
+    /// lock in share mode and an advisory lock per stream they touch, so gateways writing
+    /// different sessions commit at the same time. Off by default; every gateway of a cluster
+    /// must run the same mode. The default is read from `AWARE_PG_KEYED_LOCKS=1`, so a test
+    /// suite or a bench can run every store in this mode.
+    pub keyed_locks: bool,
 }
 
 impl std::fmt::Debug for PgOptions {
@@ -42,6 +48,7 @@ impl std::fmt::Debug for PgOptions {
             .field("connect_timeout", &self.connect_timeout)
             .field("statement_timeout", &self.statement_timeout)
             .field("batch_after_lock", &self.batch_after_lock)
+            .field("keyed_locks", &self.keyed_locks)
             .finish_non_exhaustive()
     }
 }
@@ -60,6 +67,7 @@ impl PgOptions {
             statement_timeout: Duration::from_secs(5),
             keepalive_idle: Duration::from_secs(5),
             batch_after_lock: true,
+            keyed_locks: std::env::var_os("AWARE_PG_KEYED_LOCKS").is_some_and(|v| v == "1"),
         }
     }
 

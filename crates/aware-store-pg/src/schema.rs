@@ -7,7 +7,7 @@ use crate::WRITE_LOCK;
 use aware_store::{Result, StoreError};
 
 /// The newest schema version this binary knows.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// Migration `n` (1-based) brings the schema from version `n - 1` to `n`. Never edit a
 /// migration that shipped; add the next one.
@@ -197,6 +197,37 @@ VALUES (1, replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''))
 CREATE INDEX session_watch_cursors_target_watcher
     ON session_watch_cursors (target_session_key, target_agent_id, watcher_session_key);
 DROP INDEX session_watch_cursors_target;
+"#,
+    // Migration 6 belongs to another branch of this round; this placeholder keeps the numbers
+    // of the two branches apart until they are merged.
+    "SELECT 1;",
+    r#"
+-- Locks by key (decision D56, `PgOptions::keyed_locks`): per lock key, the writer and batch
+-- that last committed holding it, so a writer keeps its cached rows of a key while no other
+-- writer took that key since its own last batch. `aware_take_key` takes the key (waiting or
+-- trying) and only then reads its row: as a VOLATILE function its query takes a fresh snapshot
+-- after the lock was granted, so the row of the key's last holder is always seen.
+CREATE TABLE aware_key_versions (
+    k       INTEGER PRIMARY KEY,
+    writer  TEXT NOT NULL,
+    version BIGINT NOT NULL
+);
+CREATE FUNCTION aware_take_key(p_space INTEGER, p_k INTEGER, p_wait BOOLEAN,
+    OUT o_got BOOLEAN, OUT o_writer TEXT, OUT o_version BIGINT)
+LANGUAGE plpgsql VOLATILE AS $f$
+BEGIN
+    IF p_wait THEN
+        PERFORM pg_advisory_xact_lock(p_space, p_k);
+        o_got := TRUE;
+    ELSE
+        o_got := pg_try_advisory_xact_lock(p_space, p_k);
+    END IF;
+    IF o_got THEN
+        SELECT v.writer, v.version INTO o_writer, o_version
+        FROM aware_key_versions v WHERE v.k = p_k;
+    END IF;
+END
+$f$;
 "#,
 ];
 

@@ -4,9 +4,11 @@
 use crate::conn::Conn;
 use crate::connector::Connector;
 use crate::epoch;
+use crate::keys::{Mode, Need};
 use crate::stats::{self, Role};
 use crate::tx::{Hook, PgTx};
 use aware_store::{Completion, FaultPlan, Result, StoreError, StoreMetrics, WriteOp};
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -20,10 +22,10 @@ pub(crate) struct Job {
 }
 
 /// Moves every op already queued into `batch`, up to [`MAX_GROUP`].
-fn take_queued(rx: &mpsc::Receiver<Job>, batch: &mut Vec<Job>) {
+fn take_queued(rx: &mpsc::Receiver<Job>, batch: &mut Vec<(Job, u32)>) {
     while batch.len() < MAX_GROUP {
         match rx.try_recv() {
-            Ok(job) => batch.push(job),
+            Ok(job) => batch.push((job, 0)),
             Err(_) => break,
         }
     }
@@ -32,12 +34,12 @@ fn take_queued(rx: &mpsc::Receiver<Job>, batch: &mut Vec<Job>) {
 /// Fails `batch` and every op queued behind it with `error`.
 fn fail_all(
     rx: &mpsc::Receiver<Job>,
-    mut batch: Vec<Job>,
+    mut batch: Vec<(Job, u32)>,
     error: fn(String) -> StoreError,
     why: &str,
 ) {
     take_queued(rx, &mut batch);
-    for job in batch {
+    for (job, _) in batch {
         (job.complete)(Err(error(why.to_string())));
     }
 }
@@ -54,15 +56,26 @@ pub(crate) fn writer_loop(
     rx: mpsc::Receiver<Job>,
     faults: &FaultPlan,
     metrics: &StoreMetrics,
-    after_lock: bool,
+    (after_lock, keyed): (bool, bool),
 ) {
-    while let Ok(first) = rx.recv() {
+    // Keyed mode: ops rolled back because a key was busy (or the cluster key was needed
+    // exclusively), to run first in the next batch, with what that batch must take first.
+    let mut carried: VecDeque<Carried> = VecDeque::new();
+    loop {
+        let (first, need) = match carried.pop_front() {
+            Some(c) => (c.job, Some(c.need)),
+            None => match rx.recv() {
+                Ok(job) => (job, None),
+                Err(_) => break,
+            },
+        };
         while faults.writer_stalled() {
             std::thread::sleep(Duration::from_millis(5));
         }
         // SQLite-only seams (page counts, query_only) have no meaning here.
         let _ = faults.take_writer_pragmas();
-        let mut batch = vec![first];
+        let mut batch = vec![(first, need.map_or(0, |n| n.1))];
+        batch.extend(carried.drain(..).map(|c| (c.job, c.need.1)));
         if !after_lock {
             take_queued(&rx, &mut batch);
         }
@@ -76,9 +89,16 @@ pub(crate) fn writer_loop(
                 continue;
             }
         };
-        let epoch = match epoch::begin(conn) {
-            Ok((epoch, log)) => {
+        let begun = if keyed {
+            epoch::begin_keyed(conn, need.map(|n| n.0))
+        } else {
+            epoch::begin(conn).map(|(epoch, log)| {
                 conn.rows.begin_batch(epoch, &log);
+                epoch
+            })
+        };
+        let epoch = match begun {
+            Ok(epoch) => {
                 if after_lock {
                     take_queued(&rx, &mut batch);
                 }
@@ -98,7 +118,8 @@ pub(crate) fn writer_loop(
             }
         };
         let begun = started.elapsed();
-        let (done, lost) = run_ops(conn, batch, faults);
+        let (done, lost, deferred) = run_ops(conn, batch, faults);
+        carried.extend(deferred);
         let committing = Instant::now();
         let commit = commit(conn, lost, faults, epoch);
         conn.end_transaction();
@@ -115,6 +136,18 @@ pub(crate) fn writer_loop(
     }
 }
 
+/// An op of keyed mode that could not go on in its batch: what the next batch must take first,
+/// and how many times it was rolled back.
+struct Carried {
+    job: Job,
+    need: (Need, u32),
+}
+
+/// Rolled back this many times, an op runs next in a batch that holds the cluster key
+/// exclusively, where nothing can be busy: an op that needs several contended keys cannot
+/// bounce for ever.
+const MAX_RERUNS: u32 = 3;
+
 /// What an op left for the commit: its completion, its after-commit hooks, and a failure of this
 /// op alone that the commit does not undo.
 type Done = (Completion, Vec<Hook>, Option<String>);
@@ -122,12 +155,17 @@ type Done = (Completion, Vec<Hook>, Option<String>);
 /// Runs each op of the batch under its own savepoint. Answers what each op left, and why the
 /// transaction can no longer be used when the connection broke: ops not run yet are then failed
 /// without running and the batch is rolled back.
-fn run_ops(conn: &mut Conn, batch: Vec<Job>, faults: &FaultPlan) -> (Vec<Done>, Option<String>) {
+fn run_ops(
+    conn: &mut Conn,
+    batch: Vec<(Job, u32)>,
+    faults: &FaultPlan,
+) -> (Vec<Done>, Option<String>, Vec<Carried>) {
     let mut done: Vec<Done> = Vec::with_capacity(batch.len());
+    let mut deferred: Vec<Carried> = Vec::new();
     // Set when the transaction can no longer be used (the connection broke): ops not run
     // yet are failed without running and the batch is rolled back.
     let mut lost: Option<String> = None;
-    for job in batch {
+    for (mut job, reruns) in batch {
         if let Some(msg) = &lost {
             (job.complete)(Err(StoreError::CommitFailed(msg.clone())));
             continue;
@@ -138,6 +176,29 @@ fn run_ops(conn: &mut Conn, batch: Vec<Job>, faults: &FaultPlan) -> (Vec<Done>, 
             let failed = (job.run)(&mut tx);
             (failed, tx.take_hooks())
         };
+        if let Some(need) = conn.keys.take_blocked() {
+            // Keyed mode: the op met a key another batch holds, or needs the cluster key
+            // exclusively. Whatever it answered, undo it and run it again first in the next
+            // batch, which takes that first (its hooks and result are those of that run).
+            match conn.rollback_to("op") {
+                Ok(()) => {
+                    let need = if reruns + 1 >= MAX_RERUNS {
+                        Need::Exclusive
+                    } else {
+                        need
+                    };
+                    deferred.push(Carried {
+                        job,
+                        need: (need, reruns + 1),
+                    });
+                }
+                Err(e) => {
+                    lost = Some(e.to_string());
+                    done.push((job.complete, Vec::new(), None));
+                }
+            }
+            continue;
+        }
         // The op's queued writes are not waited for: they travel with the next exchange
         // (a later op's read, or the COMMIT), so ops stream to the server without a round
         // trip each. A queued write that the server refuses is found by that exchange and
@@ -167,7 +228,7 @@ fn run_ops(conn: &mut Conn, batch: Vec<Job>, faults: &FaultPlan) -> (Vec<Done>, 
             }
         }
     }
-    (done, lost)
+    (done, lost, deferred)
 }
 
 /// Commits the batch unless an op lost the transaction, a failed statement stands, or a commit
@@ -185,7 +246,14 @@ fn commit(conn: &mut Conn, lost: Option<String>, faults: &FaultPlan, epoch: i64)
         Err(StoreError::CommitFailed("injected commit failure".into()))
     } else {
         conn.queue_sequence_catch_up()
-            .and_then(|()| epoch::log_batch(conn, epoch))
+            .and_then(|()| {
+                // Keyed batches in share mode raise no epoch and log nothing (see `epoch`).
+                if conn.keys.mode() == Mode::Shared {
+                    epoch::log_key_versions(conn)
+                } else {
+                    epoch::log_batch(conn, epoch)
+                }
+            })
             .and_then(|()| conn.batch("COMMIT"))
             .map_err(|e| StoreError::CommitFailed(e.to_string()))
     }
@@ -204,6 +272,7 @@ fn settle(
     match commit {
         Ok(()) => {
             conn.rows.committed(epoch);
+            conn.keys.committed();
             let total = started.elapsed().as_micros() as u64;
             metrics.record_commit(done.len() as u64, total);
             stats::batch(

@@ -257,6 +257,7 @@ mod writer_tests {
                         let seq = store
                             .write(move |tx| {
                                 let seq = tx.insert_event(&event(&format!("s{t}"), i))?;
+                                let seen = seen.clone();
                                 tx.after_commit(Box::new(move || seen.lock().unwrap().push(seq)));
                                 Ok(seq)
                             })
@@ -272,6 +273,7 @@ mod writer_tests {
                 store
                     .write_async(move |tx| {
                         let seq = tx.insert_event(&event("async", i))?;
+                        let seen = seen.clone();
                         tx.after_commit(Box::new(move || seen.lock().unwrap().push(seq)));
                         Ok(())
                     })

@@ -133,7 +133,7 @@ pub(super) fn run_batch(
         // and the like abort the whole transaction, not just the statement): every op so far is
         // gone, and ops run now would commit one by one outside the batch, so none runs.
         let mut lost: Option<String> = None;
-        for job in batch {
+        for mut job in batch {
             if let Some(msg) = &lost {
                 (job.complete)(Err(StoreError::CommitFailed(msg.clone())));
                 continue;

@@ -17,7 +17,13 @@ use std::sync::{Arc, Mutex};
 /// One write op. It runs inside the backend's transaction under a savepoint of its own and
 /// returns the text of its failure, if it failed; the backend then rolls its savepoint back and
 /// drops its after-commit hooks. The op's typed result travels beside it (see [`StoreExt`]).
-pub type WriteOp = Box<dyn FnOnce(&mut dyn WriteTx) -> Option<String> + Send>;
+///
+/// `FnMut`, not `FnOnce`: a backend may roll an op back to its savepoint and run it again in a
+/// later transaction (PostgreSQL's keyed locks, write-scaling.md: an op that cannot get a lock
+/// key without waiting is run first in the next batch). Only the last run's effects, result
+/// and after-commit hooks count; an op must therefore take its inputs by clone or reference,
+/// never move them out. SQLite runs every op exactly once.
+pub type WriteOp = Box<dyn FnMut(&mut dyn WriteTx) -> Option<String> + Send>;
 
 /// Called exactly once per submitted op with the outcome of the commit that carried it, after
 /// the op's after-commit hooks ran.
@@ -106,7 +112,7 @@ pub trait StoreExt: Store {
     /// An `Err` from `op` rolls back everything `op` wrote.
     fn write<R: Send + 'static>(
         &self,
-        op: impl FnOnce(&mut dyn WriteTx) -> Result<R> + Send + 'static,
+        op: impl FnMut(&mut dyn WriteTx) -> Result<R> + Send + 'static,
     ) -> Result<R> {
         self.write_as(op)
     }
@@ -114,7 +120,7 @@ pub trait StoreExt: Store {
     /// [`StoreExt::write`] for async callers: the runtime thread is not blocked.
     fn write_async<R: Send + 'static>(
         &self,
-        op: impl FnOnce(&mut dyn WriteTx) -> Result<R> + Send + 'static,
+        op: impl FnMut(&mut dyn WriteTx) -> Result<R> + Send + 'static,
     ) -> impl Future<Output = Result<R>> + Send {
         self.write_async_as(op)
     }
@@ -122,7 +128,7 @@ pub trait StoreExt: Store {
     /// [`StoreExt::write_async`] with the op's own error type.
     fn write_async_as<R, E>(
         &self,
-        op: impl FnOnce(&mut dyn WriteTx) -> Result<R, E> + Send + 'static,
+        op: impl FnMut(&mut dyn WriteTx) -> Result<R, E> + Send + 'static,
     ) -> impl Future<Output = Result<R, E>> + Send
     where
         R: Send + 'static,
@@ -146,7 +152,7 @@ pub trait StoreExt: Store {
     /// [`StoreExt::write`] with the op's own error type.
     fn write_as<R, E>(
         &self,
-        op: impl FnOnce(&mut dyn WriteTx) -> Result<R, E> + Send + 'static,
+        op: impl FnMut(&mut dyn WriteTx) -> Result<R, E> + Send + 'static,
     ) -> Result<R, E>
     where
         R: Send + 'static,
@@ -186,7 +192,7 @@ impl<S: Store + ?Sized> StoreExt for S {}
 fn submit_typed<S, R, E>(
     store: &S,
     blocking: bool,
-    op: impl FnOnce(&mut dyn WriteTx) -> Result<R, E> + Send + 'static,
+    op: impl FnMut(&mut dyn WriteTx) -> Result<R, E> + Send + 'static,
     reply: impl FnOnce(Result<R, E>) + Send + 'static,
 ) -> Result<()>
 where
@@ -196,6 +202,7 @@ where
 {
     let slot: Arc<Mutex<Option<Result<R, E>>>> = Arc::new(Mutex::new(None));
     let run_slot = slot.clone();
+    let mut op = op;
     let run: WriteOp = Box::new(move |tx: &mut dyn WriteTx| {
         let result = match catch_unwind(AssertUnwindSafe(|| op(tx))) {
             Ok(r) => r,

@@ -246,6 +246,7 @@ fn hold_writer(
                 }
                 std::thread::sleep(Duration::from_millis(150));
                 if fail_next_batch {
+                    let s2 = s2.clone();
                     tx.after_commit(Box::new(move || s2.faults().fail_next_commits(1)));
                 }
                 Ok(())
@@ -708,7 +709,7 @@ fn a_full_disk_fails_writes_cleanly_and_loses_nothing() {
             id: "raw-turn".into(),
             index: 10_000,
             role: "user".into(),
-            text,
+            text: text.clone(),
             at: T0,
             actor_type: ActorType::Human,
             actor_id: None,

@@ -86,6 +86,8 @@ pub(crate) struct Conn {
     pipe: Pipeline,
     /// The writer's row cache (empty on reader connections); dies with the connection.
     pub(crate) rows: crate::cache::RowCache,
+    /// The lock keys of the writer's current batch (keyed mode; see `keys`).
+    pub(crate) keys: crate::keys::KeyLocks,
     /// Event numbers given in this transaction without a round trip each.
     numbers: LocalNumbers,
     deadlines: Deadlines,
@@ -158,6 +160,7 @@ impl Conn {
             role,
             pipe: Pipeline::default(),
             rows: crate::cache::RowCache::default(),
+            keys: crate::keys::KeyLocks::default(),
             numbers: LocalNumbers::default(),
             deadlines,
             broken: false,
@@ -368,6 +371,7 @@ impl Conn {
     /// writes stay queued, now the enclosing transaction's), a rollback drops it with every
     /// write queued after it. So an op that only queues writes costs no savepoint statements.
     pub(crate) fn savepoint(&mut self, name: &str) {
+        self.keys.savepoint(name);
         self.pipe
             .set_savepoint(name, format!("SAVEPOINT {}", ident(name)));
     }
@@ -376,6 +380,7 @@ impl Conn {
     /// `RELEASE`. A failure of anything inside it is then reported by the exchange that carries
     /// it, which fails the op or the batch (see [`Conn::healthy`]).
     pub(crate) fn release_queued(&mut self, name: &str) {
+        self.keys.release(name);
         self.pipe.release(name, format!("RELEASE {}", ident(name)));
     }
 
@@ -385,6 +390,8 @@ impl Conn {
     /// after the savepoint was set is undone with it. The row cache is emptied either way,
     /// since it may hold rows of the undone writes.
     pub(crate) fn rollback_to(&mut self, name: &str) -> Result<()> {
+        // PostgreSQL releases the locks taken inside a rolled-back savepoint: forget them.
+        self.keys.rolled_back(name);
         if self.pipe.rollback_unsent(name) {
             self.rows.clear();
             return Ok(());
@@ -412,7 +419,11 @@ impl Conn {
     /// Numbers of a transaction that does not commit were never visible nor answered (as with
     /// `nextval` itself, the sequence then skips or reissues only numbers nobody saw).
     pub(crate) fn next_sequence(&mut self) -> Result<i64> {
-        if let Some(n) = self.numbers.next() {
+        // Keyed batches number concurrently: only a number drawn after the stream's key was
+        // granted is above every number an earlier holder of the key committed, so each
+        // event draws its own (write-scaling.md, "Numbering").
+        let local = self.keys.mode() != crate::keys::Mode::Shared;
+        if let Some(n) = self.numbers.next().filter(|_| local) {
             return Ok(n);
         }
         let rows = self.query(&format!("SELECT nextval({EVENT_SEQUENCE})"), &[])?;
@@ -420,7 +431,9 @@ impl Conn {
             Some(row) => col(row, 0)?,
             None => return Err(StoreError::Corrupt("nextval gave no row".into())),
         };
-        self.numbers.drew(n);
+        if local {
+            self.numbers.drew(n);
+        }
         Ok(n)
     }
 

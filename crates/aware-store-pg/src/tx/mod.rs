@@ -8,6 +8,7 @@ use std::cell::RefCell;
 
 mod console;
 mod dump;
+mod keyed;
 mod mapping;
 mod read;
 mod write;

@@ -12,15 +12,19 @@ use aware_store::{
 
 impl ReadTx for PgTx<'_> {
     fn export_rows(&self, table: &Table, after: Option<&[Value]>, limit: u32) -> Result<Vec<Row>> {
+        self.exclusive()?;
         self.dump_rows(table, after, limit)
     }
     fn row_count(&self, table: &Table) -> Result<u64> {
+        self.exclusive()?;
         self.dump_count(table)
     }
     fn counter(&self, table: &Table) -> Result<i64> {
+        self.exclusive()?;
         self.dump_counter(table)
     }
     fn session(&self, key: &str, agent: &str) -> Result<Option<SessionRow>> {
+        self.stream(key, agent)?;
         if let Some(Some(known)) = self.with_cache(|c| c.session(key, agent)) {
             return Ok(known);
         }
@@ -50,14 +54,23 @@ impl ReadTx for PgTx<'_> {
     }
 
     fn session_by_label(&self, agent: &str, label: &str) -> Result<Option<SessionRow>> {
-        self.map_opt(
-            &format!("SELECT {SESSION_COLS} FROM sessions WHERE agent_id = $1 AND label = $2"),
-            &[&agent, &label],
-            session_from_row,
+        self.lock(&["\u{1}label", agent, label])?;
+        self.keyed_read_opt(
+            || {
+                self.map_opt(
+                    &format!(
+                        "SELECT {SESSION_COLS} FROM sessions WHERE agent_id = $1 AND label = $2"
+                    ),
+                    &[&agent, &label],
+                    session_from_row,
+                )
+            },
+            |r: &SessionRow| (r.key.clone(), r.agent_id.clone()),
         )
     }
 
     fn list_sessions(&self, f: &SessionFilter) -> Result<Vec<SessionRow>> {
+        self.exclusive()?;
         let mut sql = format!("SELECT {SESSION_COLS} FROM sessions WHERE TRUE");
         let mut args: Vec<Arg> = Vec::new();
         in_list(&mut sql, "agent_id", &f.agents, &mut args);
@@ -88,10 +101,12 @@ impl ReadTx for PgTx<'_> {
     }
 
     fn console_sessions(&self, f: &ConsoleFilter) -> Result<(Vec<ConsoleRow>, u64)> {
+        self.exclusive()?;
         self.console_page(f)
     }
 
     fn head(&self, key: &str, agent: &str) -> Result<Option<HeadRow>> {
+        self.stream(key, agent)?;
         self.check_log_read()?;
         self.map_opt(
             "SELECT last_sequence, pruned_max_sequence, updated_at FROM session_state_heads \
@@ -108,6 +123,9 @@ impl ReadTx for PgTx<'_> {
     }
 
     fn heads(&self, pairs: &[(String, String)]) -> Result<Vec<Option<HeadRow>>> {
+        for (key, agent) in pairs {
+            self.stream(key, agent)?;
+        }
         pairs.iter().map(|(k, a)| self.head(k, a)).collect()
     }
 
@@ -118,6 +136,7 @@ impl ReadTx for PgTx<'_> {
         after: i64,
         limit: u32,
     ) -> Result<Vec<StoredEvent>> {
+        self.stream(key, agent)?;
         self.check_log_read()?;
         self.map_vec(
             &format!(
@@ -130,6 +149,7 @@ impl ReadTx for PgTx<'_> {
     }
 
     fn earliest_sequence(&self, key: &str, agent: &str) -> Result<Option<i64>> {
+        self.stream(key, agent)?;
         self.check_log_read()?;
         self.map_opt(
             "SELECT sequence FROM session_state_events WHERE session_key = $1 AND agent_id = $2 \
@@ -146,6 +166,7 @@ impl ReadTx for PgTx<'_> {
         before: i64,
         limit: u32,
     ) -> Result<Vec<StoredEvent>> {
+        self.stream(key, agent)?;
         self.check_log_read()?;
         self.map_vec(
             &format!(
@@ -158,6 +179,7 @@ impl ReadTx for PgTx<'_> {
     }
 
     fn event_by_dedupe(&self, dedupe_key: &str) -> Result<Option<StoredEvent>> {
+        self.lock(&["\u{1}dedupe", dedupe_key])?;
         self.map_opt(
             &format!("SELECT {EVENT_COLS} FROM session_state_events WHERE dedupe_key = $1"),
             &[&dedupe_key],
@@ -174,6 +196,7 @@ impl ReadTx for PgTx<'_> {
     }
 
     fn event_count(&self) -> Result<u64> {
+        self.exclusive()?;
         self.count("SELECT COUNT(*) FROM session_state_events", &[])
     }
 
@@ -183,6 +206,7 @@ impl ReadTx for PgTx<'_> {
         target_key: &str,
         target_agent: &str,
     ) -> Result<Option<CursorRow>> {
+        self.stream(target_key, target_agent)?;
         if let Some(Some(known)) = self.with_cache(|c| c.cursor(watcher, target_key, target_agent))
         {
             return Ok(known);
@@ -199,18 +223,27 @@ impl ReadTx for PgTx<'_> {
         Ok(row)
     }
 
+    fn watcher_cursors(
+        &self,
+        target_key: &str,
+        target_agent: &str,
+        watchers: &[(&str, &str)],
+    ) -> Result<Vec<(bool, Option<CursorRow>)>> {
+        self.watcher_cursors_keyed(target_key, target_agent, watchers)
+    }
+
     fn cursors_by_watcher(&self, watcher: &str) -> Result<Vec<CursorRow>> {
-        self.map_vec(
+        self.keyed_cursors(
             &format!(
                 "SELECT {CURSOR_COLS} FROM session_watch_cursors WHERE watcher_session_key = $1 \
                  ORDER BY target_session_key, target_agent_id"
             ),
             &[&watcher],
-            cursor_from_row,
         )
     }
 
     fn pending_by_watchers(&self, watchers: &[String]) -> Result<Vec<CursorRow>> {
+        self.exclusive()?;
         if watchers.is_empty() {
             return Ok(Vec::new());
         }
@@ -227,6 +260,7 @@ impl ReadTx for PgTx<'_> {
     }
 
     fn console_cursors_held_by(&self, watchers: &[String]) -> Result<Vec<CursorRow>> {
+        self.exclusive()?;
         if watchers.is_empty() {
             return Ok(Vec::new());
         }
@@ -243,6 +277,7 @@ impl ReadTx for PgTx<'_> {
     }
 
     fn cursors_by_target(&self, target_key: &str, target_agent: &str) -> Result<Vec<CursorRow>> {
+        self.stream(target_key, target_agent)?;
         self.map_vec(
             &format!(
                 "SELECT {CURSOR_COLS} FROM session_watch_cursors WHERE target_session_key = $1 \
@@ -254,6 +289,7 @@ impl ReadTx for PgTx<'_> {
     }
 
     fn live_watchers_of(&self, target_key: &str, target_agent: &str) -> Result<Vec<String>> {
+        self.stream(target_key, target_agent)?;
         if let Some(Some(known)) = self.with_cache(|c| c.live_watchers(target_key, target_agent)) {
             return Ok(known);
         }
@@ -268,18 +304,18 @@ impl ReadTx for PgTx<'_> {
     }
 
     fn pending_by_watcher(&self, watcher: &str) -> Result<Vec<CursorRow>> {
-        self.map_vec(
+        self.keyed_cursors(
             &format!(
                 "SELECT {CURSOR_COLS} FROM session_watch_cursors WHERE watcher_session_key = $1 \
                  AND muted = 0 AND notified_sequence > last_seen_sequence \
                  ORDER BY notified_sequence, target_session_key, target_agent_id"
             ),
             &[&watcher],
-            cursor_from_row,
         )
     }
 
     fn watchers_with_pending(&self) -> Result<Vec<String>> {
+        self.exclusive()?;
         self.map_vec(
             "SELECT DISTINCT watcher_session_key FROM session_watch_cursors WHERE muted = 0 \
              AND notified_sequence > last_seen_sequence ORDER BY watcher_session_key",
@@ -289,6 +325,7 @@ impl ReadTx for PgTx<'_> {
     }
 
     fn count_pending(&self) -> Result<u64> {
+        self.exclusive()?;
         self.count(
             "SELECT COUNT(*) FROM session_watch_cursors WHERE muted = 0 \
              AND notified_sequence > last_seen_sequence",
@@ -297,6 +334,7 @@ impl ReadTx for PgTx<'_> {
     }
 
     fn gauges(&self) -> Result<StoreGauges> {
+        self.exclusive()?;
         Ok(StoreGauges {
             sessions: self.count("SELECT COUNT(*) FROM sessions", &[])?,
             watchers: self.count(
@@ -308,6 +346,7 @@ impl ReadTx for PgTx<'_> {
     }
 
     fn system_events(&self, key: &str, agent: &str) -> Result<Vec<SystemEventRow>> {
+        self.stream(key, agent)?;
         self.map_vec(
             "SELECT id, text, context_key, enqueued_at FROM session_system_events \
              WHERE session_key = $1 AND agent_id = $2 ORDER BY id",
@@ -322,6 +361,7 @@ impl ReadTx for PgTx<'_> {
         agent: &str,
         limit: u32,
     ) -> Result<Vec<SystemEventRow>> {
+        self.stream(key, agent)?;
         self.map_vec(
             "SELECT id, text, context_key, enqueued_at FROM session_system_events \
              WHERE session_key = $1 AND agent_id = $2 ORDER BY id LIMIT $3",
@@ -331,14 +371,13 @@ impl ReadTx for PgTx<'_> {
     }
 
     fn pending_by_watcher_limit(&self, watcher: &str, limit: u32) -> Result<Vec<CursorRow>> {
-        self.map_vec(
+        self.keyed_cursors(
             &format!(
                 "SELECT {CURSOR_COLS} FROM session_watch_cursors WHERE watcher_session_key = $1 \
                  AND muted = 0 AND notified_sequence > last_seen_sequence \
                  ORDER BY notified_sequence, target_session_key, target_agent_id LIMIT $2"
             ),
             &[&watcher, &i64::from(limit)],
-            cursor_from_row,
         )
     }
 
@@ -350,6 +389,7 @@ impl ReadTx for PgTx<'_> {
         limit: u32,
         max_bytes: usize,
     ) -> Result<(Vec<TurnRow>, bool)> {
+        self.stream(key, agent)?;
         // The budget is applied in SQL (a running sum of the text sizes), so rows past it are
         // never sent; the first row always comes.
         // Only rows whose predecessors fit are sent (the page and the one row that overflows),
@@ -392,6 +432,7 @@ impl ReadTx for PgTx<'_> {
         limit: u32,
         max_chars: u32,
     ) -> Result<Vec<TurnRow>> {
+        self.stream(key, agent)?;
         const CUT_COLS: &str = "id, idx, role, substr(text, 1, $4), at, actor_type, actor_id, \
              provenance_json, channel, run_id, origin, substr(upstream_text, 1, $4), \
              idempotency_key";
@@ -426,6 +467,7 @@ impl ReadTx for PgTx<'_> {
         after: Option<i64>,
         limit: u32,
     ) -> Result<Vec<TurnRow>> {
+        self.stream(key, agent)?;
         self.map_vec(
             &format!(
                 "SELECT {TURN_COLS} FROM turns WHERE session_key = $1 AND agent_id = $2 \
@@ -437,6 +479,7 @@ impl ReadTx for PgTx<'_> {
     }
 
     fn turn_count(&self, key: &str, agent: &str) -> Result<i64> {
+        self.stream(key, agent)?;
         if let Some(Some(n)) = self.with_cache(|c| c.turn_count(key, agent)) {
             return Ok(n);
         }
@@ -458,6 +501,7 @@ impl ReadTx for PgTx<'_> {
         agent: &str,
         idempotency_key: &str,
     ) -> Result<Option<TurnRow>> {
+        self.stream(key, agent)?;
         self.map_opt(
             &format!(
                 "SELECT {TURN_COLS} FROM turns WHERE session_key = $1 AND agent_id = $2 \
@@ -469,6 +513,7 @@ impl ReadTx for PgTx<'_> {
     }
 
     fn recent_own_user_turns(&self, key: &str, agent: &str, limit: u32) -> Result<Vec<TurnRow>> {
+        self.stream(key, agent)?;
         self.map_vec(
             &format!(
                 "SELECT {TURN_COLS} FROM turns WHERE session_key = $1 AND agent_id = $2 \
@@ -481,6 +526,7 @@ impl ReadTx for PgTx<'_> {
     }
 
     fn reply_for_run(&self, key: &str, agent: &str, run_id: &str) -> Result<Option<TurnRow>> {
+        self.stream(key, agent)?;
         self.map_opt(
             &format!(
                 "SELECT {TURN_COLS} FROM turns WHERE session_key = $1 AND agent_id = $2 \
@@ -492,6 +538,7 @@ impl ReadTx for PgTx<'_> {
     }
 
     fn link(&self, key: &str, agent: &str) -> Result<Option<LinkRow>> {
+        self.stream(key, agent)?;
         self.map_opt(
             &format!(
                 "SELECT {LINK_COLS} FROM session_upstream_links \
@@ -503,6 +550,7 @@ impl ReadTx for PgTx<'_> {
     }
 
     fn watched_links(&self) -> Result<Vec<LinkRow>> {
+        self.exclusive()?;
         self.map_vec(
             &format!(
                 "SELECT {LINK_COLS} FROM session_upstream_links l WHERE EXISTS (SELECT 1 FROM \
@@ -516,14 +564,20 @@ impl ReadTx for PgTx<'_> {
     }
 
     fn run(&self, run_id: &str) -> Result<Option<RunRow>> {
-        self.map_opt(
-            &format!("SELECT {RUN_COLS} FROM runs WHERE run_id = $1"),
-            &[&run_id],
-            run_from_row,
+        self.keyed_read_opt(
+            || {
+                self.map_opt(
+                    &format!("SELECT {RUN_COLS} FROM runs WHERE run_id = $1"),
+                    &[&run_id],
+                    run_from_row,
+                )
+            },
+            |r: &RunRow| (r.session_key.clone(), r.agent_id.clone()),
         )
     }
 
     fn runs_of(&self, key: &str, agent: &str, limit: u32) -> Result<Vec<RunRow>> {
+        self.stream(key, agent)?;
         self.map_vec(
             &format!(
                 "SELECT {RUN_COLS} FROM runs WHERE session_key = $1 AND agent_id = $2 \
@@ -535,6 +589,7 @@ impl ReadTx for PgTx<'_> {
     }
 
     fn due_runs(&self, now: i64) -> Result<Vec<RunRow>> {
+        self.exclusive()?;
         self.map_vec(
             &format!(
                 "SELECT {RUN_COLS} FROM runs WHERE ended_at IS NULL AND deadline_at IS NOT NULL \
@@ -546,6 +601,7 @@ impl ReadTx for PgTx<'_> {
     }
 
     fn next_run_deadline(&self) -> Result<Option<i64>> {
+        self.exclusive()?;
         Ok(self
             .map_opt(
                 "SELECT MIN(deadline_at) FROM runs WHERE ended_at IS NULL AND deadline_at IS NOT NULL",

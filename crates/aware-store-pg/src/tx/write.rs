@@ -11,9 +11,11 @@ use aware_store::{
 
 impl WriteTx for PgTx<'_> {
     fn import_rows(&mut self, table: &Table, rows: &[Row]) -> Result<()> {
+        self.exclusive()?;
         self.load_rows(table, rows)
     }
     fn raise_counter(&mut self, table: &Table, to: i64) -> Result<()> {
+        self.exclusive()?;
         self.load_counter(table, to)
     }
     // Savepoints are lazy and releases queued (see `Conn::savepoint`): a savepoint reaches the
@@ -42,6 +44,7 @@ impl WriteTx for PgTx<'_> {
     }
 
     fn insert_event(&mut self, e: &NewEvent) -> Result<i64> {
+        self.stream(&e.session_key, &e.agent_id)?;
         if self.faults.append_fails(&e.session_key) {
             return Err(StoreError::InjectedFault("signal-log appends fail"));
         }
@@ -97,6 +100,7 @@ impl WriteTx for PgTx<'_> {
     }
 
     fn upsert_head(&mut self, key: &str, agent: &str, sequence: i64, now: i64) -> Result<()> {
+        self.stream(key, agent)?;
         self.defer(
             "INSERT INTO session_state_heads (session_key, agent_id, last_sequence, \
              pruned_max_sequence, updated_at) VALUES ($1, $2, $3, 0, $4) \
@@ -113,6 +117,7 @@ impl WriteTx for PgTx<'_> {
     }
 
     fn put_cursor(&mut self, c: &CursorRow) -> Result<()> {
+        self.stream(&c.target_key, &c.target_agent)?;
         crate::debug_check(&c.state);
         self.with_cache(|cache| cache.put_cursor(c));
         let s = &c.state;
@@ -149,6 +154,7 @@ impl WriteTx for PgTx<'_> {
         target_key: &str,
         target_agent: &str,
     ) -> Result<bool> {
+        self.stream(target_key, target_agent)?;
         let n = self.exec(
             "DELETE FROM session_watch_cursors WHERE watcher_session_key = $1 \
              AND target_session_key = $2 AND target_agent_id = $3",
@@ -159,6 +165,7 @@ impl WriteTx for PgTx<'_> {
     }
 
     fn delete_cursors_of_watcher(&mut self, watcher: &str) -> Result<u64> {
+        self.exclusive()?;
         self.with_cache(|c| c.forget_cursors());
         self.exec(
             "DELETE FROM session_watch_cursors WHERE watcher_session_key = $1",
@@ -167,6 +174,7 @@ impl WriteTx for PgTx<'_> {
     }
 
     fn delete_cursors_of_target(&mut self, target_key: &str, target_agent: &str) -> Result<u64> {
+        self.stream(target_key, target_agent)?;
         self.with_cache(|c| c.forget_cursors());
         self.exec(
             "DELETE FROM session_watch_cursors WHERE target_session_key = $1 \
@@ -178,6 +186,7 @@ impl WriteTx for PgTx<'_> {
     // Waited for: creating a session that exists must fail here (the contract's nested
     // savepoint case relies on it).
     fn insert_session(&mut self, s: &SessionRow) -> Result<()> {
+        self.session_keys(s)?;
         let params = session_params(s);
         let refs: Vec<Param<'_>> = params.iter().map(|p| &**p as Param<'_>).collect();
         self.exec(
@@ -192,6 +201,7 @@ impl WriteTx for PgTx<'_> {
     }
 
     fn update_session(&mut self, s: &SessionRow) -> Result<()> {
+        self.session_keys(s)?;
         self.with_cache(|c| c.updated_session(s));
         self.defer(
             "UPDATE sessions SET session_id = $3, kind = $4, label = $5, \
@@ -203,7 +213,10 @@ impl WriteTx for PgTx<'_> {
         )
     }
 
+    // Exclusive in keyed mode: a watcher's existence is read without its key (see
+    // `watcher_cursors`), so a session may disappear only when no keyed batch runs.
     fn delete_session(&mut self, key: &str, agent: &str) -> Result<bool> {
+        self.exclusive()?;
         let existed = self.exec(
             "DELETE FROM sessions WHERE session_key = $1 AND agent_id = $2",
             &[&key, &agent],
@@ -227,6 +240,7 @@ impl WriteTx for PgTx<'_> {
     }
 
     fn mark_children_orphaned(&mut self, parent_key: &str, agent: Option<&str>) -> Result<u64> {
+        self.exclusive()?;
         self.with_cache(|c| c.forget_sessions());
         self.exec(
             "UPDATE sessions SET orphaned = 1 WHERE parent_session_key = $1 \
@@ -236,6 +250,7 @@ impl WriteTx for PgTx<'_> {
     }
 
     fn put_link(&mut self, l: &LinkRow) -> Result<()> {
+        self.stream(&l.session_key, &l.agent_id)?;
         if self.faults.link_settles_fail() {
             return Err(StoreError::InjectedFault("link settles fail"));
         }
@@ -268,6 +283,7 @@ impl WriteTx for PgTx<'_> {
     }
 
     fn delete_link(&mut self, key: &str, agent: &str) -> Result<bool> {
+        self.stream(key, agent)?;
         Ok(self.exec(
             "DELETE FROM session_upstream_links WHERE session_key = $1 AND agent_id = $2",
             &[&key, &agent],
@@ -275,6 +291,7 @@ impl WriteTx for PgTx<'_> {
     }
 
     fn insert_turn(&mut self, key: &str, agent: &str, t: &TurnRow) -> Result<()> {
+        self.stream(key, agent)?;
         self.with_cache(|c| c.inserted_turn(key, agent, t.index));
         self.defer(
             "INSERT INTO turns (session_key, agent_id, idx, id, role, text, at, actor_type, \
@@ -301,6 +318,7 @@ impl WriteTx for PgTx<'_> {
     }
 
     fn delete_turns(&mut self, key: &str, agent: &str) -> Result<u64> {
+        self.stream(key, agent)?;
         self.with_cache(|c| c.deleted_turns(key, agent));
         self.exec(
             "DELETE FROM turns WHERE session_key = $1 AND agent_id = $2",
@@ -309,6 +327,10 @@ impl WriteTx for PgTx<'_> {
     }
 
     fn insert_run(&mut self, r: &RunRow) -> Result<()> {
+        self.stream(&r.session_key, &r.agent_id)?;
+        // Run ids are unique across sessions: two inserts of one id must not meet on the
+        // unique index while holding other keys.
+        self.lock(&["\u{1}run", &r.run_id])?;
         self.exec(
             &format!("INSERT INTO runs ({RUN_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"),
             &[
@@ -327,6 +349,7 @@ impl WriteTx for PgTx<'_> {
     }
 
     fn update_run(&mut self, r: &RunRow) -> Result<()> {
+        self.stream(&r.session_key, &r.agent_id)?;
         self.exec(
             "UPDATE runs SET ended_at = $2, outcome = $3, deadline_at = $4, event_sequence = $5 \
              WHERE run_id = $1",
@@ -349,6 +372,7 @@ impl WriteTx for PgTx<'_> {
         context_key: Option<&str>,
         now: i64,
     ) -> Result<i64> {
+        self.stream(key, agent)?;
         let id = self.map_opt(
             "INSERT INTO session_system_events (session_key, agent_id, text, context_key, \
              enqueued_at) VALUES ($1, $2, $3, $4, $5) RETURNING id",
@@ -359,6 +383,7 @@ impl WriteTx for PgTx<'_> {
     }
 
     fn fifo_delete(&mut self, key: &str, agent: &str, ids: &[i64]) -> Result<u64> {
+        self.stream(key, agent)?;
         if ids.is_empty() {
             return Ok(0);
         }
@@ -370,6 +395,7 @@ impl WriteTx for PgTx<'_> {
     }
 
     fn fifo_clear(&mut self, key: &str, agent: &str) -> Result<u64> {
+        self.stream(key, agent)?;
         self.exec(
             "DELETE FROM session_system_events WHERE session_key = $1 AND agent_id = $2",
             &[&key, &agent],
@@ -377,6 +403,7 @@ impl WriteTx for PgTx<'_> {
     }
 
     fn prune_age_batch(&mut self, cutoff: i64, limit: u32, now: i64) -> Result<BatchResult> {
+        self.exclusive()?;
         self.stamp_and_delete(
             "SELECT sequence, session_key, agent_id FROM session_state_events \
              WHERE occurred_at < $1 ORDER BY sequence LIMIT $2",
@@ -386,6 +413,7 @@ impl WriteTx for PgTx<'_> {
     }
 
     fn prune_lowest_batch(&mut self, count: u64, now: i64) -> Result<BatchResult> {
+        self.exclusive()?;
         let count = count.min(i64::MAX as u64) as i64;
         self.stamp_and_delete(
             "SELECT sequence, session_key, agent_id FROM session_state_events \
@@ -396,6 +424,7 @@ impl WriteTx for PgTx<'_> {
     }
 
     fn expire_cursors_batch(&mut self, cutoff: i64, limit: u32) -> Result<BatchResult> {
+        self.exclusive()?;
         self.with_cache(|c| c.forget_cursors());
         let n = self.exec(
             "DELETE FROM session_watch_cursors WHERE row_id IN (SELECT row_id \
@@ -406,6 +435,7 @@ impl WriteTx for PgTx<'_> {
     }
 
     fn expire_fifo_batch(&mut self, cutoff: i64, limit: u32) -> Result<BatchResult> {
+        self.exclusive()?;
         let n = self.exec(
             "DELETE FROM session_system_events WHERE id IN (SELECT id FROM session_system_events \
              WHERE enqueued_at < $1 ORDER BY id LIMIT $2)",
@@ -415,6 +445,7 @@ impl WriteTx for PgTx<'_> {
     }
 
     fn sweep_batch(&mut self, after_rowid: i64, limit: u32, now: i64) -> Result<SweepBatch> {
+        self.exclusive()?;
         self.with_cache(|c| c.forget_cursors());
         // `last`: no pending cursor of the same watcher has a higher row id, so the watcher is
         // fully re-frozen once this batch commits; the engine wakes it then and keeps no set of

@@ -12,6 +12,7 @@ pub fn failed_ops_roll_back_and_drop_their_hooks(store: &dyn Store) {
     let r1 = ran.clone();
     let failed: Result<()> = store.write(move |tx| {
         tx.insert_session(&session("agent:main:x", "main", 1))?;
+        let r1 = r1.clone();
         tx.after_commit(Box::new(move || {
             r1.fetch_add(1, Ordering::SeqCst);
         }));
@@ -43,6 +44,7 @@ pub fn failed_ops_roll_back_and_drop_their_hooks(store: &dyn Store) {
     let r2 = ran.clone();
     write(store, move |tx| {
         tx.insert_session(&session("agent:main:x", "main", 1))?;
+        let r2 = r2.clone();
         tx.after_commit(Box::new(move || {
             r2.fetch_add(1, Ordering::SeqCst);
         }));

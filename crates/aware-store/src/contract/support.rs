@@ -8,7 +8,7 @@ use aware_core::{ActorType, CursorState, EventKind, Origin};
 
 pub(super) fn write<R: Send + 'static>(
     store: &dyn Store,
-    op: impl FnOnce(&mut dyn WriteTx) -> Result<R> + Send + 'static,
+    op: impl FnMut(&mut dyn WriteTx) -> Result<R> + Send + 'static,
 ) -> R {
     match store.write(op) {
         Ok(r) => r,
