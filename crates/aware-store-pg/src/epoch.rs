@@ -138,3 +138,94 @@ pub(crate) fn log_key_versions(conn: &mut Conn) -> Result<()> {
         vec![Box::new(keys), Box::new(writer), Box::new(version)],
     )
 }
+
+/// Whether any session of this database holds advisory lock `$1` (the one-bigint form).
+const HELD_SQL: &str = "SELECT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' \
+     AND l.granted AND l.objsubid = 1 \
+     AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+     AND l.classid = (($1::bigint >> 32) & 4294967295)::oid \
+     AND l.objid = ($1::bigint & 4294967295)::oid)";
+
+/// Claims the writer's write-lock mode on a new connection (once per connection): its mode's
+/// lock in shared mode, held for the connection's life, and a check that no connection holds
+/// the other mode's. A default-mode writer trusts its row cache by the epoch and the write log,
+/// which keyed batches do not move, so one writer of each mode on a database would read stale
+/// rows (decision D56). Of two writers of different modes starting together at least one is
+/// refused, whatever the order: each takes its own lock before it looks for the other's.
+pub(crate) fn claim_mode(conn: &mut Conn, keyed: bool) -> Result<()> {
+    if conn.mode_claimed {
+        return Ok(());
+    }
+    let (own, other) = if keyed {
+        (crate::MODE_KEYED_LOCK, crate::MODE_DEFAULT_LOCK)
+    } else {
+        (crate::MODE_DEFAULT_LOCK, crate::MODE_KEYED_LOCK)
+    };
+    let name = |k: bool| {
+        if k {
+            "keyed (AWARE_PG_KEYED_LOCKS=1)"
+        } else {
+            "default"
+        }
+    };
+    let refused = |conn: &mut Conn, key: i64, what: String| -> Result<()> {
+        // A role that may only connect can take any advisory lock: name a stranger as such.
+        let holder = conn
+            .query_opt(crate::STRANGER_HOLDING_SQL, &[&key])?
+            .map(|row| -> Result<crate::LockHolder> {
+                Ok(crate::LockHolder {
+                    pid: col(&row, 0)?,
+                    role: col(&row, 1)?,
+                    application: col(&row, 2)?,
+                    client: col(&row, 3)?,
+                })
+            })
+            .transpose()?;
+        Err(StoreError::Refused(match holder {
+            Some(h) => format!(
+                "the write-mode lock (advisory lock {key:#x}) is held by {h}, which is not the \
+                 gateways' role: end that session (SELECT pg_terminate_backend({})) and revoke \
+                 CONNECT from roles that need none (docs/deployment.md, \"Roles and grants\")",
+                h.pid
+            ),
+            None => what,
+        }))
+    };
+    let granted: bool = col(
+        &conn
+            .query_opt("SELECT pg_try_advisory_lock_shared($1)", &[&own])?
+            .ok_or_else(|| StoreError::Corrupt("no answer to an advisory lock".into()))?,
+        0,
+    )?;
+    if !granted {
+        return refused(
+            conn,
+            own,
+            format!("cannot take the {} write mode's lock", name(keyed)),
+        );
+    }
+    // Read from `pg_locks`, not tried: a try of the other mode's lock would refuse a writer
+    // of the same mode whose start raced with this one's try.
+    let held: bool = col(
+        &conn
+            .query_opt(HELD_SQL, &[&other])?
+            .ok_or_else(|| StoreError::Corrupt("no answer from pg_locks".into()))?,
+        0,
+    )?;
+    if !held {
+        conn.mode_claimed = true;
+        return Ok(());
+    }
+    conn.execute("SELECT pg_advisory_unlock_shared($1)", &[&own])?;
+    refused(
+        conn,
+        other,
+        format!(
+            "another gateway writes to this database in the {} write-lock mode and this one \
+             runs in the {} mode; every gateway of one database must run the same mode \
+             (docs/configuration.md, AWARE_PG_KEYED_LOCKS)",
+            name(!keyed),
+            name(keyed)
+        ),
+    )
+}

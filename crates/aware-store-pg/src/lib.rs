@@ -52,6 +52,13 @@ use writer::{writer_loop, Job};
 /// `aware_write_epoch` instead, which a role without privileges on the table cannot take.
 pub const WRITE_LOCK: i64 = 0x6177_6172_6500_0001;
 
+/// Held in shared mode by every writer connection for its life, one key per write-lock mode
+/// (`PgOptions::keyed_locks`): a writer refuses to write while the other mode's is held, since
+/// the two modes do not see each other's writes in their row caches (decision D56).
+pub const MODE_DEFAULT_LOCK: i64 = 0x6177_6172_6500_0010;
+/// See [`MODE_DEFAULT_LOCK`].
+pub const MODE_KEYED_LOCK: i64 = 0x6177_6172_6500_0011;
+
 struct Inner {
     location: String,
     connector: Arc<Connector>,
@@ -93,6 +100,8 @@ impl PgStore {
         });
         let mut first = connector.connect(Role::Writer)?;
         schema::migrate(&mut first)?;
+        // At start, so a gateway of the wrong mode refuses to serve instead of answering 503.
+        epoch::claim_mode(&mut first, options.keyed_locks)?;
         let faults = Arc::new(FaultPlan::default());
         let metrics = Arc::new(StoreMetrics::default());
         let (tx, rx) = mpsc::channel::<Job>();

@@ -80,7 +80,10 @@ pub(crate) fn writer_loop(
             take_queued(&rx, &mut batch);
         }
         let started = Instant::now();
-        let conn = match connector.ensure(&mut slot, Role::Writer) {
+        let conn = match connector
+            .ensure(&mut slot, Role::Writer)
+            .and_then(|conn| epoch::claim_mode(conn, keyed).map(|()| conn))
+        {
             Ok(conn) => conn,
             Err(e) => {
                 // Everything queued fails with it, as before D47: one connect timeout for the

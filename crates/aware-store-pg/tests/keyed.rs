@@ -153,3 +153,37 @@ fn an_op_rerun_for_the_exclusive_key_applies_its_effects_once() {
     assert_eq!(counts.hooks.load(Ordering::SeqCst), 1, "hooks");
     assert_eq!(fifo(&store, X), ["once"]);
 }
+
+/// A gateway of the default mode and one of the keyed mode on one database would each miss the
+/// other's writes in their row caches: the second to open is refused, naming the mode, and
+/// writes once the other has gone.
+#[test]
+fn writers_of_the_two_modes_never_share_a_database() {
+    let url = PgCluster::shared().database().expect("database");
+    let refused = |result: aware_store::Result<PgStore>| match result {
+        Err(aware_store::StoreError::Refused(why)) => why,
+        Err(other) => panic!("want Refused, got {other}"),
+        Ok(_) => panic!("a writer of the other mode opened beside a running one"),
+    };
+    let default = PgStore::open(PgOptions::new(url.clone())).expect("open default");
+    let second_default = PgStore::open(PgOptions::new(url.clone())).expect("same mode opens");
+    let why = refused(PgStore::open({
+        let mut o = PgOptions::new(url.clone());
+        o.keyed_locks = true;
+        o
+    }));
+    assert!(why.contains("same mode"), "{why}");
+    drop(default);
+    drop(second_default);
+
+    let store = keyed(&url);
+    store
+        .write(|tx| tx.fifo_insert(X, "main", "keyed", None, 1))
+        .expect("keyed write");
+    let why = refused(PgStore::open(PgOptions::new(url.clone())));
+    assert!(why.contains("keyed"), "{why}");
+    drop(store);
+    let back = PgStore::open(PgOptions::new(url)).expect("default again once keyed is gone");
+    back.write(|tx| tx.fifo_insert(Y, "main", "default", None, 1))
+        .expect("default write");
+}

@@ -88,6 +88,8 @@ pub(crate) struct Conn {
     pub(crate) rows: crate::cache::RowCache,
     /// The lock keys of the writer's current batch (keyed mode; see `keys`).
     pub(crate) keys: crate::keys::KeyLocks,
+    /// The writer's write-lock mode is claimed on this connection (`epoch::claim_mode`).
+    pub(crate) mode_claimed: bool,
     /// Event numbers given in this transaction without a round trip each.
     numbers: LocalNumbers,
     deadlines: Deadlines,
@@ -161,6 +163,7 @@ impl Conn {
             pipe: Pipeline::default(),
             rows: crate::cache::RowCache::default(),
             keys: crate::keys::KeyLocks::default(),
+            mode_claimed: false,
             numbers: LocalNumbers::default(),
             deadlines,
             broken: false,
