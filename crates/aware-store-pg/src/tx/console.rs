@@ -4,6 +4,7 @@
 use super::mapping::*;
 use super::PgTx;
 use crate::conn::{col, Param};
+use crate::schema::SESSION_COUNTS_REL;
 use aware_store::{ConsoleFilter, ConsoleRow, ConsoleSort, Result};
 
 impl PgTx<'_> {
@@ -38,9 +39,17 @@ impl PgTx<'_> {
                 pairs.join(",")
             ));
         }
+        // Filtered by agents at most (the console's table and overview), the total is a sum of
+        // the per-agent counts kept by triggers (decision D54); other filters count the rows.
+        let kept = f.kind.is_none() && f.text.is_none() && f.keys.is_empty();
         let total = {
             let params: Vec<Param<'_>> = args.iter().map(Arg::param).collect();
-            self.count(&format!("SELECT COUNT(*) FROM sessions{filter}"), &params)?
+            let sql = if kept {
+                format!("SELECT COALESCE(SUM(n), 0)::BIGINT FROM {SESSION_COUNTS_REL} c{filter}")
+            } else {
+                format!("SELECT COUNT(*) FROM sessions{filter}")
+            };
+            self.count(&sql, &params)?
         };
         const HEAD: &str = "(SELECT h.last_sequence FROM session_state_heads h \
              WHERE h.session_key = sessions.session_key AND h.agent_id = sessions.agent_id)";
