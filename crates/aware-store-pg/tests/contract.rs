@@ -788,6 +788,37 @@ mod migration {
             .expect("dump")
     }
 
+    /// The kept counts (gauges) against the rows, read through the API: every session listed,
+    /// every pending cursor of every watcher that has one.
+    fn assert_counts_match_rows(store: &dyn Store, side: &str) {
+        let (gauges, sessions, pending) = store
+            .read(|r: &dyn ReadTx| {
+                let sessions = r.list_sessions(&SessionFilter {
+                    limit: 10_000,
+                    ..Default::default()
+                })?;
+                let mut pending = 0;
+                for w in r.watchers_with_pending()? {
+                    pending += r
+                        .cursors_by_watcher(&w)?
+                        .iter()
+                        .filter(|c| !c.state.muted && c.state.notified > c.state.last_seen)
+                        .count() as u64;
+                }
+                Ok((r.gauges()?, sessions.len() as u64, pending))
+            })
+            .expect("counts");
+        assert_eq!(
+            (gauges.sessions, gauges.pending),
+            (sessions, pending),
+            "{side}"
+        );
+        assert!(
+            pending > 0,
+            "{side}: the populated store has a pending cursor"
+        );
+    }
+
     fn populate(store: &dyn Store) {
         store
             .write(|tx: &mut dyn WriteTx| {
@@ -864,6 +895,7 @@ mod migration {
             .any(|(t, n, total)| t == "session_system_events" && n == total));
         let pg = PgStore::open(PgOptions::new(url.clone())).expect("pg");
         assert_eq!(dump(&pg), before, "PostgreSQL answers differ from SQLite's");
+        assert_counts_match_rows(&pg, "PostgreSQL after the copy");
         let next = pg
             .write(|tx: &mut dyn WriteTx| {
                 tx.insert_event(&contract::event("agent:main:m0", "main", 200))
@@ -883,6 +915,7 @@ mod migration {
         postgres_to_sqlite(PgOptions::new(url), b.path(), &mut |_, _, _| {})
             .expect("postgres → sqlite");
         let back = sqlite(b.path());
+        assert_counts_match_rows(&back, "SQLite after the round trip");
         assert_eq!(
             dump(&back),
             after_pg,
@@ -980,42 +1013,11 @@ mod kept_counts {
         store.write(op).unwrap_or_else(|e| panic!("{what}: {e}"));
     }
 
-    /// Every kind of write, through the store and in plain SQL, leaves the kept counts equal to
-    /// the rows; so does a store migrated from schema 5, whose counts come from its rows.
-    #[test]
-    fn kept_counts_follow_every_write_and_are_seeded_on_upgrade() {
-        let url = PgCluster::shared().database().expect("database");
-        let store = PgStore::open(PgOptions::new(url.clone())).expect("open");
-        let mut client = store.connect().expect("connect");
-        write(&store, "sessions and cursors", |tx| {
-            for i in 0..300i64 {
-                let agent = if i % 3 == 0 { "ops" } else { "main" };
-                tx.insert_session(&contract::session(&format!("agent:{agent}:s{i}"), agent, i))?;
-                let notified = 1 + i % 4;
-                tx.put_cursor(&cursor(
-                    &format!("agent:main:s{}", i % 7),
-                    &format!("agent:main:t{i}"),
-                    1,
-                    notified,
-                    i % 5 == 0,
-                ))?;
-            }
-            Ok(())
-        });
-        assert_eq!(kept(&store), counted(&mut client), "after the inserts");
-        let deltas = |client: &mut postgres::Client| -> i64 {
-            client
-                .query_one("SELECT COUNT(*) FROM aware_count_deltas", &[])
-                .expect("deltas")
-                .get(0)
-        };
-        assert!(
-            deltas(&mut client) < 128,
-            "the writer folds a batch's deltas"
-        );
+    type Op = Box<dyn FnOnce(&mut dyn WriteTx) -> aware_store::Result<()> + Send>;
 
-        type Op = Box<dyn FnOnce(&mut dyn WriteTx) -> aware_store::Result<()> + Send>;
-        let through_store: Vec<(&str, Op)> = vec![
+    /// Each kind of write the engine makes on cursors and sessions, as store calls.
+    fn writes_through_store() -> Vec<(&'static str, Op)> {
+        vec![
             (
                 "a new notice",
                 Box::new(|tx: &mut dyn WriteTx| {
@@ -1082,25 +1084,79 @@ mod kept_counts {
                     tx.update_session(&contract::session("agent:main:s1", "main", 99))
                 }),
             ),
-        ];
-        for (what, op) in through_store {
+        ]
+    }
+
+    /// Writes in plain SQL, as another client of the database would make them.
+    const PLAIN_SQL: [&str; 9] = [
+        "UPDATE session_watch_cursors SET muted = 1 WHERE row_id % 3 = 0",
+        "UPDATE session_watch_cursors SET last_seen_sequence = notified_sequence \
+         WHERE watcher_session_key = 'agent:main:s0'",
+        "UPDATE session_watch_cursors SET muted = 0",
+        "UPDATE session_watch_cursors SET notified_sequence = notified_sequence + 1 \
+         WHERE row_id % 2 = 0",
+        "UPDATE session_watch_cursors SET updated_at = 7",
+        "UPDATE sessions SET agent_id = 'ops' WHERE session_key LIKE 'agent:main:s1%'",
+        "UPDATE sessions SET agent_id = agent_id",
+        "DELETE FROM sessions WHERE session_key LIKE '%7'",
+        "DELETE FROM session_watch_cursors WHERE row_id % 5 = 1",
+    ];
+
+    /// Back to schema 5 (no counts), then rows written without triggers.
+    const SCHEMA_5_STORE: &str = "\
+        DROP TABLE aware_counts, aware_count_deltas; \
+        DROP FUNCTION aware_count_sessions, aware_count_pending CASCADE; \
+        DELETE FROM aware_schema_version WHERE version = 6; \
+        INSERT INTO sessions (session_key, agent_id, session_id, kind, created_via, created_at, \
+            updated_at) \
+        SELECT 'agent:ops:u' || i, 'ops', 'u' || i, 'main', 'api', 0, 0 \
+        FROM generate_series(1, 40) i; \
+        INSERT INTO session_watch_cursors (watcher_session_key, target_session_key, \
+            target_agent_id, last_seen_sequence, notified_sequence, material_sequence, muted, \
+            origin, created_at, updated_at) \
+        SELECT 'agent:ops:u1', 'agent:ops:u' || i, 'ops', 1, 1 + i % 2, 2, (i % 3 <> 0)::int, \
+            'watch', 0, 0 FROM generate_series(1, 40) i";
+
+    /// Every kind of write, through the store and in plain SQL, leaves the kept counts equal to
+    /// the rows; so does a store migrated from schema 5, whose counts come from its rows.
+    #[test]
+    fn kept_counts_follow_every_write_and_are_seeded_on_upgrade() {
+        let url = PgCluster::shared().database().expect("database");
+        let store = PgStore::open(PgOptions::new(url.clone())).expect("open");
+        let mut client = store.connect().expect("connect");
+        write(&store, "sessions and cursors", |tx| {
+            for i in 0..300i64 {
+                let agent = if i % 3 == 0 { "ops" } else { "main" };
+                tx.insert_session(&contract::session(&format!("agent:{agent}:s{i}"), agent, i))?;
+                let notified = 1 + i % 4;
+                tx.put_cursor(&cursor(
+                    &format!("agent:main:s{}", i % 7),
+                    &format!("agent:main:t{i}"),
+                    1,
+                    notified,
+                    i % 5 == 0,
+                ))?;
+            }
+            Ok(())
+        });
+        assert_eq!(kept(&store), counted(&mut client), "after the inserts");
+        let deltas = |client: &mut postgres::Client| -> i64 {
+            client
+                .query_one("SELECT COUNT(*) FROM aware_count_deltas", &[])
+                .expect("deltas")
+                .get(0)
+        };
+        assert!(
+            deltas(&mut client) < 128,
+            "the writer folds a batch's deltas"
+        );
+
+        for (what, op) in writes_through_store() {
             write(&store, what, op);
             assert_eq!(kept(&store), counted(&mut client), "after {what}");
         }
         // Plain SQL, in autocommit: deltas the writer has not folded yet are counted too.
-        for sql in [
-            "UPDATE session_watch_cursors SET muted = 1 WHERE row_id % 3 = 0",
-            "UPDATE session_watch_cursors SET last_seen_sequence = notified_sequence \
-             WHERE watcher_session_key = 'agent:main:s0'",
-            "UPDATE session_watch_cursors SET muted = 0",
-            "UPDATE session_watch_cursors SET notified_sequence = notified_sequence + 1 \
-             WHERE row_id % 2 = 0",
-            "UPDATE session_watch_cursors SET updated_at = 7",
-            "UPDATE sessions SET agent_id = 'ops' WHERE session_key LIKE 'agent:main:s1%'",
-            "UPDATE sessions SET agent_id = agent_id",
-            "DELETE FROM sessions WHERE session_key LIKE '%7'",
-            "DELETE FROM session_watch_cursors WHERE row_id % 5 = 1",
-        ] {
+        for sql in PLAIN_SQL {
             client.batch_execute(sql).expect(sql);
             assert_eq!(kept(&store), counted(&mut client), "after {sql}");
         }
@@ -1117,23 +1173,7 @@ mod kept_counts {
         store.close();
 
         // A store at schema 5: no counts, rows written without triggers, then opened.
-        client
-            .batch_execute(
-                "DROP TABLE aware_counts, aware_count_deltas; \
-                 DROP FUNCTION aware_count_sessions, aware_count_pending CASCADE; \
-                 DELETE FROM aware_schema_version WHERE version = 6; \
-                 INSERT INTO sessions (session_key, agent_id, session_id, kind, created_via, \
-                     created_at, updated_at) \
-                 SELECT 'agent:ops:u' || i, 'ops', 'u' || i, 'main', 'api', 0, 0 \
-                 FROM generate_series(1, 40) i; \
-                 INSERT INTO session_watch_cursors (watcher_session_key, target_session_key, \
-                     target_agent_id, last_seen_sequence, notified_sequence, material_sequence, \
-                     muted, origin, created_at, updated_at) \
-                 SELECT 'agent:ops:u1', 'agent:ops:u' || i, 'ops', 1, 1 + i % 2, 2, \
-                     (i % 3 <> 0)::int, \
-                     'watch', 0, 0 FROM generate_series(1, 40) i",
-            )
-            .expect("schema 5");
+        client.batch_execute(SCHEMA_5_STORE).expect("schema 5");
         let store = PgStore::open(PgOptions::new(url.clone())).expect("upgrade");
         let upgraded = counted(&mut client);
         assert_eq!(kept(&store), upgraded, "after the upgrade");
