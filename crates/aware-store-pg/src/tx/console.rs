@@ -72,11 +72,19 @@ impl PgTx<'_> {
             ConsoleSort::PendingAsWatcher => AS_WATCHER,
             ConsoleSort::PendingAsTarget => AS_TARGET,
         };
-        // SQLite puts NULLs first ascending and last descending; PostgreSQL the other way.
-        let dir = if f.descending {
-            "DESC NULLS LAST"
-        } else {
-            "ASC NULLS FIRST"
+        // SQLite puts NULLs first ascending and last descending; PostgreSQL the other way. A
+        // column that is never NULL keeps PostgreSQL's default, which the index on
+        // `updated_at` (DESC, so NULLS FIRST) matches: with `NULLS LAST` spelled out the
+        // default page sorted every matching row (decision D54).
+        let never_null = matches!(
+            f.sort,
+            ConsoleSort::Updated | ConsoleSort::Key | ConsoleSort::Agent | ConsoleSort::Kind
+        );
+        let dir = match (f.descending, never_null) {
+            (true, true) => "DESC",
+            (false, true) => "ASC",
+            (true, false) => "DESC NULLS LAST",
+            (false, false) => "ASC NULLS FIRST",
         };
         let limit = push(&mut args, Arg::Int(i64::from(f.limit)));
         let offset = push(&mut args, Arg::Int(f.offset.min(i64::MAX as u64) as i64));
