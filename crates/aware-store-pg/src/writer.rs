@@ -5,6 +5,7 @@ use crate::conn::Conn;
 use crate::connector::Connector;
 use crate::epoch;
 use crate::keys::{Mode, Need};
+use crate::schema::{FOLD_AT, FOLD_COUNTS_SQL};
 use crate::stats::{self, Role};
 use crate::tx::{Hook, PgTx};
 use aware_store::{Completion, FaultPlan, Result, StoreError, StoreMetrics, WriteOp};
@@ -257,6 +258,9 @@ fn commit(conn: &mut Conn, lost: Option<String>, faults: &FaultPlan, epoch: i64)
                     epoch::log_batch(conn, epoch)
                 }
             })
+            // Travels with the COMMIT; folds the console's count deltas once there are enough
+            // of them, so a read sums a bounded number of rows (decision D54).
+            .and_then(|()| conn.defer(FOLD_COUNTS_SQL, vec![Box::new(FOLD_AT)]))
             .and_then(|()| conn.batch("COMMIT"))
             .map_err(|e| StoreError::CommitFailed(e.to_string()))
     }

@@ -788,6 +788,37 @@ mod migration {
             .expect("dump")
     }
 
+    /// The kept counts (gauges) against the rows, read through the API: every session listed,
+    /// every pending cursor of every watcher that has one.
+    fn assert_counts_match_rows(store: &dyn Store, side: &str) {
+        let (gauges, sessions, pending) = store
+            .read(|r: &dyn ReadTx| {
+                let sessions = r.list_sessions(&SessionFilter {
+                    limit: 10_000,
+                    ..Default::default()
+                })?;
+                let mut pending = 0;
+                for w in r.watchers_with_pending()? {
+                    pending += r
+                        .cursors_by_watcher(&w)?
+                        .iter()
+                        .filter(|c| !c.state.muted && c.state.notified > c.state.last_seen)
+                        .count() as u64;
+                }
+                Ok((r.gauges()?, sessions.len() as u64, pending))
+            })
+            .expect("counts");
+        assert_eq!(
+            (gauges.sessions, gauges.pending),
+            (sessions, pending),
+            "{side}"
+        );
+        assert!(
+            pending > 0,
+            "{side}: the populated store has a pending cursor"
+        );
+    }
+
     fn populate(store: &dyn Store) {
         store
             .write(|tx: &mut dyn WriteTx| {
@@ -864,6 +895,7 @@ mod migration {
             .any(|(t, n, total)| t == "session_system_events" && n == total));
         let pg = PgStore::open(PgOptions::new(url.clone())).expect("pg");
         assert_eq!(dump(&pg), before, "PostgreSQL answers differ from SQLite's");
+        assert_counts_match_rows(&pg, "PostgreSQL after the copy");
         let next = pg
             .write(|tx: &mut dyn WriteTx| {
                 tx.insert_event(&contract::event("agent:main:m0", "main", 200))
@@ -883,6 +915,7 @@ mod migration {
         postgres_to_sqlite(PgOptions::new(url), b.path(), &mut |_, _, _| {})
             .expect("postgres → sqlite");
         let back = sqlite(b.path());
+        assert_counts_match_rows(&back, "SQLite after the round trip");
         assert_eq!(
             dump(&back),
             after_pg,
@@ -894,5 +927,259 @@ mod migration {
             })
             .expect("append");
         assert!(again > next, "sequence {again} reissued at or below {next}");
+    }
+}
+
+/// The console's counts kept by triggers (decision D54) against the rows they count.
+mod kept_counts {
+    use aware_core::{CursorState, Origin};
+    use aware_store::{contract, ConsoleFilter, CursorRow, ReadTx, Store, StoreExt, WriteTx};
+    use aware_store_pg::testing::PgCluster;
+    use aware_store_pg::{PgOptions, PgStore};
+
+    /// (sessions, sessions of agent `ops`, pending) as the store's reads answer them.
+    fn kept(store: &PgStore) -> (u64, u64, u64) {
+        store
+            .read(|r: &dyn ReadTx| {
+                let all = r.console_sessions(&ConsoleFilter {
+                    limit: 1,
+                    ..Default::default()
+                })?;
+                let ops = r.console_sessions(&ConsoleFilter {
+                    agents: vec!["ops".into()],
+                    limit: 1,
+                    ..Default::default()
+                })?;
+                let gauges = r.gauges()?;
+                assert_eq!(gauges.sessions, all.1, "the gauge and the console's total");
+                assert_eq!(gauges.pending, r.count_pending()?);
+                Ok((all.1, ops.1, gauges.pending))
+            })
+            .expect("kept counts")
+    }
+
+    /// The same, counted over the rows.
+    fn counted(client: &mut postgres::Client) -> (u64, u64, u64) {
+        let mut one = |sql: &str| -> u64 {
+            let n: i64 = client.query_one(sql, &[]).expect(sql).get(0);
+            n as u64
+        };
+        (
+            one("SELECT COUNT(*) FROM sessions"),
+            one("SELECT COUNT(*) FROM sessions WHERE agent_id = 'ops'"),
+            one(
+                "SELECT COUNT(*) FROM session_watch_cursors WHERE muted = 0 \
+                 AND notified_sequence > last_seen_sequence",
+            ),
+        )
+    }
+
+    /// A cursor row that keeps the cursor invariant (a muted row is settled).
+    fn cursor(
+        watcher: &str,
+        target: &str,
+        last_seen: i64,
+        notified: i64,
+        muted: bool,
+    ) -> CursorRow {
+        let last_seen = if muted { notified } else { last_seen };
+        CursorRow {
+            watcher: watcher.into(),
+            target_key: target.into(),
+            target_agent: "main".into(),
+            state: CursorState {
+                last_seen,
+                notified,
+                // Some rows have material the sweep's re-freeze moves `notified` up to.
+                material: if muted || notified % 3 != 0 {
+                    notified
+                } else {
+                    notified + 2
+                },
+                muted,
+                origin: Origin::Watch,
+                notice_opened_at: (notified > last_seen).then_some(1),
+                updated_at: notified,
+            },
+            created_at: 1,
+        }
+    }
+
+    fn write(
+        store: &PgStore,
+        what: &str,
+        op: impl FnMut(&mut dyn WriteTx) -> aware_store::Result<()> + Send + 'static,
+    ) {
+        store.write(op).unwrap_or_else(|e| panic!("{what}: {e}"));
+    }
+
+    type Op = Box<dyn FnMut(&mut dyn WriteTx) -> aware_store::Result<()> + Send>;
+
+    /// Each kind of write the engine makes on cursors and sessions, as store calls.
+    fn writes_through_store() -> Vec<(&'static str, Op)> {
+        vec![
+            (
+                "a new notice",
+                Box::new(|tx: &mut dyn WriteTx| {
+                    tx.put_cursor(&cursor("agent:main:s1", "agent:main:t1", 1, 9, false))
+                }),
+            ),
+            (
+                "an upsert that mutes",
+                Box::new(|tx: &mut dyn WriteTx| {
+                    tx.put_cursor(&cursor("agent:main:s2", "agent:main:t2", 1, 9, true))
+                }),
+            ),
+            (
+                "an ack",
+                Box::new(|tx: &mut dyn WriteTx| {
+                    tx.put_cursor(&cursor("agent:main:s3", "agent:main:t3", 9, 9, false))
+                }),
+            ),
+            (
+                "the sweep's re-freeze",
+                Box::new(|tx: &mut dyn WriteTx| {
+                    let mut after = 0;
+                    while let Some(last) = tx.sweep_batch(after, 50, 20)?.last {
+                        after = last;
+                    }
+                    Ok(())
+                }),
+            ),
+            (
+                "an unwatch",
+                Box::new(|tx: &mut dyn WriteTx| {
+                    tx.delete_cursor("agent:main:s4", "agent:main:t4", "main")
+                        .map(drop)
+                }),
+            ),
+            (
+                "a watcher's cursors",
+                Box::new(|tx: &mut dyn WriteTx| {
+                    tx.delete_cursors_of_watcher("agent:main:s5").map(drop)
+                }),
+            ),
+            (
+                "a target's cursors",
+                Box::new(|tx: &mut dyn WriteTx| {
+                    tx.delete_cursors_of_target("agent:main:t6", "main")
+                        .map(drop)
+                }),
+            ),
+            (
+                "the expiry of idle cursors",
+                Box::new(|tx: &mut dyn WriteTx| tx.expire_cursors_batch(3, 1_000).map(drop)),
+            ),
+            (
+                "a session deleted with its cursors",
+                Box::new(|tx: &mut dyn WriteTx| {
+                    tx.delete_session("agent:ops:s9", "ops")?;
+                    tx.delete_cursors_of_watcher("agent:ops:s9")?;
+                    tx.delete_cursors_of_target("agent:ops:s9", "ops").map(drop)
+                }),
+            ),
+            (
+                "a session updated",
+                Box::new(|tx: &mut dyn WriteTx| {
+                    tx.update_session(&contract::session("agent:main:s1", "main", 99))
+                }),
+            ),
+        ]
+    }
+
+    /// Writes in plain SQL, as another client of the database would make them.
+    const PLAIN_SQL: [&str; 9] = [
+        "UPDATE session_watch_cursors SET muted = 1 WHERE row_id % 3 = 0",
+        "UPDATE session_watch_cursors SET last_seen_sequence = notified_sequence \
+         WHERE watcher_session_key = 'agent:main:s0'",
+        "UPDATE session_watch_cursors SET muted = 0",
+        "UPDATE session_watch_cursors SET notified_sequence = notified_sequence + 1 \
+         WHERE row_id % 2 = 0",
+        "UPDATE session_watch_cursors SET updated_at = 7",
+        "UPDATE sessions SET agent_id = 'ops' WHERE session_key LIKE 'agent:main:s1%'",
+        "UPDATE sessions SET agent_id = agent_id",
+        "DELETE FROM sessions WHERE session_key LIKE '%7'",
+        "DELETE FROM session_watch_cursors WHERE row_id % 5 = 1",
+    ];
+
+    /// Back to schema 5 (no counts), then rows written without triggers.
+    const SCHEMA_5_STORE: &str = "\
+        DROP TABLE aware_counts, aware_count_deltas; \
+        DROP FUNCTION aware_count_sessions, aware_count_pending CASCADE; \
+        DELETE FROM aware_schema_version WHERE version = 6; \
+        INSERT INTO sessions (session_key, agent_id, session_id, kind, created_via, created_at, \
+            updated_at) \
+        SELECT 'agent:ops:u' || i, 'ops', 'u' || i, 'main', 'api', 0, 0 \
+        FROM generate_series(1, 40) i; \
+        INSERT INTO session_watch_cursors (watcher_session_key, target_session_key, \
+            target_agent_id, last_seen_sequence, notified_sequence, material_sequence, muted, \
+            origin, created_at, updated_at) \
+        SELECT 'agent:ops:u1', 'agent:ops:u' || i, 'ops', 1, 1 + i % 2, 2, (i % 3 <> 0)::int, \
+            'watch', 0, 0 FROM generate_series(1, 40) i";
+
+    /// Every kind of write, through the store and in plain SQL, leaves the kept counts equal to
+    /// the rows; so does a store migrated from schema 5, whose counts come from its rows.
+    #[test]
+    fn kept_counts_follow_every_write_and_are_seeded_on_upgrade() {
+        let url = PgCluster::shared().database().expect("database");
+        let store = PgStore::open(PgOptions::new(url.clone())).expect("open");
+        let mut client = store.connect().expect("connect");
+        write(&store, "sessions and cursors", |tx| {
+            for i in 0..300i64 {
+                let agent = if i % 3 == 0 { "ops" } else { "main" };
+                tx.insert_session(&contract::session(&format!("agent:{agent}:s{i}"), agent, i))?;
+                let notified = 1 + i % 4;
+                tx.put_cursor(&cursor(
+                    &format!("agent:main:s{}", i % 7),
+                    &format!("agent:main:t{i}"),
+                    1,
+                    notified,
+                    i % 5 == 0,
+                ))?;
+            }
+            Ok(())
+        });
+        assert_eq!(kept(&store), counted(&mut client), "after the inserts");
+        let deltas = |client: &mut postgres::Client| -> i64 {
+            client
+                .query_one("SELECT COUNT(*) FROM aware_count_deltas", &[])
+                .expect("deltas")
+                .get(0)
+        };
+        assert!(
+            deltas(&mut client) < 128,
+            "the writer folds a batch's deltas"
+        );
+
+        for (what, op) in writes_through_store() {
+            write(&store, what, op);
+            assert_eq!(kept(&store), counted(&mut client), "after {what}");
+        }
+        // Plain SQL, in autocommit: deltas the writer has not folded yet are counted too.
+        for sql in PLAIN_SQL {
+            client.batch_execute(sql).expect(sql);
+            assert_eq!(kept(&store), counted(&mut client), "after {sql}");
+        }
+        // A reset: the idle cursors expire, then every row goes at once.
+        write(&store, "every idle cursor", |tx| {
+            tx.expire_cursors_batch(i64::MAX, 100_000).map(drop)
+        });
+        assert_eq!(kept(&store), counted(&mut client), "after the expiry");
+        client
+            .batch_execute("DELETE FROM sessions; DELETE FROM session_watch_cursors")
+            .expect("reset");
+        assert_eq!(kept(&store), counted(&mut client), "after the reset");
+        assert_eq!(kept(&store), (0, 0, 0));
+        store.close();
+
+        // A store at schema 5: no counts, rows written without triggers, then opened.
+        client.batch_execute(SCHEMA_5_STORE).expect("schema 5");
+        let store = PgStore::open(PgOptions::new(url.clone())).expect("upgrade");
+        let upgraded = counted(&mut client);
+        assert_eq!(kept(&store), upgraded, "after the upgrade");
+        assert_eq!(upgraded, (40, 40, 7));
+        store.close();
+        let store = PgStore::open(PgOptions::new(url)).expect("reopen");
+        assert_eq!(kept(&store), upgraded, "seeded once only");
     }
 }

@@ -10,7 +10,9 @@ impl Conn {
     /// the server one statement instead of five (each statement is its own Bind/Execute/Sync
     /// and its own flush of the answer). Exact because the writes of a run touch distinct
     /// tables, so no row is written twice and none reads what another writes (statements with
-    /// a `SELECT` are never fused; there are no triggers nor foreign keys), and the CTEs of
+    /// a `SELECT` are never fused; there are no foreign keys, and the only triggers, the
+    /// count triggers of D54, only append to `aware_count_deltas`, which no queued write
+    /// names), and the CTEs of
     /// one statement all run to completion. A run never spans a savepoint statement; its
     /// failure is reported at its first write's position, inside the same savepoints. If the
     /// fused statement cannot be prepared (e.g. the transaction already failed), the writes

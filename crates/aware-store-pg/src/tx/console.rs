@@ -4,7 +4,20 @@
 use super::mapping::*;
 use super::PgTx;
 use crate::conn::{col, Param};
+use crate::schema::SESSION_COUNTS_REL;
 use aware_store::{ConsoleFilter, ConsoleRow, ConsoleSort, Result};
+
+const HEAD: &str = "(SELECT h.last_sequence FROM session_state_heads h \
+         WHERE h.session_key = sessions.session_key AND h.agent_id = sessions.agent_id)";
+const HEAD_AT: &str = "(SELECT h.updated_at FROM session_state_heads h \
+         WHERE h.session_key = sessions.session_key AND h.agent_id = sessions.agent_id)";
+const AS_WATCHER: &str = "(SELECT COUNT(*) FROM session_watch_cursors c \
+         WHERE c.watcher_session_key = sessions.session_key AND c.muted = 0 \
+         AND c.notified_sequence > c.last_seen_sequence)";
+const AS_TARGET: &str = "(SELECT COUNT(*) FROM session_watch_cursors c \
+         WHERE c.target_session_key = sessions.session_key \
+         AND c.target_agent_id = sessions.agent_id AND c.muted = 0 \
+         AND c.notified_sequence > c.last_seen_sequence)";
 
 impl PgTx<'_> {
     /// The console's filtered, sorted page of sessions and the total that matched.
@@ -38,37 +51,19 @@ impl PgTx<'_> {
                 pairs.join(",")
             ));
         }
+        // Filtered by agents at most (the console's table and overview), the total is a sum of
+        // the per-agent counts kept by triggers (decision D54); other filters count the rows.
+        let kept = f.kind.is_none() && f.text.is_none() && f.keys.is_empty();
         let total = {
             let params: Vec<Param<'_>> = args.iter().map(Arg::param).collect();
-            self.count(&format!("SELECT COUNT(*) FROM sessions{filter}"), &params)?
+            let sql = if kept {
+                format!("SELECT COALESCE(SUM(n), 0)::BIGINT FROM {SESSION_COUNTS_REL} c{filter}")
+            } else {
+                format!("SELECT COUNT(*) FROM sessions{filter}")
+            };
+            self.count(&sql, &params)?
         };
-        const HEAD: &str = "(SELECT h.last_sequence FROM session_state_heads h \
-             WHERE h.session_key = sessions.session_key AND h.agent_id = sessions.agent_id)";
-        const HEAD_AT: &str = "(SELECT h.updated_at FROM session_state_heads h \
-             WHERE h.session_key = sessions.session_key AND h.agent_id = sessions.agent_id)";
-        const AS_WATCHER: &str = "(SELECT COUNT(*) FROM session_watch_cursors c \
-             WHERE c.watcher_session_key = sessions.session_key AND c.muted = 0 \
-             AND c.notified_sequence > c.last_seen_sequence)";
-        const AS_TARGET: &str = "(SELECT COUNT(*) FROM session_watch_cursors c \
-             WHERE c.target_session_key = sessions.session_key \
-             AND c.target_agent_id = sessions.agent_id AND c.muted = 0 \
-             AND c.notified_sequence > c.last_seen_sequence)";
-        let order = match f.sort {
-            ConsoleSort::Updated => "updated_at",
-            ConsoleSort::Key => "session_key",
-            ConsoleSort::Agent => "agent_id",
-            ConsoleSort::Kind => "kind",
-            ConsoleSort::LastEvent => HEAD_AT,
-            ConsoleSort::StateVersion => HEAD,
-            ConsoleSort::PendingAsWatcher => AS_WATCHER,
-            ConsoleSort::PendingAsTarget => AS_TARGET,
-        };
-        // SQLite puts NULLs first ascending and last descending; PostgreSQL the other way.
-        let dir = if f.descending {
-            "DESC NULLS LAST"
-        } else {
-            "ASC NULLS FIRST"
-        };
+        let (order, dir) = order_by(f);
         let limit = push(&mut args, Arg::Int(i64::from(f.limit)));
         let offset = push(&mut args, Arg::Int(f.offset.min(i64::MAX as u64) as i64));
         let sql = format!(
@@ -103,4 +98,33 @@ impl PgTx<'_> {
         })?;
         Ok((rows, total))
     }
+}
+
+/// The sort key of the console's page and its direction.
+fn order_by(f: &ConsoleFilter) -> (&'static str, &'static str) {
+    let order = match f.sort {
+        ConsoleSort::Updated => "updated_at",
+        ConsoleSort::Key => "session_key",
+        ConsoleSort::Agent => "agent_id",
+        ConsoleSort::Kind => "kind",
+        ConsoleSort::LastEvent => HEAD_AT,
+        ConsoleSort::StateVersion => HEAD,
+        ConsoleSort::PendingAsWatcher => AS_WATCHER,
+        ConsoleSort::PendingAsTarget => AS_TARGET,
+    };
+    // SQLite puts NULLs first ascending and last descending; PostgreSQL the other way. A
+    // column that is never NULL keeps PostgreSQL's default, which the index on
+    // `updated_at` (DESC, so NULLS FIRST) matches: with `NULLS LAST` spelled out the
+    // default page sorted every matching row (decision D54).
+    let never_null = matches!(
+        f.sort,
+        ConsoleSort::Updated | ConsoleSort::Key | ConsoleSort::Agent | ConsoleSort::Kind
+    );
+    let dir = match (f.descending, never_null) {
+        (true, true) => "DESC",
+        (false, true) => "ASC",
+        (true, false) => "DESC NULLS LAST",
+        (false, false) => "ASC NULLS FIRST",
+    };
+    (order, dir)
 }

@@ -3,6 +3,7 @@
 use super::mapping::*;
 use super::PgTx;
 use crate::conn::{col, Param};
+use crate::schema::{COUNT_PENDING_SQL, COUNT_SESSIONS_SQL};
 use aware_core::StoredEvent;
 use aware_store::dump::{Row, Table, Value};
 use aware_store::{
@@ -326,17 +327,14 @@ impl ReadTx for PgTx<'_> {
 
     fn count_pending(&self) -> Result<u64> {
         self.exclusive()?;
-        self.count(
-            "SELECT COUNT(*) FROM session_watch_cursors WHERE muted = 0 \
-             AND notified_sequence > last_seen_sequence",
-            &[],
-        )
+        // Kept by triggers (decision D54), not counted over the pending index.
+        self.count(COUNT_PENDING_SQL, &[])
     }
 
     fn gauges(&self) -> Result<StoreGauges> {
         self.exclusive()?;
         Ok(StoreGauges {
-            sessions: self.count("SELECT COUNT(*) FROM sessions", &[])?,
+            sessions: self.count(COUNT_SESSIONS_SQL, &[])?,
             watchers: self.count(
                 "SELECT COUNT(DISTINCT watcher_session_key) FROM session_watch_cursors",
                 &[],
