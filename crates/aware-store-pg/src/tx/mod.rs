@@ -11,6 +11,7 @@ mod dump;
 mod keyed;
 mod mapping;
 mod read;
+mod turns;
 mod write;
 
 pub(crate) use mapping::{compact_from_row, cursor_from_row, CURSOR_COLS};
