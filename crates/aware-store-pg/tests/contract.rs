@@ -1106,7 +1106,8 @@ mod kept_counts {
     const SCHEMA_5_STORE: &str = "\
         DROP TABLE aware_counts, aware_count_deltas; \
         DROP FUNCTION aware_count_sessions, aware_count_pending CASCADE; \
-        DELETE FROM aware_schema_version WHERE version = 6; \
+        DROP TABLE aware_key_versions; DROP FUNCTION aware_take_key; \
+        DELETE FROM aware_schema_version WHERE version >= 6; \
         INSERT INTO sessions (session_key, agent_id, session_id, kind, created_via, created_at, \
             updated_at) \
         SELECT 'agent:ops:u' || i, 'ops', 'u' || i, 'main', 'api', 0, 0 \
@@ -1172,7 +1173,8 @@ mod kept_counts {
         assert_eq!(kept(&store), (0, 0, 0));
         store.close();
 
-        // A store at schema 5: no counts, rows written without triggers, then opened.
+        // A store at schema 5 (migrations 6 and 7 undone): no counts, rows written without
+        // triggers, then opened.
         client.batch_execute(SCHEMA_5_STORE).expect("schema 5");
         let store = PgStore::open(PgOptions::new(url.clone())).expect("upgrade");
         let upgraded = counted(&mut client);
