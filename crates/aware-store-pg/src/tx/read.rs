@@ -244,37 +244,15 @@ impl ReadTx for PgTx<'_> {
     }
 
     fn pending_by_watchers(&self, watchers: &[String]) -> Result<Vec<CursorRow>> {
-        self.exclusive()?;
-        if watchers.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.map_vec(
-            &format!(
-                "SELECT {CURSOR_COLS} FROM session_watch_cursors \
-                 WHERE watcher_session_key = ANY($1) \
-                 AND muted = 0 AND notified_sequence > last_seen_sequence \
-                 ORDER BY watcher_session_key, notified_sequence, target_session_key, target_agent_id"
-            ),
-            &[&watchers],
-            cursor_from_row,
+        self.cursors_held_by(
+            watchers,
+            "AND muted = 0 AND notified_sequence > last_seen_sequence",
+            "notified_sequence, ",
         )
     }
 
     fn console_cursors_held_by(&self, watchers: &[String]) -> Result<Vec<CursorRow>> {
-        self.exclusive()?;
-        if watchers.is_empty() {
-            return Ok(Vec::new());
-        }
-        // One array parameter instead of an IN list: one statement text whatever the set size.
-        self.map_vec(
-            &format!(
-                "SELECT {CURSOR_COLS} FROM session_watch_cursors \
-                 WHERE watcher_session_key = ANY($1) \
-                 ORDER BY watcher_session_key, target_session_key, target_agent_id"
-            ),
-            &[&watchers],
-            cursor_from_row,
-        )
+        self.cursors_held_by(watchers, "", "")
     }
 
     fn cursors_by_target(&self, target_key: &str, target_agent: &str) -> Result<Vec<CursorRow>> {
@@ -551,5 +529,31 @@ impl ReadTx for PgTx<'_> {
                 |r| col::<Option<i64>>(r, 0),
             )?
             .flatten())
+    }
+}
+
+impl PgTx<'_> {
+    /// The cursors any of `watchers` holds, narrowed by `filter`, by watcher then `order` then
+    /// target: one array parameter instead of an IN list, so one statement text whatever the
+    /// set size.
+    fn cursors_held_by(
+        &self,
+        watchers: &[String],
+        filter: &str,
+        order: &str,
+    ) -> Result<Vec<CursorRow>> {
+        self.exclusive()?;
+        if watchers.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.map_vec(
+            &format!(
+                "SELECT {CURSOR_COLS} FROM session_watch_cursors \
+                 WHERE watcher_session_key = ANY($1) {filter} \
+                 ORDER BY watcher_session_key, {order}target_session_key, target_agent_id"
+            ),
+            &[&watchers],
+            cursor_from_row,
+        )
     }
 }
