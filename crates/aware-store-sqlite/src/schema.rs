@@ -16,6 +16,12 @@ pub(super) const COUNT_WATCHERS_SQL: &str =
 pub(super) const COUNT_PENDING_SQL: &str =
     "SELECT COALESCE(SUM(n), 0) FROM aware_counts WHERE counter = 'pending'";
 
+/// Cursor expiry's batch (01 §9): the day's bound lets it read `…_updated_day`; the exact cut
+/// follows. Truncating division is monotonic, so `updated_at < ?1` implies the day's bound.
+pub(super) const EXPIRE_CURSORS_SQL: &str =
+    "DELETE FROM session_watch_cursors WHERE rowid IN (SELECT rowid FROM session_watch_cursors \
+     WHERE updated_at / 86400000 <= ?1 / 86400000 AND updated_at < ?1 AND muted = 0 LIMIT ?2)";
+
 /// Every append runs it; the unit test checks that its plan reads one index range in order.
 pub(super) const LIVE_WATCHERS_SQL: &str =
     "SELECT watcher_session_key FROM session_watch_cursors WHERE target_session_key = ?1 \
@@ -79,8 +85,15 @@ CREATE TABLE IF NOT EXISTS session_watch_cursors (
 -- store made before it still has until the drop at the end of this script.
 CREATE INDEX IF NOT EXISTS session_watch_cursors_target_watcher
     ON session_watch_cursors (target_session_key, target_agent_id, watcher_session_key);
-CREATE INDEX IF NOT EXISTS session_watch_cursors_updated
-    ON session_watch_cursors (updated_at);
+-- Cursor expiry's index, by the day of `updated_at` (then rowid), not by the millisecond
+-- (decision D59). Every write of a cursor moves its entry here; by the millisecond, the restart
+-- sweep (rowid order, every pending cursor) moved each entry from a scattered place, one leaf
+-- page per row once the table outgrows a batch, and its batches grew with the table. By the day,
+-- a batch's old entries lie in runs of rowid order, one run per distinct day (at most the
+-- expiry's days), and its new ones at the end. Expiry states the same expression, then the exact
+-- cut (`EXPIRE_CURSORS_SQL`). It replaces the index by the millisecond, dropped below.
+CREATE INDEX IF NOT EXISTS session_watch_cursors_updated_day
+    ON session_watch_cursors (updated_at / 86400000);
 -- Pending rows only (few at any time): the console counts and sorts by pending notices, and
 -- the pending-notices gauge and the watchers-with-pending scan avoid reading the whole table.
 CREATE INDEX IF NOT EXISTS session_watch_cursors_pending_target
@@ -223,6 +236,12 @@ WHEN (OLD.muted = 0 AND OLD.notified_sequence > OLD.last_seen_sequence)
         THEN 1 ELSE -1 END)
     ON CONFLICT (counter, agent_id) DO UPDATE SET n = n + excluded.n;
 END;
+
+-- Indexes a store made by an earlier aware still has, replaced above (D51: the target columns
+-- alone; D59: `updated_at` by the millisecond). An earlier binary opening the file again only
+-- re-creates them, and the next open of this one drops them again.
+DROP INDEX IF EXISTS session_watch_cursors_target;
+DROP INDEX IF EXISTS session_watch_cursors_updated;
 "#;
 
 pub(super) fn migrate(conn: &Connection) -> Result<()> {

@@ -81,6 +81,96 @@ mod gauge_tests {
             ["SEARCH session_watch_cursors USING INDEX \
               session_watch_cursors_target_watcher (target_session_key=? AND target_agent_id=?)"],
         );
+        // Cursor expiry reads the day index (decision D59), not the table.
+        let mut plan = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {EXPIRE_CURSORS_SQL}"))
+            .unwrap();
+        let steps: Vec<String> = plan
+            .query_map(rusqlite::params![1_000_000_000_000i64, 100], |r| {
+                r.get::<_, String>(3)
+            })
+            .unwrap()
+            .map(|r| r.unwrap())
+            .collect();
+        assert!(
+            steps.iter().any(|s| s.contains(
+                "SEARCH session_watch_cursors USING INDEX session_watch_cursors_updated_day"
+            )),
+            "{steps:?}"
+        );
+    }
+
+    /// A store made by an earlier aware loses the indexes the schema replaced, and expiry by the
+    /// day's index deletes exactly the cursors older than the cut, on both sides of a day's edge.
+    #[test]
+    fn replaced_indexes_are_dropped_and_expiry_cuts_exactly() {
+        const DAY: i64 = 86_400_000;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let conn = Connection::open(&path).unwrap();
+        migrate(&conn).unwrap();
+        conn.execute_batch(
+            "CREATE INDEX session_watch_cursors_target \
+                 ON session_watch_cursors (target_session_key, target_agent_id); \
+             CREATE INDEX session_watch_cursors_updated ON session_watch_cursors (updated_at);",
+        )
+        .unwrap();
+        // (updated_at, muted): around the cut at 20 days + 5 ms, and one muted row that never
+        // expires.
+        let cut = 20 * DAY + 5;
+        let rows = [
+            (3 * DAY, 0),
+            (20 * DAY, 0),
+            (20 * DAY + 4, 0),
+            (20 * DAY + 5, 0),
+            (20 * DAY + 6, 0),
+            (21 * DAY, 0),
+            (2 * DAY, 1),
+        ];
+        for (i, (at, muted)) in rows.iter().enumerate() {
+            conn.execute(
+                "INSERT INTO session_watch_cursors (watcher_session_key, target_session_key, \
+                 target_agent_id, last_seen_sequence, notified_sequence, material_sequence, \
+                 muted, origin, created_at, updated_at) \
+                 VALUES (?1, 't', 'main', 0, 0, 0, ?2, 'explicit', 0, ?3)",
+                rusqlite::params![format!("w{i}"), muted, at],
+            )
+            .unwrap();
+        }
+        drop(conn);
+        let conn = Connection::open(&path).unwrap();
+        migrate(&conn).unwrap();
+        let indexes: Vec<String> = conn
+            .prepare(
+                "SELECT name FROM sqlite_master WHERE type = 'index' \
+                 AND tbl_name = 'session_watch_cursors' AND sql IS NOT NULL ORDER BY name",
+            )
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(|r| r.unwrap())
+            .collect();
+        assert_eq!(
+            indexes,
+            [
+                "session_watch_cursors_pending_target",
+                "session_watch_cursors_pending_watcher",
+                "session_watch_cursors_target_watcher",
+                "session_watch_cursors_updated_day",
+            ]
+        );
+        let deleted = conn
+            .execute(EXPIRE_CURSORS_SQL, rusqlite::params![cut, 100])
+            .unwrap();
+        assert_eq!(deleted, 3);
+        let left: Vec<i64> = conn
+            .prepare("SELECT updated_at FROM session_watch_cursors ORDER BY updated_at")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(|r| r.unwrap())
+            .collect();
+        assert_eq!(left, [2 * DAY, 20 * DAY + 5, 20 * DAY + 6, 21 * DAY]);
     }
 
     /// The trigger-kept counts equal the rows they count after every kind of write, and a store

@@ -1,7 +1,7 @@
 //! `WriteTx` on SQLite: every write primitive of the seam.
 
 use super::mapping::*;
-use super::schema::run_cached;
+use super::schema::{run_cached, EXPIRE_CURSORS_SQL};
 use super::sqltx::*;
 use crate::Sq;
 use aware_store::dump::{Row, Table};
@@ -356,11 +356,7 @@ impl WriteTx for SqlTx<'_> {
     }
 
     fn expire_cursors_batch(&mut self, cutoff: i64, limit: u32) -> Result<BatchResult> {
-        let n = self.exec(
-            "DELETE FROM session_watch_cursors WHERE rowid IN (SELECT rowid FROM session_watch_cursors \
-             WHERE muted = 0 AND updated_at < ?1 LIMIT ?2)",
-            &[&cutoff, &i64::from(limit)],
-        )?;
+        let n = self.exec(EXPIRE_CURSORS_SQL, &[&cutoff, &i64::from(limit)])?;
         Ok(BatchResult { deleted: n as u64 })
     }
 
