@@ -1,6 +1,7 @@
 //! `SqliteStore`: opening, the reader pool, the `Store` implementation, and the SQLite-only
 //! test seams.
 
+use super::checkpoint::{record_wal_pages, Checkpointer};
 use super::mapping::*;
 use super::options::*;
 use super::schema::*;
@@ -24,6 +25,8 @@ pub(super) struct Inner {
     pub(super) durability: Durability,
     pub(super) writer_state: Arc<Writer>,
     pub(super) writer: Mutex<Option<JoinHandle<()>>>,
+    pub(super) checkpointer: Arc<Checkpointer>,
+    pub(super) checkpoint_thread: Mutex<Option<JoinHandle<()>>>,
     /// Reader connections; each std mutex is held for one read closure, never across `.await`.
     pub(super) readers: Vec<Mutex<Connection>>,
     pub(super) next_reader: AtomicUsize,
@@ -76,6 +79,8 @@ impl SqliteStore {
             ))
             .sq()?;
         migrate(&writer_conn)?;
+        // Replaces SQLite's automatic checkpoint inside `COMMIT` (decision D60).
+        writer_conn.wal_hook(Some(record_wal_pages));
 
         let readers = (0..options.readers.clamp(1, 8))
             .map(|_| {
@@ -88,6 +93,18 @@ impl SqliteStore {
             })
             .collect::<Result<Vec<_>>>()?;
 
+        let checkpointer = Arc::new(Checkpointer::default());
+        let checkpoint_thread = {
+            let conn = open_conn(
+                &path,
+                OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )?;
+            let c = checkpointer.clone();
+            std::thread::Builder::new()
+                .name("aware-checkpoint".into())
+                .spawn(move || c.run(&conn))
+                .map_err(|e| StoreError::Corrupt(format!("cannot start checkpoint thread: {e}")))?
+        };
         let faults = Arc::new(FaultPlan::default());
         let metrics = Arc::new(StoreMetrics::default());
         let writer_state = Arc::new(Writer {
@@ -96,6 +113,7 @@ impl SqliteStore {
             conn: Mutex::new(writer_conn),
             faults: faults.clone(),
             metrics: metrics.clone(),
+            checkpointer: checkpointer.clone(),
         });
         let writer = {
             let w = writer_state.clone();
@@ -110,6 +128,8 @@ impl SqliteStore {
                 durability: options.durability,
                 writer_state,
                 writer: Mutex::new(Some(writer)),
+                checkpointer,
+                checkpoint_thread: Mutex::new(Some(checkpoint_thread)),
                 readers,
                 next_reader: AtomicUsize::new(0),
                 faults,
@@ -315,6 +335,7 @@ impl Store for SqliteStore {
                 let _ = handle.join();
             }
         }
+        self.inner.stop_checkpointer();
     }
 }
 
@@ -324,6 +345,20 @@ impl Drop for Inner {
         self.writer_state.work.notify_all();
         if let Ok(mut writer) = self.writer.lock() {
             if let Some(handle) = writer.take() {
+                let _ = handle.join();
+            }
+        }
+        self.stop_checkpointer();
+    }
+}
+
+impl Inner {
+    /// After the writer: its last commits may still ask for a checkpoint, which the thread's
+    /// close makes moot (the next open's first checkpoint, or SQLite's at the last close, takes it).
+    fn stop_checkpointer(&self) {
+        self.checkpointer.close();
+        if let Ok(mut thread) = self.checkpoint_thread.lock() {
+            if let Some(handle) = thread.take() {
                 let _ = handle.join();
             }
         }
@@ -355,6 +390,26 @@ impl SqliteStore {
             .faults
             .queue_writer_pragma(format!("PRAGMA query_only = {}", u8::from(on)));
         let _ = self.write(|_| Ok::<(), StoreError>(()));
+    }
+
+    /// Holds the checkpointer thread's checkpoints back (requests are kept) or lets them run
+    /// again, so a test can see what the writer does alone.
+    #[doc(hidden)]
+    pub fn pause_checkpoints(&self, on: bool) {
+        self.inner.checkpointer.pause(on);
+    }
+
+    /// WAL checkpoints run so far: (by the checkpointer thread, inline by the writer).
+    #[doc(hidden)]
+    pub fn checkpoint_runs(&self) -> (u64, u64) {
+        self.inner.checkpointer.runs()
+    }
+
+    /// Waits until the checkpointer thread has run `n` checkpoints or `limit` passed; answers
+    /// whether it has.
+    #[doc(hidden)]
+    pub fn wait_background_checkpoints(&self, n: u64, limit: std::time::Duration) -> bool {
+        self.inner.checkpointer.wait_background(n, limit)
     }
 }
 

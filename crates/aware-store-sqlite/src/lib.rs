@@ -3,6 +3,7 @@
 //! `WriteTx`. Only the crate that wires `aware serve` (and tests and benches) names it; the
 //! engine holds any backend as an `Arc<dyn aware_store::Store>`.
 
+mod checkpoint;
 mod console;
 mod dump;
 mod handle;

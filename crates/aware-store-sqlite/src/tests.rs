@@ -385,6 +385,66 @@ mod writer_tests {
         assert_eq!(store.metrics().ops(), total);
     }
 
+    /// The writer's commits never checkpoint while the WAL is under its bound: the checkpointer
+    /// thread does, off the writer's path; past the bound the writer does, so the WAL stays
+    /// bounded when the thread cannot keep up (decision D60).
+    #[test]
+    fn checkpoints_run_off_the_writer_until_the_wal_reaches_its_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.db");
+        let store =
+            SqliteStore::open(StoreOptions::new(&path).durability(Durability::Normal)).unwrap();
+        let wal = dir.path().join("w.db-wal");
+        let page = 4096;
+        let wal_pages = || std::fs::metadata(&wal).unwrap().len() / page;
+        // One event per page (a 3 KB payload), 100 per commit.
+        let mut written = 0u64;
+        let mut write_pages = |commits: u64| {
+            for _ in 0..commits {
+                store
+                    .write(|tx| {
+                        for i in 0..100 {
+                            let mut e = event("big", i);
+                            let mut payload = serde_json::Map::new();
+                            payload.insert("blob".into(), "x".repeat(3_000).into());
+                            e.payload = Some(payload);
+                            tx.insert_event(&e)?;
+                        }
+                        Ok(())
+                    })
+                    .unwrap();
+                written += 100;
+            }
+            written
+        };
+        store.pause_checkpoints(true);
+        write_pages(30);
+        assert_eq!(store.checkpoint_runs(), (0, 0));
+        let grown = wal_pages();
+        assert!(
+            grown >= 3_000,
+            "the WAL holds every page written ({grown} pages): no commit checkpointed"
+        );
+        store.pause_checkpoints(false);
+        assert!(store.wait_background_checkpoints(1, Duration::from_secs(60)));
+        // The checkpoint was complete, so the next commit starts the WAL over at its beginning:
+        // the file does not grow.
+        write_pages(5);
+        assert_eq!(wal_pages(), grown);
+        // With the thread held back, the writer checkpoints once the WAL reaches its bound, and
+        // the WAL starts over after it.
+        store.pause_checkpoints(true);
+        let total = write_pages(110);
+        let (_, inline) = store.checkpoint_runs();
+        assert!(inline >= 1, "the writer never checkpointed past the bound");
+        let bounded = wal_pages();
+        assert!(
+            bounded <= 10_500,
+            "the WAL grew to {bounded} pages past its bound of 10,000"
+        );
+        assert_eq!(store.read(|r| r.event_count()).unwrap(), total);
+    }
+
     /// A failed op rolls back only itself when it leads its own commit, and the store keeps
     /// taking writes; close waits for queued ops, and later writes fail as WriterGone.
     #[test]

@@ -1,5 +1,6 @@
 //! The write side: leader-follower group commit on one connection (01 §8).
 
+use super::checkpoint::{take_wal_pages, Checkpointer};
 use super::options::*;
 use super::schema::run_cached;
 use super::sqltx::*;
@@ -40,6 +41,7 @@ pub(super) struct Writer {
     pub(super) conn: Mutex<Connection>,
     pub(super) faults: Arc<FaultPlan>,
     pub(super) metrics: Arc<StoreMetrics>,
+    pub(super) checkpointer: Arc<Checkpointer>,
 }
 
 #[derive(Default)]
@@ -60,6 +62,9 @@ impl Writer {
     pub(super) fn lead(&self, batch: Vec<Job>) {
         let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
         run_batch(&conn, batch, &self.faults, &self.metrics);
+        // After the answers: a checkpoint the WAL's length calls for is the checkpointer's, or
+        // (past its bound) this leader's, but never the callers' wait (decision D60).
+        self.checkpointer.after_commit(&conn, take_wal_pages());
     }
 }
 
