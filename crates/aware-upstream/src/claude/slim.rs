@@ -880,21 +880,23 @@ pub(crate) mod tests {
         }
     }
 
-    /// A value for a deciding position: mostly the expected kind, sometimes another.
+    /// A string from the words of the scan's tests and the probe's tricky strings, written with
+    /// or without escapes.
+    fn arb_word() -> BoxedStrategy<String> {
+        let words: Vec<&str> = WORDS.iter().chain(TRICKY.iter()).copied().collect();
+        (prop::sample::select(words), 0u8..4)
+            .prop_map(|(w, s)| json_string(w, s))
+            .boxed()
+    }
+
+    /// Any JSON value, mostly strings; rarely one a `Value` parse refuses (out-of-range number,
+    /// lone surrogate).
     fn arb_value(depth: u32) -> BoxedStrategy<String> {
-        let word = prop::sample::select(
-            WORDS
-                .iter()
-                .chain(TRICKY.iter())
-                .copied()
-                .collect::<Vec<_>>(),
-        );
         let leaf = prop_oneof![
-            4 => (word, 0u8..4).prop_map(|(w, s)| json_string(w, s)),
-            1 => prop::sample::select(vec![
-                "null", "true", "false", "1", "0", "-2.5e3", "1e400", "\"\\ud800\"", "\"\\ud83d\\ude00\"",
-            ])
-            .prop_map(str::to_owned),
+            12 => arb_word(),
+            4 => prop::sample::select(vec!["null", "true", "false", "1", "0", "-2.5e3", "\"\\ud83d\\ude00\""])
+                .prop_map(str::to_owned),
+            1 => prop::sample::select(vec!["1e400", "\"\\ud800\""]).prop_map(str::to_owned),
         ];
         if depth == 0 {
             return leaf.boxed();
@@ -927,9 +929,20 @@ pub(crate) mod tests {
             .boxed()
     }
 
-    /// A transcript-like row written as text: the deciding fields with values of any kind, in
-    /// any order, some repeated, around generated objects.
+    /// A transcript-like row written as text: mostly a `user` or queue row whose deciding
+    /// fields hold the expected kinds, with extra fields (flags, repeated deciding keys, big
+    /// ignored objects) inserted anywhere, and values of other kinds now and then.
     fn arb_text_row() -> impl Strategy<Value = String> {
+        let text = prop_oneof![4 => arb_word(), 1 => arb_value(1)];
+        let part = prop_oneof![
+            3 => text.clone().prop_map(|t| format!("{{\"type\":\"text\",\"text\":{t}}}")),
+            1 => arb_value(1),
+        ];
+        let tool_content = prop_oneof![
+            2 => arb_word(),
+            2 => prop::collection::vec(part, 0..3).prop_map(|p| format!("[{}]", p.join(","))),
+            1 => arb_value(1),
+        ];
         let block = (
             prop::sample::select(vec!["tool_result", "text", "image", "thinking"]),
             prop::sample::select(vec![
@@ -939,33 +952,37 @@ pub(crate) mod tests {
                 ",\"is_error\":1",
                 ",\"is_error\":true,\"is_error\":false",
             ]),
-            arb_value(2),
-            arb_value(1),
+            text,
+            tool_content,
         )
             .prop_map(|(kind, err, text, content)| {
                 format!("{{\"type\":\"{kind}\"{err},\"text\":{text},\"content\":{content}}}")
             });
         let content = prop_oneof![
-            arb_value(2),
-            prop::collection::vec(block, 0..4).prop_map(|b| format!("[{}]", b.join(","))),
+            3 => arb_word(),
+            3 => prop::collection::vec(prop_oneof![6 => block, 1 => arb_value(1)], 0..4)
+                .prop_map(|b| format!("[{}]", b.join(","))),
+            1 => arb_value(2),
         ];
-        let field = prop_oneof![
-            (prop::sample::select(vec![
-                "\"user\"",
-                "\"queue-operation\"",
-                "\"assistant\"",
-                "\"\\u0075ser\""
-            ]))
-            .prop_map(|t| format!("\"type\":{t}")),
-            (
-                prop::sample::select(vec!["\"user\"", "\"assistant\"", "5"]),
-                content.clone()
-            )
-                .prop_map(|(role, c)| format!("\"message\":{{\"role\":{role},\"content\":{c}}}")),
-            prop::sample::select(vec!["\"enqueue\"", "\"remove\"", "\"popAll\""])
+        let kind = prop_oneof![
+            6 => Just("\"user\""),
+            2 => Just("\"queue-operation\""),
+            1 => prop::sample::select(vec!["\"assistant\"", "\"\\u0075ser\"", "5", "null"]),
+        ];
+        let role = prop_oneof![
+            6 => Just("\"user\""),
+            1 => prop::sample::select(vec!["\"assistant\"", "5", "\"us\\u0065r\""]),
+        ];
+        let message = prop_oneof![
+            8 => (role, content.clone())
+                .prop_map(|(role, c)| format!("{{\"role\":{role},\"content\":{c}}}")),
+            1 => arb_value(1),
+        ];
+        let extra = prop_oneof![
+            2 => prop::sample::select(vec!["\"enqueue\"", "\"remove\"", "\"popAll\""])
                 .prop_map(|o| format!("\"operation\":{o}")),
-            content.prop_map(|c| format!("\"content\":{c}")),
-            (
+            2 => content.prop_map(|c| format!("\"content\":{c}")),
+            2 => (
                 prop::sample::select(vec![
                     "isMeta",
                     "isSidechain",
@@ -974,16 +991,42 @@ pub(crate) mod tests {
                     "isCompactSummary",
                     "isVisibleInTranscriptOnly",
                     "timestamp",
-                    "origin"
+                    "origin",
+                    "type",
+                    "message",
+                    "t\\u0079pe",
                 ]),
-                arb_value(2)
+                arb_value(2),
             )
                 .prop_map(|(k, v)| format!("\"{k}\":{v}")),
-            Just("\"origin\":{\"kind\":\"task-notification\"}".to_owned()),
-            Just("\"timestamp\":\"2026-01-01T00:00:12.000Z\"".to_owned()),
-            arb_object(arb_value(1)).prop_map(|o| format!("\"toolUseResult\":{o}")),
+            1 => prop::sample::select(vec!["true", "false"])
+                .prop_map(|b| format!("\"isMeta\":{b}")),
+            1 => Just("\"origin\":{\"kind\":\"task-notification\"}".to_owned()),
+            2 => Just("\"timestamp\":\"2026-01-01T00:00:12.000Z\"".to_owned()),
+            1 => arb_object(arb_value(1)).prop_map(|o| format!("\"toolUseResult\":{o}")),
         ];
-        prop::collection::vec(field, 1..9).prop_map(|fields| format!("{{{}}}", fields.join(",")))
+        let queue = prop::option::of((
+            prop::sample::select(vec!["enqueue", "enqueue", "remove", "popAll"]),
+            arb_word(),
+        ));
+        (
+            kind,
+            message,
+            queue,
+            prop::collection::vec((extra, any::<prop::sample::Index>()), 0..5),
+        )
+            .prop_map(|(kind, message, queue, extras)| {
+                let mut fields = vec![format!("\"type\":{kind}"), format!("\"message\":{message}")];
+                if let Some((operation, content)) = queue {
+                    fields.push(format!(
+                        "\"operation\":\"{operation}\",\"content\":{content}"
+                    ));
+                }
+                for (field, at) in extras {
+                    fields.insert(at.index(fields.len() + 1), field);
+                }
+                format!("{{{}}}", fields.join(","))
+            })
     }
 
     proptest! {
