@@ -5,7 +5,11 @@
 //! notification rows, …) and most of them carry no flag, so the rules check flags **and**
 //! content. Pure: no I/O, no clock, and no input can make it panic (it is fuzzed).
 
-use serde_json::{Map, Value};
+use std::borrow::Cow;
+
+use serde_json::Value;
+
+use crate::claude::slim::{Block, Content, Row, ToolContent};
 
 /// What one transcript row means for upstream awareness.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,10 +73,12 @@ pub(crate) const USER_SAID: &str = "the user said:";
 /// [`RowClass::QueuedPrompt`] / [`RowClass::QueueRemove`] for the queue rows that rule 7 gives a
 /// meaning; echo detection and the `queued` memory are the scanner's job, not this function's.
 pub fn classify(row: &Value) -> RowClass {
-    let Some(row) = row.as_object() else {
-        return RowClass::NotHuman;
-    };
-    match row.get("type").and_then(Value::as_str) {
+    Row::from_value(row).map_or(RowClass::NotHuman, |row| classify_row(&row))
+}
+
+/// [`classify`] on the slim row (what the rules read of an object row), however it was read.
+pub(crate) fn classify_row(row: &Row) -> RowClass {
+    match row.kind.as_deref() {
         Some("user") => classify_user(row),
         Some("queue-operation") => classify_queue_operation(row),
         _ => RowClass::NotHuman,
@@ -160,23 +166,23 @@ pub fn parse_rfc3339_ms(text: &str) -> Option<i64> {
 }
 
 /// Rules 2–6 for a `type: "user"` row.
-fn classify_user(row: &Map<String, Value>) -> RowClass {
-    let Some(message) = row.get("message").and_then(Value::as_object) else {
+fn classify_user(row: &Row) -> RowClass {
+    let Some(message) = &row.message else {
         return RowClass::NotHuman;
     };
-    if message.get("role").and_then(Value::as_str) != Some("user") || is_excluded_by_flags(row) {
+    if message.role.as_deref() != Some("user") || row.excluded {
         return RowClass::NotHuman;
     }
 
     // Rule 4: candidates.
-    let mut candidates: Vec<String> = Vec::new();
+    let mut candidates: Vec<Cow<str>> = Vec::new();
     let mut has_image = false;
     let mut has_tool_result = false;
-    match message.get("content") {
-        Some(Value::String(text)) => candidates.push(text.clone()),
-        Some(Value::Array(blocks)) => {
+    match &message.content {
+        Content::Text(text) => candidates.push(Cow::Borrowed(text)),
+        Content::Blocks(blocks) => {
             for block in blocks {
-                match block.get("type").and_then(Value::as_str) {
+                match block.kind.as_deref() {
                     Some("tool_result") => {
                         has_tool_result = true;
                         if let Some(feedback) = rejection_feedback(block) {
@@ -184,9 +190,9 @@ fn classify_user(row: &Map<String, Value>) -> RowClass {
                         }
                     }
                     Some("text") => {
-                        if let Some(text) = block.get("text").and_then(Value::as_str) {
+                        if let Some(text) = block.text.as_deref() {
                             if !is_ide_context(text) {
-                                candidates.push(text.to_owned());
+                                candidates.push(Cow::Borrowed(text));
                             }
                         }
                     }
@@ -195,7 +201,7 @@ fn classify_user(row: &Map<String, Value>) -> RowClass {
                 }
             }
         }
-        _ => {}
+        Content::Other => {}
     }
     candidates.retain(|c| !c.trim().is_empty());
     if candidates.is_empty() && (has_tool_result || !has_image) {
@@ -216,14 +222,14 @@ fn classify_user(row: &Map<String, Value>) -> RowClass {
 }
 
 /// Rule 7 for a `type: "queue-operation"` row.
-fn classify_queue_operation(row: &Map<String, Value>) -> RowClass {
-    match row.get("operation").and_then(Value::as_str) {
+fn classify_queue_operation(row: &Row) -> RowClass {
+    match row.operation.as_deref() {
         Some("remove") => RowClass::QueueRemove,
         Some("enqueue") => {
-            let Some(content) = row.get("content").and_then(Value::as_str) else {
+            let Some(content) = row.content.as_deref() else {
                 return RowClass::NotHuman;
             };
-            if is_excluded_by_flags(row)
+            if row.excluded
                 || content.trim().is_empty()
                 || is_machine_text(content)
                 || is_bare_slash_command(content)
@@ -241,26 +247,8 @@ fn classify_queue_operation(row: &Map<String, Value>) -> RowClass {
 /// The row's `timestamp` as epoch milliseconds, when it is a valid RFC 3339 string.
 ///
 /// The scanner also uses it to date a counted queued prompt, whose [`RowClass`] carries no time.
-pub(crate) fn row_timestamp_ms(row: &Map<String, Value>) -> Option<i64> {
-    row.get("timestamp")
-        .and_then(Value::as_str)
-        .and_then(parse_rfc3339_ms)
-}
-
-/// Rules 2–3: sub-agent rows and rows Claude Code marks as meta, summary, plan or notification.
-fn is_excluded_by_flags(row: &Map<String, Value>) -> bool {
-    let is_true = |key: &str| row.get(key).and_then(Value::as_bool) == Some(true);
-    is_true("isSidechain")
-        || row.contains_key("agentId")
-        || is_true("isMeta")
-        || is_true("isCompactSummary")
-        || is_true("isVisibleInTranscriptOnly")
-        || row.contains_key("planContent")
-        || row
-            .get("origin")
-            .and_then(|origin| origin.get("kind"))
-            .and_then(Value::as_str)
-            == Some("task-notification")
+pub(crate) fn row_timestamp_ms(row: &Row) -> Option<i64> {
+    row.timestamp.as_deref().and_then(parse_rfc3339_ms)
 }
 
 /// Rule 5: the candidate starts with a marker of machine-written text, or is the placeholder.
@@ -277,31 +265,28 @@ pub(crate) fn is_ide_context(text: &str) -> bool {
 
 /// Rule 7: `/` followed by a letter (e.g. `/mcp`) is a slash command, recorded elsewhere as a
 /// `<command-name>` row that rule 5 drops; a queued one must not count either.
-fn is_bare_slash_command(content: &str) -> bool {
+pub(crate) fn is_bare_slash_command(content: &str) -> bool {
     let mut chars = content.trim().chars();
     chars.next() == Some('/') && chars.next().is_some_and(char::is_alphabetic)
 }
 
 /// Rule 4: the human's feedback on a rejected tool, i.e. the text after `the user said:` and a
 /// line break inside an `is_error` tool result; `None` for every other tool result.
-fn rejection_feedback(block: &Value) -> Option<String> {
-    if block.get("is_error").and_then(Value::as_bool) != Some(true) {
+fn rejection_feedback<'b>(block: &'b Block) -> Option<Cow<'b, str>> {
+    if !block.is_error {
         return None;
     }
-    let text = match block.get("content")? {
-        Value::String(text) => text.clone(),
-        Value::Array(parts) => parts
-            .iter()
-            .filter_map(|part| part.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => return None,
-    };
-    text_after_user_said(&text).map(str::to_owned)
+    match &block.content {
+        ToolContent::Text(text) => text_after_user_said(text).map(Cow::Borrowed),
+        ToolContent::Parts(parts) => {
+            text_after_user_said(&parts.join("\n")).map(|f| Cow::Owned(f.to_owned()))
+        }
+        ToolContent::Other => None,
+    }
 }
 
 /// The text after the first `the user said:` that is directly followed by a line break.
-fn text_after_user_said(text: &str) -> Option<&str> {
+pub(crate) fn text_after_user_said(text: &str) -> Option<&str> {
     let mut from = 0;
     loop {
         let rest = text.get(from..)?;

@@ -5,3 +5,4 @@ pub mod classify;
 pub mod local;
 mod probe;
 pub mod scan;
+mod slim;

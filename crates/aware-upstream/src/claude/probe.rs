@@ -249,7 +249,7 @@ impl<'a> Walk<'a> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::claude::classify::{classify, RowClass};
     use proptest::prelude::*;
@@ -318,7 +318,7 @@ mod tests {
     /// Strings the walker must step over exactly: escaped quotes and backslashes, and text that
     /// would close the row early (and so hide a later text block) if an escaped quote ended a
     /// string.
-    const TRICKY: [&str; 7] = [
+    pub(crate) const TRICKY: [&str; 7] = [
         "plain output",
         "\"}]}}",
         "\\",

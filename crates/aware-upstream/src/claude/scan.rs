@@ -9,8 +9,9 @@ use std::collections::VecDeque;
 
 use serde_json::{Map, Value};
 
-use crate::claude::classify::{classify, normalise, row_timestamp_ms, RowClass};
+use crate::claude::classify::{classify_row, normalise, row_timestamp_ms, RowClass};
 use crate::claude::probe::is_tool_results_only;
+use crate::claude::slim::{read_line, Row};
 
 /// The window of one local check (04 §8 step 5): a larger append is consumed over several
 /// ticks. A window without a newline is left to the caller: the local provider then streams the
@@ -70,12 +71,7 @@ pub(crate) fn scan_lines(window: &[u8], scanner: &mut Scanner) -> Option<usize> 
         if !may_classify(line) || is_tool_results_only(line) {
             continue;
         }
-        // A line that is not UTF-8 fails here as well (a `Value` parses every string, and the
-        // bytes between strings must be ASCII JSON), without a separate pass over it.
-        let Ok(row) = serde_json::from_slice::<Value>(line) else {
-            continue;
-        };
-        scanner.feed(&row);
+        read_line(line, |row| scanner.feed_row(row));
     }
     Some(consumed)
 }
@@ -211,7 +207,14 @@ impl<'a> Scanner<'a> {
     }
 
     pub(crate) fn feed(&mut self, row: &Value) {
-        match classify(row) {
+        if let Some(row) = Row::from_value(row) {
+            self.feed_row(&row);
+        }
+    }
+
+    /// [`Scanner::feed`] on the slim row; a row that is not an object is `NotHuman`.
+    pub(crate) fn feed_row(&mut self, row: &Row) {
+        match classify_row(row) {
             RowClass::Human {
                 user_text,
                 occurred_at,
@@ -233,7 +236,7 @@ impl<'a> Scanner<'a> {
                 if self.is_echo(&text) {
                     return;
                 }
-                self.count(row.as_object().and_then(row_timestamp_ms));
+                self.count(row_timestamp_ms(row));
                 self.queued.push_back(text);
                 while self.queued.len() > QUEUED_MEMORY_MAX {
                     self.queued.pop_front();
@@ -281,8 +284,9 @@ impl<'a> Scanner<'a> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use crate::claude::classify::classify;
     use proptest::prelude::*;
     use serde_json::json;
 
@@ -518,6 +522,13 @@ mod tests {
                     ),
                 }
             }
+            // The slim read decides the mutated row as the replaced `Value` path did.
+            prop_assert_eq!(
+                crate::claude::slim::tests::scan_reads(line.as_bytes()),
+                crate::claude::slim::tests::reference_reads(line.as_bytes()),
+                "{}",
+                line
+            );
             let Ok(row) = serde_json::from_str::<Value>(&line) else {
                 return Ok(()); // not JSON: consumed without counting either way
             };
@@ -946,7 +957,7 @@ mod tests {
 
     // --- fuzz -----------------------------------------------------------------------------------
 
-    const WORDS: &[&str] = &[
+    pub(crate) const WORDS: &[&str] = &[
         "user",
         "assistant",
         "queue-operation",
@@ -974,7 +985,7 @@ mod tests {
         "\u{e9}\u{1f600}",
     ];
 
-    const KEYS: &[&str] = &[
+    pub(crate) const KEYS: &[&str] = &[
         "type",
         "message",
         "role",
@@ -998,7 +1009,7 @@ mod tests {
         "source",
     ];
 
-    fn arb_json() -> impl Strategy<Value = Value> {
+    pub(crate) fn arb_json() -> impl Strategy<Value = Value> {
         let leaf = prop_oneof![
             Just(Value::Null),
             any::<bool>().prop_map(Value::from),
@@ -1021,7 +1032,7 @@ mod tests {
     }
 
     /// Rows shaped like transcript rows, so the fuzzer reaches the deep rules.
-    fn arb_row() -> impl Strategy<Value = Value> {
+    pub(crate) fn arb_row() -> impl Strategy<Value = Value> {
         let block = (prop::sample::select(WORDS), arb_json(), arb_json(), any::<bool>()).prop_map(
             |(kind, text, content, is_error)| {
                 json!({"type": kind, "text": text, "content": content, "is_error": is_error})
