@@ -5,7 +5,9 @@
 //!
 //! `cargo run --release -p aware-cluster --example cluster_turns -- [turns per config] [clients]
 //! [max PostgreSQL gateways, default 3]`; `AWARE_BENCH_PG_SOCKET=1` for the unix socket,
-//! `AWARE_BENCH_PG_BATCH_BEFORE_LOCK=1` for the writer's batching before decision D47.
+//! `AWARE_BENCH_PG_BATCH_BEFORE_LOCK=1` for the writer's batching before decision D47,
+//! `AWARE_BENCH_PG_STATEMENTS=1` to print the server's busiest statements of each PostgreSQL
+//! configuration (`pg_stat_statements`, nested statements included; decision D58).
 // Test code: a panic is the failure report (the workspace denies unwrap/expect elsewhere).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -75,9 +77,112 @@ fn seg(s: &str) -> String {
     s.replace(':', "%3A")
 }
 
+/// The WAL flushed so far, as a position.
+fn wal_lsn(admin: &mut postgres::Client) -> String {
+    admin
+        .query_one("SELECT pg_current_wal_flush_lsn()::text", &[])
+        .expect("wal position")
+        .get(0)
+}
+
+/// The WAL written between two positions, per turn: bytes, full-page-image bytes, and records
+/// by resource manager. Read from the WAL itself (`pg_walinspect`; none without it):
+/// `pg_stat_wal` lags by up to a second per busy backend.
+fn wal_between(admin: &mut postgres::Client, from: &str, to: &str, turns: f64) -> Option<String> {
+    let rows = admin
+        .query(
+            "SELECT \"resource_manager/record_type\", count::float8, fpi_size::float8, \
+             combined_size::float8 \
+             FROM pg_get_wal_stats($1::text::pg_lsn, $2::text::pg_lsn) WHERE count > 0 \
+             ORDER BY count DESC",
+            &[&from, &to],
+        )
+        .ok()?;
+    let (mut records, mut fpi, mut bytes, mut by) = (0.0, 0.0, 0.0, Vec::new());
+    for r in &rows {
+        let (name, n, f, b): (String, f64, f64, f64) = (r.get(0), r.get(1), r.get(2), r.get(3));
+        records += n;
+        fpi += f;
+        bytes += b;
+        by.push(format!("{name} {:.1}", n / turns));
+    }
+    Some(format!(
+        "{:.1} records ({}), {:.0} bytes of which {:.0} in full-page images",
+        records / turns,
+        by.join(", "),
+        bytes / turns,
+        fpi / turns
+    ))
+}
+
+/// CPU seconds (user + system) of the server's processes, the postmaster's children listed by
+/// `pg_stat_activity` (backends and background processes): the server's own share, which the
+/// machine-wide figure mixes with other load.
+fn server_cpu(admin: &mut postgres::Client) -> (Vec<i32>, f64) {
+    let pids: Vec<i32> = admin
+        .query("SELECT pid FROM pg_stat_activity", &[])
+        .expect("pg_stat_activity")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let cpu = pids
+        .iter()
+        .map(|p| proc_cpu(&format!("/proc/{p}/stat")))
+        .sum();
+    (pids, cpu)
+}
+
+/// utime + stime of one process, in seconds (0 when gone).
+fn proc_cpu(stat: &str) -> f64 {
+    let me = std::fs::read_to_string(stat).unwrap_or_default();
+    let after_comm = me.rsplit(')').next().unwrap_or("");
+    let f: Vec<f64> = after_comm
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    // Fields after the comm: state is not numeric, so utime/stime are at 11 and 12 here.
+    (f.get(10).copied().unwrap_or(0.0) + f.get(11).copied().unwrap_or(0.0)) / 100.0
+}
+
+/// The statements that took the server's time during a run, busiest first (top-level and
+/// nested, e.g. inside triggers), with the WAL each wrote.
+fn print_statements(admin: &mut postgres::Client, turns: f64) {
+    let rows = admin
+        .query(
+            "SELECT calls, total_exec_time, rows, wal_records, wal_fpi, wal_bytes::float8, \
+             toplevel, regexp_replace(query, '\\s+', ' ', 'g') FROM pg_stat_statements \
+             ORDER BY total_exec_time DESC LIMIT 16",
+            &[],
+        )
+        .expect("pg_stat_statements");
+    eprintln!("      server time per turn by statement (us; calls, rows, WAL records/FPI/bytes per turn):");
+    for r in rows {
+        let (calls, ms, n): (i64, f64, i64) = (r.get(0), r.get(1), r.get(2));
+        let (recs, fpi, bytes): (i64, i64, f64) = (r.get(3), r.get(4), r.get(5));
+        let (top, q): (bool, String) = (r.get(6), r.get(7));
+        eprintln!(
+            "      {:>6.1} us {:>5.2} calls {:>5.2} rows {:>5.2}/{:.3}/{:>5.0} {} {:.110}",
+            ms * 1e3 / turns,
+            calls as f64 / turns,
+            n as f64 / turns,
+            recs as f64 / turns,
+            fpi as f64 / turns,
+            bytes / turns,
+            if top { "top" } else { "nested" },
+            q
+        );
+    }
+}
+
 /// Runs the workload against `bases` (client i talks to `bases[i % n]`): (turns/s, p50, p99),
-/// and the PostgreSQL store's counters over the turns (not the set-up).
-fn run(bases: &[String], turns: u64, clients: usize) -> ((f64, Duration, Duration), PathStats) {
+/// and the PostgreSQL store's counters over the turns (not the set-up). With `admin` (a
+/// connection to the PostgreSQL cluster) the WAL written over the turns is printed too.
+fn run(
+    bases: &[String],
+    turns: u64,
+    clients: usize,
+    mut admin: Option<&mut postgres::Client>,
+) -> ((f64, Duration, Duration), PathStats) {
     for i in 0..clients {
         let base = &bases[i % bases.len()];
         let (p, c) = (
@@ -114,6 +219,12 @@ fn run(bases: &[String], turns: u64, clients: usize) -> ((f64, Duration, Duratio
             })
         })
         .collect();
+    let statements = std::env::var_os("AWARE_BENCH_PG_STATEMENTS").is_some();
+    if let (Some(a), true) = (admin.as_deref_mut(), statements) {
+        a.batch_execute("SELECT pg_stat_statements_reset()")
+            .expect("reset");
+    }
+    let wal0 = admin.as_deref_mut().map(|a| (wal_lsn(a), server_cpu(a)));
     barrier.wait();
     let before = PathStats::now();
     let cpu0 = cpu_now();
@@ -125,6 +236,23 @@ fn run(bases: &[String], turns: u64, clients: usize) -> ((f64, Duration, Duratio
     let cpu1 = cpu_now();
     let stats = PathStats::now().since(&before);
     let n = lat.lock().expect("lat").len() as f64;
+    if let (Some(a), Some((w0, (pids, cpu0)))) = (admin, wal0) {
+        let w1 = wal_lsn(a);
+        let cpu1: f64 = pids
+            .iter()
+            .map(|p| proc_cpu(&format!("/proc/{p}/stat")))
+            .sum();
+        eprintln!(
+            "      PostgreSQL's processes: {:.0} us CPU per turn",
+            (cpu1 - cpu0) / n * 1e6
+        );
+        if let Some(w) = wal_between(a, &w0, &w1, n) {
+            eprintln!("      WAL per turn: {w}");
+        }
+        if statements {
+            print_statements(a, n);
+        }
+    }
     let per_turn = |a: f64, b: f64| (b - a) / n * 1e6;
     eprintln!(
         "      CPU per turn: machine {:.0} us (busy {:.0}% of {} cores), this process (gateways + clients) {:.0} us, the rest (PostgreSQL, other load) {:.0} us",
@@ -172,17 +300,9 @@ fn cpu_now() -> Cpu {
         .lines()
         .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
         .count();
-    let me = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after_comm = me.rsplit(')').next().unwrap_or("");
-    let f: Vec<f64> = after_comm
-        .split_whitespace()
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    // Fields after the comm: state is not numeric, so utime/stime are at 11 and 12 here.
-    let process = f.get(10).copied().unwrap_or(0.0) + f.get(11).copied().unwrap_or(0.0);
     Cpu {
         machine: busy / tick,
-        process: process / tick,
+        process: proc_cpu("/proc/self/stat"),
         wall: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs_f64())
@@ -200,13 +320,36 @@ fn main() {
         ..Default::default()
     })
     .expect("PostgreSQL");
+    let mut admin = postgres::Client::connect(&pg.url("postgres"), postgres::NoTls).expect("admin");
+    // PostgreSQL 15 and contrib; without them the WAL line is left out.
+    if let Err(e) = admin.batch_execute("CREATE EXTENSION pg_walinspect") {
+        eprintln!("no WAL per turn: {e}");
+    }
+    if std::env::var_os("AWARE_BENCH_PG_STATEMENTS").is_some() {
+        admin
+            .batch_execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+            .expect("configure pg_stat_statements");
+        drop(admin);
+        pg.stop().expect("stop");
+        pg.start().expect("restart");
+        admin = postgres::Client::connect(&pg.url("postgres"), postgres::NoTls).expect("admin");
+        // One statement per call: ALTER SYSTEM refuses the implicit transaction of a batch, and
+        // knows the module's settings only once it is loaded.
+        for sql in [
+            "CREATE EXTENSION IF NOT EXISTS pg_stat_statements",
+            "ALTER SYSTEM SET pg_stat_statements.track = 'all'",
+            "SELECT pg_reload_conf()",
+        ] {
+            admin.batch_execute(sql).expect("pg_stat_statements");
+        }
+    }
     let mut rows = Vec::new();
     {
         let dir = tempfile::tempdir().expect("dir");
         let gw = Gateway::start(dir.path(), None);
         rows.push((
             "1 gateway, SQLite full",
-            run(std::slice::from_ref(&gw.base), turns, clients),
+            run(std::slice::from_ref(&gw.base), turns, clients, None),
         ));
     }
     let max_gateways: usize = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(3);
@@ -227,7 +370,7 @@ fn main() {
                 2 => "2 gateways, PostgreSQL",
                 _ => "3 gateways, PostgreSQL",
             },
-            run(&bases, turns, clients),
+            run(&bases, turns, clients, Some(&mut admin)),
         ));
     }
     let sqlite = (rows[0].1).0 .0;
