@@ -171,17 +171,28 @@ pub(crate) fn w4(plan: &Plan) -> Result<Outcome> {
 }
 
 /// W5: one prune pass from 1.2 x `events` rows down to the row cap `events`.
-pub(crate) fn w5(plan: &Plan) -> Result<Outcome> {
+/// Passes of W5, engine and floor alternated: the target compares two maxima of about ten
+/// transactions each, which one preemption decides, so the verdict takes the median pass.
+const W5_PASSES: usize = 5;
+
+/// One engine prune pass of W5 on a fresh file.
+struct W5Engine {
+    secs: f64,
+    longest_us: u64,
+    batches: u64,
+    commits: u64,
+    txn_us: u64,
+    describe_max: String,
+    hist_max: Option<u64>,
+    count_ns: u64,
+}
+
+fn w5_engine_pass(plan: &Plan, pass: usize, keys: &[String], order: &[usize]) -> Result<W5Engine> {
     let durability = plan.durability(Durability::Normal);
     let cap = plan.events;
-    let total = cap + cap / 5;
-    let keys: Vec<String> = (0..plan.sessions)
-        .map(|i| format!("agent:main:c{i}"))
-        .collect();
-    let order: Vec<usize> = (0..total).map(|r| (r % plan.sessions) as usize).collect();
     // Engine: rows written raw, then the engine opened with max_rows = cap.
-    let path = plan.file("w5-engine.db");
-    fill_events(&floor_conn(&path, durability)?, &keys, &order)?;
+    let path = plan.file(&format!("w5-engine-{pass}.db"));
+    fill_events(&floor_conn(&path, durability)?, keys, order)?;
     let engine = open_engine(&path, durability, Some(cap), true)?;
     // The cap loop asks `event_count()` (a COUNT(*)) once per batch; time one at full size.
     let mut counts = Vec::new();
@@ -198,65 +209,132 @@ pub(crate) fn w5(plan: &Plan) -> Result<Outcome> {
     let report = engine
         .prune_pass()
         .ok_or_else(|| anyhow!("prune pass skipped"))?;
-    let engine_secs = t.elapsed().as_secs_f64();
+    let secs = t.elapsed().as_secs_f64();
     let per_commit = watch.finish();
     let m = store_metrics(&engine);
     let commits = m.commits() - commits0;
-    let us = m.commit_us_sum.load(Ordering::Relaxed) - us0;
+    let txn_us = m.commit_us_sum.load(Ordering::Relaxed) - us0;
     let hist_max = hist_max_bound(m);
     let left = event_count(&engine)?;
     engine.close();
     drop(engine);
+    let _ = std::fs::remove_file(&path);
     if left != cap {
         bail!("prune left {left} rows, expected {cap}");
     }
-    // Floor: the same batches (victims SELECT, head watermark UPDATEs, per-row DELETEs).
-    // Filled through one connection, pruned through a fresh one (cold cache, like the engine).
-    let fpath = plan.file("w5-floor.db");
-    fill_events(&floor_conn(&fpath, durability)?, &keys, &order)?;
+    Ok(W5Engine {
+        secs,
+        longest_us: per_commit.max_us(),
+        batches: report.batches,
+        commits,
+        txn_us,
+        describe_max: per_commit.describe_max(commits),
+        hist_max,
+        count_ns,
+    })
+}
+
+/// One floor pass of W5: the same batches (victims SELECT, head watermark UPDATEs, per-row
+/// DELETEs), filled through one connection, pruned through a fresh one (cold cache, like the
+/// engine). Answers (seconds, batches, longest batch in ns).
+fn w5_floor_pass(
+    plan: &Plan,
+    pass: usize,
+    keys: &[String],
+    order: &[usize],
+) -> Result<(f64, u64, u64)> {
+    let durability = plan.durability(Durability::Normal);
+    let fpath = plan.file(&format!("w5-floor-{pass}.db"));
+    fill_events(&floor_conn(&fpath, durability)?, keys, order)?;
     let conn = floor_conn(&fpath, durability)?;
     let t = Instant::now();
-    let (batches, longest) = floor_prune(&conn, cap, 1000)?;
-    let floor_secs = t.elapsed().as_secs_f64();
+    let (batches, longest) = floor_prune(&conn, plan.events, 1000)?;
+    let secs = t.elapsed().as_secs_f64();
+    drop(conn);
+    let _ = std::fs::remove_file(&fpath);
+    Ok((secs, batches, longest))
+}
+
+/// The median of `v` (the lower of the middle two) and its range.
+fn median_range(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.sort_by(f64::total_cmp);
+    let mid = v.get((v.len().max(1) - 1) / 2).copied().unwrap_or(0.0);
+    let lo = v.first().copied().unwrap_or(0.0);
+    let hi = v.last().copied().unwrap_or(0.0);
+    (mid, lo, hi)
+}
+
+pub(crate) fn w5(plan: &Plan) -> Result<Outcome> {
+    let durability = plan.durability(Durability::Normal);
+    let cap = plan.events;
+    let total = cap + cap / 5;
+    let keys: Vec<String> = (0..plan.sessions)
+        .map(|i| format!("agent:main:c{i}"))
+        .collect();
+    let order: Vec<usize> = (0..total).map(|r| (r % plan.sessions) as usize).collect();
+    let mut engine_runs = Vec::with_capacity(W5_PASSES);
+    let mut floor_runs = Vec::with_capacity(W5_PASSES);
+    for pass in 0..W5_PASSES {
+        engine_runs.push(w5_engine_pass(plan, pass, &keys, &order)?);
+        floor_runs.push(w5_floor_pass(plan, pass, &keys, &order)?);
+    }
+    let (longest_ms, longest_lo, longest_hi) = median_range(
+        engine_runs
+            .iter()
+            .map(|r| r.longest_us as f64 / 1e3)
+            .collect(),
+    );
+    let (floor_longest_ms, floor_lo, floor_hi) =
+        median_range(floor_runs.iter().map(|r| r.2 as f64 / 1e6).collect());
+    let (engine_secs, ..) = median_range(engine_runs.iter().map(|r| r.secs).collect());
+    let (floor_secs, ..) = median_range(floor_runs.iter().map(|r| r.0).collect());
+    // The pass shown in full is the one whose longest transaction is the median.
+    let shown = engine_runs
+        .iter()
+        .find(|r| r.longest_us as f64 / 1e3 == longest_ms)
+        .or(engine_runs.first())
+        .ok_or_else(|| anyhow!("no W5 pass ran"))?;
+    let floor_batches = floor_runs.first().map_or(0, |r| r.1);
+    let longest_ratio = longest_ms / floor_longest_ms.max(1e-9);
     let line = format!(
-        "W5 Engine::prune_pass {} -> {} rows [{}]: {} in {} batches, {} commits ({} in txns), \
-         longest txn {} (watched per commit; histogram bucket <= {}; COUNT(*) at {} rows takes \
-         {}, once per batch) | floor {} in {batches} batches, longest batch {} | ratio {:.2}x",
+        "W5 Engine::prune_pass {} -> {} rows [{}], {W5_PASSES} passes alternated with the floor's,          medians: {} in {} batches, {} commits ({} in txns), longest txn {} (range {:.2}–{:.2} ms;          median pass: {}; histogram bucket <= {}; COUNT(*) at {} rows takes {}, once per batch) |          floor {} in {floor_batches} batches, longest batch {:.2} ms (range {:.2}–{:.2} ms) | ratio          {:.2}x, longest txn / floor's longest batch {:.2}x",
         fmt_int(total),
         fmt_int(cap),
         durability.as_str(),
         fmt_dur((engine_secs * 1e9) as u64),
-        report.batches,
-        commits,
-        fmt_dur(us * 1000),
-        per_commit.describe_max(commits),
-        hist_max.map_or("-".into(), |b| fmt_dur(b * 1000)),
+        shown.batches,
+        shown.commits,
+        fmt_dur(shown.txn_us * 1000),
+        fmt_dur((longest_ms * 1e6) as u64),
+        longest_lo,
+        longest_hi,
+        shown.describe_max,
+        shown.hist_max.map_or("-".into(), |b| fmt_dur(b * 1000)),
         fmt_int(total),
-        fmt_dur(count_ns),
+        fmt_dur(shown.count_ns),
         fmt_dur((floor_secs * 1e9) as u64),
-        fmt_dur(longest),
-        engine_secs / floor_secs
+        floor_longest_ms,
+        floor_lo,
+        floor_hi,
+        engine_secs / floor_secs,
+        longest_ratio,
     );
     Ok(Outcome::new("W5", line)
         .figure("prune_ms", engine_secs * 1e3, "ms", Better::Lower)
-        .figure(
-            "longest_txn_ms",
-            per_commit.max_us() as f64 / 1e3,
-            "ms",
-            Better::Lower,
-        )
+        .figure("longest_txn_ms", longest_ms, "ms", Better::Lower)
         .figure("floor_ms", floor_secs * 1e3, "ms", Better::Lower)
         .figure(
             "floor_longest_batch_ms",
-            longest as f64 / 1e6,
+            floor_longest_ms,
             "ms",
             Better::Lower,
         )
+        .figure("longest_txn_ratio", longest_ratio, "x", Better::Lower)
         .figure("ratio", engine_secs / floor_secs, "x", Better::Lower)
-        .target("longest_txn_ms", 10.0))
+        .target("longest_txn_ms", 10.0)
+        .target("longest_txn_ratio", 1.1))
 }
 
-/// W6: restart sweep over `events / 5` pending cursors, one distinct watcher each.
 pub(crate) fn w6(plan: &Plan) -> Result<Outcome> {
     let durability = plan.durability(Durability::Normal);
     let pending = (plan.events / 5).max(1);
