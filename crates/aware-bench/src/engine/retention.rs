@@ -297,7 +297,11 @@ pub(crate) fn w5(plan: &Plan) -> Result<Outcome> {
     let floor_batches = floor_runs.first().map_or(0, |r| r.1);
     let longest_ratio = longest_ms / floor_longest_ms.max(1e-9);
     let line = format!(
-        "W5 Engine::prune_pass {} -> {} rows [{}], {W5_PASSES} passes alternated with the floor's,          medians: {} in {} batches, {} commits ({} in txns), longest txn {} (range {:.2}–{:.2} ms;          median pass: {}; histogram bucket <= {}; COUNT(*) at {} rows takes {}, once per batch) |          floor {} in {floor_batches} batches, longest batch {:.2} ms (range {:.2}–{:.2} ms) | ratio          {:.2}x, longest txn / floor's longest batch {:.2}x",
+        "W5 Engine::prune_pass {} -> {} rows [{}], {W5_PASSES} passes alternated with the floor's, \
+         medians: {} in {} batches, {} commits ({} in txns), longest txn {} (range {:.2}–{:.2} ms; \
+         median pass: {}; histogram bucket <= {}; COUNT(*) at {} rows takes {}, once per batch) | \
+         floor {} in {floor_batches} batches, longest batch {:.2} ms (range {:.2}–{:.2} ms) | ratio \
+         {:.2}x, longest txn / floor's longest batch {:.2}x",
         fmt_int(total),
         fmt_int(cap),
         durability.as_str(),
