@@ -125,12 +125,19 @@ fn server_cpu(admin: &mut postgres::Client) -> (Vec<i32>, f64) {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    let cpu = pids
-        .iter()
-        .map(|p| proc_cpu(&format!("/proc/{p}/stat")))
-        .sum();
+    let cpu = cpu_of(&pids);
     (pids, cpu)
 }
+
+/// CPU seconds of the processes `pids` (those gone count 0).
+fn cpu_of(pids: &[i32]) -> f64 {
+    pids.iter()
+        .map(|p| proc_cpu(&format!("/proc/{p}/stat")))
+        .sum()
+}
+
+/// Clock ticks per second of `/proc`'s CPU times (`USER_HZ`, 100 on Linux).
+const USER_HZ: f64 = 100.0;
 
 /// utime + stime of one process, in seconds (0 when gone).
 fn proc_cpu(stat: &str) -> f64 {
@@ -141,7 +148,7 @@ fn proc_cpu(stat: &str) -> f64 {
         .filter_map(|x| x.parse().ok())
         .collect();
     // Fields after the comm: state is not numeric, so utime/stime are at 11 and 12 here.
-    (f.get(10).copied().unwrap_or(0.0) + f.get(11).copied().unwrap_or(0.0)) / 100.0
+    (f.get(10).copied().unwrap_or(0.0) + f.get(11).copied().unwrap_or(0.0)) / USER_HZ
 }
 
 /// The statements that took the server's time during a run, busiest first (top-level and
@@ -238,10 +245,7 @@ fn run(
     let n = lat.lock().expect("lat").len() as f64;
     if let (Some(a), Some((w0, (pids, cpu0)))) = (admin, wal0) {
         let w1 = wal_lsn(a);
-        let cpu1: f64 = pids
-            .iter()
-            .map(|p| proc_cpu(&format!("/proc/{p}/stat")))
-            .sum();
+        let cpu1 = cpu_of(&pids);
         eprintln!(
             "      PostgreSQL's processes: {:.0} us CPU per turn",
             (cpu1 - cpu0) / n * 1e6
@@ -278,7 +282,6 @@ struct Cpu {
 /// Busy CPU seconds of the whole machine (`/proc/stat`) and of this process (`/proc/self/stat`),
 /// to tell whether a configuration is bound by the CPU or by waiting. Zeros where unreadable.
 fn cpu_now() -> Cpu {
-    let tick = 100.0; // USER_HZ on Linux
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
     let fields: Vec<f64> = stat
         .lines()
@@ -301,7 +304,7 @@ fn cpu_now() -> Cpu {
         .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
         .count();
     Cpu {
-        machine: busy / tick,
+        machine: busy / USER_HZ,
         process: proc_cpu("/proc/self/stat"),
         wall: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

@@ -25,7 +25,7 @@ pub(super) struct Inner {
     pub(super) durability: Durability,
     pub(super) writer_state: Arc<Writer>,
     pub(super) writer: Mutex<Option<JoinHandle<()>>>,
-    pub(super) checkpointer: Arc<Checkpointer>,
+    /// The checkpointer thread; its mailbox is the writer's (`Writer::checkpointer`).
     pub(super) checkpoint_thread: Mutex<Option<JoinHandle<()>>>,
     /// Reader connections; each std mutex is held for one read closure, never across `.await`.
     pub(super) readers: Vec<Mutex<Connection>>,
@@ -113,7 +113,7 @@ impl SqliteStore {
             conn: Mutex::new(writer_conn),
             faults: faults.clone(),
             metrics: metrics.clone(),
-            checkpointer: checkpointer.clone(),
+            checkpointer,
         });
         let writer = {
             let w = writer_state.clone();
@@ -128,7 +128,6 @@ impl SqliteStore {
                 durability: options.durability,
                 writer_state,
                 writer: Mutex::new(Some(writer)),
-                checkpointer,
                 checkpoint_thread: Mutex::new(Some(checkpoint_thread)),
                 readers,
                 next_reader: AtomicUsize::new(0),
@@ -356,7 +355,7 @@ impl Inner {
     /// After the writer: its last commits may still ask for a checkpoint, which the thread's
     /// close makes moot (the next open's first checkpoint, or SQLite's at the last close, takes it).
     fn stop_checkpointer(&self) {
-        self.checkpointer.close();
+        self.writer_state.checkpointer.close();
         if let Ok(mut thread) = self.checkpoint_thread.lock() {
             if let Some(handle) = thread.take() {
                 let _ = handle.join();
@@ -396,20 +395,23 @@ impl SqliteStore {
     /// again, so a test can see what the writer does alone.
     #[doc(hidden)]
     pub fn pause_checkpoints(&self, on: bool) {
-        self.inner.checkpointer.pause(on);
+        self.inner.writer_state.checkpointer.pause(on);
     }
 
     /// WAL checkpoints run so far: (by the checkpointer thread, inline by the writer).
     #[doc(hidden)]
     pub fn checkpoint_runs(&self) -> (u64, u64) {
-        self.inner.checkpointer.runs()
+        self.inner.writer_state.checkpointer.runs()
     }
 
     /// Waits until the checkpointer thread has run `n` checkpoints or `limit` passed; answers
     /// whether it has.
     #[doc(hidden)]
     pub fn wait_background_checkpoints(&self, n: u64, limit: std::time::Duration) -> bool {
-        self.inner.checkpointer.wait_background(n, limit)
+        self.inner
+            .writer_state
+            .checkpointer
+            .wait_background(n, limit)
     }
 }
 
