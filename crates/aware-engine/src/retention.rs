@@ -114,13 +114,9 @@ impl Engine {
         loop {
             let batch =
                 self.write(move |tx, ctx| Ok(tx.sweep_batch(after, SWEEP_BATCH, ctx.now)?))?;
-            // Between batches, outside the writer: a passive checkpoint keeps the WAL short,
-            // so SQLite's automatic checkpoint (1,000 pages, run inside the commit that crosses
-            // it) never lands in a sweep batch and the longest transaction stays one batch's
-            // work at any table size (D45). A failure only leaves the WAL longer.
-            if let Err(e) = self.inner.store.maintain() {
-                tracing::warn!(event = "checkpoint_failed", error = %e, "passive WAL checkpoint failed");
-            }
+            // No checkpoint between batches: on SQLite no commit carries one any more (the
+            // store's checkpointer thread runs them, D60), which is what D45's checkpoint here
+            // was for.
             report.cursors += batch.cursors;
             report.watchers += batch.finished_watchers.len() as u64;
             report.woken += request_state_wakes(&self.inner, &batch.finished_watchers, self.now());
