@@ -284,7 +284,7 @@ async function main() {
   });
 
   await test('with a token set the console asks for it and refuses a wrong one', async () => {
-    const tsrv = await startServer(['--token', 's3cret-token']);
+    const tsrv = await startServer(['--token', 's3cret-token-0123456789']);
     const p2 = await ctx.newPage();
     await p2.goto(`${tsrv.base}/ui/`);
     await p2.locator('#token-dialog').waitFor({ state: 'visible', timeout: 5000 });
@@ -294,7 +294,7 @@ async function main() {
     const msg = await p2.locator('#token-error').innerText();
     assert(/refused/i.test(msg) && msg.includes('401'), `clear refusal: ${msg}`);
     assert(await p2.evaluate(() => sessionStorage.getItem('aware.token')) === null, 'a wrong token is not kept');
-    await p2.fill('#token-input', 's3cret-token');
+    await p2.fill('#token-input', 's3cret-token-0123456789');
     await p2.press('#token-input', 'Enter');
     await p2.locator('#token-dialog').waitFor({ state: 'hidden', timeout: 3000 });
     await p2.locator('.card').first().waitFor({ timeout: 3000 });

@@ -24,6 +24,8 @@ pub enum KeyError {
     InvisibleCharacter,
     #[error("agent-qualified session key must read agent:<agentId>:<rest> with a non-empty rest")]
     MalformedQualified,
+    #[error("a new session key must not contain a double quote (\"), a backslash (\\) or a Unicode line or paragraph separator (U+2028, U+2029): notices quote the key on one line")]
+    QuoteOrLineSeparator,
     #[error("agent id {id:?} must match {AGENT_ID_PATTERN}")]
     InvalidAgentId { id: String },
 }
@@ -40,6 +42,14 @@ pub fn has_invisible_format(s: &str) -> bool {
             | '\u{061C}' // Arabic letter mark
             | '\u{FEFF}') // zero-width no-break space
     })
+}
+
+/// Does `s` hold a character that could end the quoted key of a notice line or start a new line
+/// in a reader that splits on every Unicode line break: `"`, `\\`, U+2028, U+2029. (Control
+/// characters, U+0085 among them, are refused in every key already.)
+pub fn has_notice_breaking_char(s: &str) -> bool {
+    s.chars()
+        .any(|c| matches!(c, '"' | '\\' | '\u{2028}' | '\u{2029}'))
 }
 
 /// An agent id: matches `[a-z0-9][a-z0-9_-]{0,63}`, stored lower-case.
@@ -136,6 +146,18 @@ impl SessionKey {
 
     pub fn as_str(&self) -> &str {
         &self.canonical
+    }
+
+    /// The stricter rule for a key a session is *created* under. A key with a quote, a backslash
+    /// or a line separator let an agent forge a line in the hub's own voice inside a watcher's
+    /// notice (the notice quotes the key). Such keys stay addressable when already stored (so
+    /// they can be read and deleted, and their notices are escaped by
+    /// [`crate::notice::quote_key`]), but no new session gets one.
+    pub fn check_new(&self) -> Result<(), KeyError> {
+        if has_notice_breaking_char(&self.canonical) {
+            return Err(KeyError::QuoteOrLineSeparator);
+        }
+        Ok(())
     }
 
     pub fn is_agent_qualified(&self) -> bool {

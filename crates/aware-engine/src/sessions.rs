@@ -169,6 +169,9 @@ pub(crate) fn create_in(
     req: &CreateSession,
     spawn_run: Option<&str>,
 ) -> Result<SessionRow> {
+    // Every creation path (API, spawn, hook, adoption) passes here, so no new session gets a
+    // key that could break out of a notice's quotes.
+    target.key.check_new()?;
     let parent = match &req.parent {
         None => None,
         Some(p) => {
@@ -251,7 +254,7 @@ pub(crate) fn create_in(
         {
             let text = format!(
                 "New session \"{}\" created via {}.",
-                target.key,
+                aware_core::notice::quote_key(target.key.as_str()),
                 req.created_via.as_str()
             );
             let ctxk = session_created_context_key(target.key.as_str());

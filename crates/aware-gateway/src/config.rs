@@ -25,6 +25,8 @@ use store::store_options;
 pub struct Limits {
     /// `sessions_send` calls waiting for a reply at once; more are refused with 429.
     pub max_reply_waiters: usize,
+    /// Of those, how many one calling agent may have at once.
+    pub max_reply_waiters_per_agent: usize,
     /// How long `/health` waits for its writer and reader probes before answering 503.
     pub health_deadline_ms: u64,
 }
@@ -33,6 +35,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_reply_waiters: 256,
+            max_reply_waiters_per_agent: 32,
             health_deadline_ms: 2000,
         }
     }
@@ -317,6 +320,12 @@ impl GatewayConfig {
         if let Some(l) = &file.limits {
             let d = &mut c.limits;
             d.max_reply_waiters = l.max_reply_waiters.unwrap_or(d.max_reply_waiters);
+            d.max_reply_waiters_per_agent = l
+                .max_reply_waiters_per_agent
+                .unwrap_or(d.max_reply_waiters_per_agent);
+            if d.max_reply_waiters_per_agent == 0 {
+                return Err(bad("limits.max_reply_waiters_per_agent must be at least 1"));
+            }
             d.health_deadline_ms = l.health_deadline_ms.unwrap_or(d.health_deadline_ms);
             if d.health_deadline_ms == 0 {
                 return Err(bad("limits.health_deadline_ms must be at least 1"));
@@ -632,6 +641,7 @@ mod tests {
         );
         assert_eq!(d.max_connections, 8);
         assert_eq!(d.stream_cap(), 6);
+        // Seven eighths of 8 connections: 7 may be long-held, 8 may not.
         let too_many = FileHttp {
             max_streams: Some(8),
             ..Default::default()
@@ -639,7 +649,15 @@ mod tests {
         assert!(apply_http(&mut d, &too_many)
             .unwrap_err()
             .to_string()
-            .contains("below http.max_connections"));
+            .contains("must be at most 7 with http.max_connections = 8"));
+        let most = FileHttp {
+            max_streams: Some(7),
+            ..Default::default()
+        };
+        apply_http(&mut d, &most).unwrap();
+        assert_eq!(d.stream_cap(), 7);
+        assert_eq!(HttpSettings::max_held_allowed(1024), 896);
+        assert_eq!(HttpSettings::max_held_allowed(1), 0);
         assert_eq!(HttpSettings::default().stream_cap(), 768);
         let one = HttpSettings {
             max_connections: 1,

@@ -55,14 +55,15 @@ pub struct AppState {
         Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<Option<serde_json::Value>>>>>,
     /// Per-agent webhook lanes (in-flight cap, waiting wakes).
     pub(crate) webhooks: WebhookLanes,
-    /// `sessions_send` calls waiting for a reply now (`[limits] max_reply_waiters`).
-    pub(crate) reply_waiters: std::sync::atomic::AtomicUsize,
     /// Single-flight writer and reader probes of `/health`.
     pub(crate) health: HealthProbes,
     /// The cluster threads (wakes across gateways, leadership) on a PostgreSQL store.
     pub(crate) cluster: std::sync::OnceLock<aware_cluster::Cluster>,
-    /// Open long-lived streams, capped in total and per agent token (`streams.rs`).
+    /// Open long-held requests (streams, waiting sends), capped in total, per agent token and
+    /// per calling agent (`streams.rs`).
     pub(crate) streams: Arc<crate::http::streams::StreamSlots>,
+    /// Wrong bearer tokens per peer address (`auth_limit.rs`).
+    pub(crate) failed_tokens: crate::http::auth_limit::FailedTokens,
 }
 
 pub type Shared = Arc<AppState>;
@@ -178,10 +179,10 @@ pub(crate) fn new_state(config: GatewayConfig, port: u16) -> Shared {
         sse_delivered: AtomicU64::new(0),
         clock_lock: tokio::sync::Mutex::new(()),
         webhooks: Default::default(),
-        reply_waiters: Default::default(),
         health: Default::default(),
         cluster: std::sync::OnceLock::new(),
         streams: Arc::default(),
+        failed_tokens: Default::default(),
     })
 }
 

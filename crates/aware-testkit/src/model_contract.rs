@@ -57,12 +57,18 @@ pub fn spec_rfc3339_ms(ms: i64) -> String {
 }
 
 /// 02 §8.4: one `System: [<time>] <text>` line per item (system events first, then notices, in
-/// the order given), continuation lines of a multi-line text prefixed `System: `, joined with
+/// the order given), continuation lines of a multi-line text (split at every Unicode line break)
+/// prefixed `System: `, joined with
 /// `\n`; nothing to show renders `""`.
 pub fn spec_prompt(items: &[(i64, String)]) -> String {
     let mut lines = Vec::new();
     for (at, text) in items {
-        for (i, line) in text.split('\n').enumerate() {
+        // Every mandatory line break of UAX #14 starts a line (CR LF is one break).
+        let unified = text.replace("\r\n", "\n");
+        let breaks = [
+            '\n', '\u{0B}', '\u{0C}', '\r', '\u{85}', '\u{2028}', '\u{2029}',
+        ];
+        for (i, line) in unified.split(breaks).enumerate() {
             if i == 0 {
                 lines.push(format!("System: [{}] {line}", spec_rfc3339_ms(*at)));
             } else {

@@ -49,9 +49,18 @@ pub fn read_certs(what: &str, path: &Path) -> Result<Vec<CertificateDer<'static>
     Ok(certs)
 }
 
-/// The private key of a PEM file (PKCS#8, PKCS#1 or SEC1).
+/// The private key of a PEM file (PKCS#8, PKCS#1 or SEC1). A key other users may read is
+/// refused, as libpq and ssh refuse theirs: at most `0600`, or `0640` when root owns the file
+/// (a group such as Debian's `ssl-cert` may then read it). The mode is read from the open file,
+/// so the checked file is the one read.
 pub fn read_key(what: &str, path: &Path) -> Result<PrivateKeyDer<'static>, String> {
-    let bytes = read(what, path)?;
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)
+        .map_err(|e| format!("{what}: cannot read {}: {e}", path.display()))?;
+    check_key_mode(what, path, &f)?;
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes)
+        .map_err(|e| format!("{what}: cannot read {}: {e}", path.display()))?;
     PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| match e {
         rustls::pki_types::pem::Error::NoItemsFound => format!(
             "{what}: {} holds no private key (expected PEM: PKCS#8, PKCS#1 or SEC1)",
@@ -59,6 +68,36 @@ pub fn read_key(what: &str, path: &Path) -> Result<PrivateKeyDer<'static>, Strin
         ),
         e => format!("{what}: {} is not a PEM key file: {e}", path.display()),
     })
+}
+
+#[cfg(unix)]
+fn check_key_mode(what: &str, path: &Path, f: &std::fs::File) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = f
+        .metadata()
+        .map_err(|e| format!("{what}: cannot read {}: {e}", path.display()))?;
+    let mode = meta.mode() & 0o777;
+    let (too_open, allowed) = if meta.uid() == 0 {
+        (
+            mode & 0o037 != 0,
+            "u=rw,g=r (0640) or less, as it is owned by root",
+        )
+    } else {
+        (mode & 0o077 != 0, "u=rw (0600) or less")
+    };
+    if too_open {
+        return Err(format!(
+            "{what}: the private key {} has mode {mode:04o}, so other users can read it; its permissions must be {allowed} (chmod 600 {})",
+            path.display(),
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn check_key_mode(_: &str, _: &Path, _: &std::fs::File) -> Result<(), String> {
+    Ok(())
 }
 
 /// The server side of `aware serve` / `aware node serve`: the certificate chain of `cert` and
@@ -305,6 +344,17 @@ mod tests {
         std::fs::write(&junk, "not a certificate\n").unwrap();
         let e = read_certs("http.tls_cert", &junk).unwrap_err();
         assert!(e.contains("holds no certificate"), "{e}");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&junk, std::fs::Permissions::from_mode(0o644)).unwrap();
+            let e = read_key("http.tls_key", &junk).unwrap_err();
+            assert!(
+                e.contains("other users can read it") && e.contains("chmod 600"),
+                "{e}"
+            );
+            std::fs::set_permissions(&junk, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
         let e = read_key("http.tls_key", &junk).unwrap_err();
         assert!(
             e.contains("http.tls_key") && e.contains("no private key"),

@@ -1,7 +1,7 @@
 //! Turns and runs of a session (03 §5.4): the transcript page and new turns, runs started and
 //! ended, and compaction.
 
-use crate::http::access::path_session_access;
+use crate::http::access::{check_turn_provenance, path_session_access};
 use crate::http::body::{Obj, Query};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::request::{decode_segment, existence_wins, parse_key, Req};
@@ -48,7 +48,8 @@ pub(crate) async fn post(
 ) -> ApiResult<Response> {
     let ready = path_session_access(req, c, &t)
         .and_then(|()| q.finish())
-        .and_then(|()| parse_turn(&req.body));
+        .and_then(|()| parse_turn(&req.body))
+        .and_then(|turn| check_turn_provenance(req, &t, turn.provenance.as_ref()).map(|()| turn));
     let engine = req.state.engine()?;
     // The write awaits the writer directly (no blocking-pool hop: its two thread wake-ups were
     // the largest item of this route's profile); only a failure needs the existence read.

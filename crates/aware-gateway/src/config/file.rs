@@ -42,6 +42,7 @@ pub(super) struct FileStore {
 #[serde(deny_unknown_fields)]
 pub(super) struct FileLimits {
     pub(super) max_reply_waiters: Option<usize>,
+    pub(super) max_reply_waiters_per_agent: Option<usize>,
     pub(super) health_deadline_ms: Option<u64>,
 }
 

@@ -17,8 +17,9 @@ pub struct HttpSettings {
     pub body_timeout_secs: u64,
     pub max_connections: usize,
     pub shutdown_grace_secs: u64,
-    /// Long-lived streams (`GET /v1/wakes`, `GET /v1/console/events`) open at once; `None`
-    /// derives it from `max_connections` ([`HttpSettings::stream_cap`]).
+    /// Long-held requests (`GET /v1/wakes`, `GET /v1/console/events`, waiting `sessions_send`
+    /// calls) open at once; `None` derives it from `max_connections`
+    /// ([`HttpSettings::stream_cap`]).
     pub max_streams: Option<usize>,
     /// Streams one agent token may hold at once (the operator is bounded by `max_streams`).
     pub max_streams_per_agent: usize,
@@ -90,9 +91,16 @@ pub(super) fn resolve_tls(
 }
 
 impl HttpSettings {
-    /// How many streams may be open at once: `max_streams`, else three quarters of
-    /// `max_connections`. Always below `max_connections`, so streams that are never read
-    /// cannot take the slots `/health` and every other route need.
+    /// The most `max_streams` may be: all connections but an eighth (at least one), which stay
+    /// free for `/health` and the short routes however many long-held requests are open.
+    pub fn max_held_allowed(max_connections: usize) -> usize {
+        max_connections - (max_connections / 8).max(1).min(max_connections)
+    }
+
+    /// How many long-held requests (streams and `sessions_send` calls waiting for a reply) may
+    /// be open at once: `max_streams`, else three quarters of `max_connections`. Always well
+    /// below `max_connections`, so requests that hold their connection cannot take the slots
+    /// `/health` and every other route need.
     pub fn stream_cap(&self) -> usize {
         self.max_streams
             .unwrap_or_else(|| self.max_connections - (self.max_connections / 4).max(1))
@@ -182,9 +190,10 @@ pub(super) fn apply_http(d: &mut HttpSettings, h: &FileHttp) -> Result<(), Confi
         None => {}
     }
     match h.max_streams {
-        Some(n) if n >= d.max_connections => {
+        Some(n) if n > HttpSettings::max_held_allowed(d.max_connections) => {
             return Err(bad(format!(
-                "http.max_streams ({n}) must be below http.max_connections ({}): the rest stays free for /health and every other route",
+                "http.max_streams ({n}) must be at most {} with http.max_connections = {}: long-held requests (streams and waiting sends) may take at most seven eighths of the connections, so the rest stays free for /health and every other route",
+                HttpSettings::max_held_allowed(d.max_connections),
                 d.max_connections
             )))
         }

@@ -78,6 +78,37 @@ pub(crate) fn acts_as_own(req: &Req, key: &str, agent: &str) -> ApiResult<()> {
     }
 }
 
+/// Who an agent's token may say wrote a turn. `inter_session` provenance names the sending
+/// session, and only `sessions_send`/`sessions_spawn` mint it across agents (the engine writes
+/// it from the checked caller); a token posting a turn may name a sender of its own agent only,
+/// or it could make a watcher believe another agent spoke. `humanId` says which human wrote it,
+/// an assertion only the operator's token may make. `t` is the session the turn goes to.
+pub(crate) fn check_turn_provenance(
+    req: &Req,
+    t: &SessionRef,
+    provenance: Option<&aware_engine::Provenance>,
+) -> ApiResult<()> {
+    let (Identity::Agent(a), Some(p)) = (&req.identity, provenance) else {
+        return Ok(());
+    };
+    if let Some(src) = &p.source_session_key {
+        let src_agent = src
+            .qualified_agent()
+            .map_or_else(|| t.agent.as_str().to_string(), |g| g.as_str().to_string());
+        if &src_agent != a {
+            return Err(ApiError::forbidden(format!(
+                "this token belongs to agent \"{a}\" and may not record a turn sent by \"{src}\" of agent \"{src_agent}\"; messages between agents are recorded by sessions_send and sessions_spawn"
+            )));
+        }
+    }
+    if p.human_id.is_some() {
+        return Err(ApiError::forbidden(format!(
+            "provenance.humanId names a human, which only the operator token may assert; the token of agent \"{a}\" may record a human turn without it"
+        )));
+    }
+    Ok(())
+}
+
 /// Routes only the operator (the main token) may use; `route` is the route's pattern.
 pub(crate) fn operator_only(req: &Req, route: &str) -> ApiResult<()> {
     match &req.identity {

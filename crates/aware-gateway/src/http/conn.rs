@@ -269,6 +269,7 @@ async fn serve_one(
     stop: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
+    let peer = stream.peer_addr().ok().map(|a| Peer(a.ip()));
     let track = Arc::new(Track::new());
     let header = Duration::from_secs(http.header_timeout_secs);
     let raw = Deadlines {
@@ -282,7 +283,7 @@ async fn serve_one(
         write_armed: false,
     };
     let Some(tls) = &http.tls else {
-        let raw = serve_io(raw, track, app, stop).await;
+        let raw = serve_io(raw, peer, track, app, stop).await;
         linger(raw.inner).await;
         return;
     };
@@ -297,16 +298,21 @@ async fn serve_one(
         }
         Err(_) => return,
     };
-    tls = serve_io(tls, track, app, stop).await;
+    tls = serve_io(tls, peer, track, app, stop).await;
     // close_notify, then the TCP write side; what the client still sends is drained below.
     let _ = tokio::time::timeout(LINGER_IDLE, tls.shutdown()).await;
     let (raw, _) = tls.into_inner();
     drain(raw.inner).await;
 }
 
+/// The address a request came from, put in its extensions (the failed-token limit counts by it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Peer(pub(crate) std::net::IpAddr);
+
 /// Serves HTTP/1.1 on one connection (plain or TLS) until it ends, and hands the socket back.
 async fn serve_io<S>(
     io: S,
+    peer: Option<Peer>,
     track: Arc<Track>,
     app: axum::Router,
     mut stop: watch::Receiver<bool>,
@@ -327,12 +333,15 @@ where
             let done = Arc::new(std::sync::atomic::AtomicBool::new(
                 http_body::Body::is_end_stream(req.body()),
             ));
-            let req = req.map(|inner| {
+            let mut req = req.map(|inner| {
                 Body::new(Consumed {
                     inner,
                     done: done.clone(),
                 })
             });
+            if let Some(p) = peer {
+                req.extensions_mut().insert(p);
+            }
             let mut resp = match app.oneshot(req).await {
                 Ok(r) => r,
                 Err(never) => match never {},

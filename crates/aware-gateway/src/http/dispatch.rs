@@ -7,6 +7,7 @@ use crate::http::access::{
     caller, caller_unchecked, operator_only, path_session, path_session_unchecked,
 };
 use crate::http::body::Query;
+use crate::http::conn::Peer;
 use crate::http::edge::{self, Identity, Origin, Site};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::request::{decode_segment, must_exist, Req};
@@ -21,22 +22,25 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use std::net::IpAddr;
 use std::time::Duration;
 
 pub(crate) async fn dispatch(
     State(state): State<Shared>,
+    peer: Option<axum::Extension<Peer>>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     let started = std::time::Instant::now();
+    let peer = peer.map(|axum::Extension(p)| p.0);
     let raw_path = uri.path().to_string();
     let segments = routes::segments(&raw_path);
     let parsed = routes::parse(&method, &segments, state.test_clock.is_some());
     let label = parsed.pattern.unwrap_or("unmatched");
     let response =
-        match edge_then_route(&state, method, &uri, headers, body, &segments, parsed).await {
+        match edge_then_route(&state, peer, method, &uri, headers, body, &segments, parsed).await {
             Ok(r) => r,
             Err(e) => e.into_response(),
         };
@@ -49,8 +53,10 @@ pub(crate) async fn dispatch(
 /// The order of checks: Host → origin (and a CORS preflight) → token → route and method → body
 /// size and media type → the handler. Host and origin come first so a page in a browser learns
 /// nothing, not even whether a token is needed.
+#[allow(clippy::too_many_arguments)] // the parts of one request, as axum hands them over
 async fn edge_then_route(
     state: &Shared,
+    peer: Option<IpAddr>,
     method: Method,
     uri: &Uri,
     headers: HeaderMap,
@@ -69,7 +75,7 @@ async fn edge_then_route(
         Site::Preflight(r) => return Ok(r),
         Site::Pass(origin) => origin,
     };
-    let mut response = route_checked(state, method, uri, headers, body, segments, parsed)
+    let mut response = route_checked(state, peer, method, uri, headers, body, segments, parsed)
         .await
         .unwrap_or_else(|e| e.into_response());
     if let Origin::Allowed(o) = &origin {
@@ -78,8 +84,10 @@ async fn edge_then_route(
     Ok(response)
 }
 
+#[allow(clippy::too_many_arguments)] // the parts of one request, as axum hands them over
 async fn route_checked(
     state: &Shared,
+    peer: Option<IpAddr>,
     method: Method,
     uri: &Uri,
     headers: HeaderMap,
@@ -92,7 +100,17 @@ async fn route_checked(
     let identity = if parsed.public {
         Identity::Operator
     } else {
+        // A peer that spent its wrong tokens waits before any token of its is compared.
+        let limited = peer.filter(|_| edge::tokens_configured(&state.config));
+        if let Some(p) = limited {
+            state.failed_tokens.check(p, state.now())?;
+        }
         edge::identify(&state.config, &headers).ok_or_else(|| {
+            // Only a token that was given and is wrong counts: a missing one guesses nothing
+            // (the console's first reads before the user types the token send none).
+            if let Some(p) = limited.filter(|_| !edge::bearer(&headers).is_empty()) {
+                state.failed_tokens.failed(p, state.now());
+            }
             ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "unauthorized",

@@ -4,7 +4,7 @@
 //!
 //! Two listeners share this edge: the gateway (`dispatch`) and the paired node
 //! (`node_server`). Both run [`check_site`] first and compare tokens with [`secrets_equal`],
-//! and both refuse weak tokens off loopback through [`check_token_strength`], so a rule added
+//! and both refuse weak tokens through [`check_token_strength`], so a rule added
 //! here cannot be forgotten by one of them.
 
 use crate::config::{GatewayConfig, HttpSettings};
@@ -14,23 +14,22 @@ use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 use std::net::{IpAddr, SocketAddr};
 
-/// Off loopback the token is all that stands between the network and the data: shorter ones
-/// are guessable.
+/// A token is all that stands between a caller and the data (off loopback the network, on
+/// loopback the other local users and agents): shorter ones are guessable.
 pub const MIN_TOKEN_BYTES: usize = 16;
 
-/// Refuses to listen off loopback with a blank token or one under [`MIN_TOKEN_BYTES`];
+/// Refuses to listen, whatever the bind, with a blank token or one under [`MIN_TOKEN_BYTES`];
 /// `tokens` names each token for the message. The rule of `aware serve` and `aware node serve`.
 pub fn check_token_strength<'a>(
     bind: SocketAddr,
     tokens: impl IntoIterator<Item = (String, &'a str)>,
 ) -> Result<(), String> {
-    if bind.ip().is_loopback() {
-        return Ok(());
-    }
+    // On loopback too: there a token is the boundary between local users, and an agent's token
+    // the boundary between agents; a 2-byte token bounds nothing.
     for (what, t) in tokens {
         if t.trim().is_empty() || t.len() < MIN_TOKEN_BYTES {
             return Err(format!(
-                "refusing to listen on {bind} with a weak token: {what} must be at least {MIN_TOKEN_BYTES} bytes and not blank"
+                "refusing to listen on {bind} with a weak token: {what} must be at least {MIN_TOKEN_BYTES} bytes and not blank (e.g. `head -c 24 /dev/urandom | base64`)"
             ));
         }
     }
@@ -143,6 +142,11 @@ pub(crate) fn identify(config: &GatewayConfig, headers: &HeaderMap) -> Option<Id
     found
 }
 
+/// Does any request need a token here? (With none configured everyone is the operator.)
+pub(crate) fn tokens_configured(config: &GatewayConfig) -> bool {
+    config.token.is_some()
+}
+
 /// `host[:port]` split; the host lower-cased, IPv6 kept in brackets.
 fn split_authority(v: &str) -> Option<(String, Option<u16>)> {
     let v = v.trim().to_ascii_lowercase();
@@ -246,7 +250,7 @@ pub(crate) enum Origin {
 
 /// Refuses cross-site requests (a page in the user's browser could otherwise create sessions,
 /// post "human" turns or drain notices): an `Origin` must be the gateway's own
-/// (`http://` + the request's `Host`) or listed in `[http] allowed_origins`, and
+/// (`http://` or, over TLS, `https://` + the request's `Host`) or listed in `[http] allowed_origins`, and
 /// `Sec-Fetch-Site: cross-site` is refused unless its origin is listed. Clients that send no
 /// `Origin` (curl, SDKs, the CLI) are not browsers and pass.
 fn check_origin(http: &HttpSettings, headers: &HeaderMap, host: &str) -> Result<Origin, ApiError> {
@@ -261,13 +265,15 @@ fn check_origin(http: &HttpSettings, headers: &HeaderMap, host: &str) -> Result<
             "{msg}; requests from web pages are refused unless their origin is listed in [http] allowed_origins (clients that send no Origin are not affected)"
         ))
     };
+    // The page the gateway serves itself (the console) comes from the scheme it listens with:
+    // over TLS its own origin is `https://` + Host.
+    let scheme = if http.tls.is_some() { "https" } else { "http" };
+    let own = format!("{scheme}://{}", host.trim().to_ascii_lowercase());
     match origin {
         Some(o) if http.allowed_origins.contains(&o) => Ok(Origin::Allowed(o)),
-        Some(o) if o == format!("http://{}", host.trim().to_ascii_lowercase()) && !cross_site => {
-            Ok(Origin::Same)
-        }
+        Some(o) if o == own && !cross_site => Ok(Origin::Same),
         Some(o) => Err(refuse(format!(
-            "Origin {o:?} is not this gateway's origin (http://{host})"
+            "Origin {o:?} is not this gateway's origin ({own})"
         ))),
         None if cross_site => Err(refuse(
             "a cross-site request (Sec-Fetch-Site: cross-site)".into(),

@@ -2,6 +2,7 @@
 //! request parsing, authorization, errors, and the gateway's life (`server`).
 
 pub(crate) mod access;
+pub(crate) mod auth_limit;
 pub(crate) mod body;
 pub(crate) mod conn;
 pub(crate) mod dispatch;

@@ -543,7 +543,7 @@ fn outside_io(f: &mut Families, state: &Shared) {
             "aware_reply_waiters",
             "sessions_send calls waiting for a reply now.",
             GAUGE,
-            state.reply_waiters.load(Ordering::Relaxed) as u64,
+            state.streams.waiters() as u64,
         ),
     ] {
         f.one(name, help, kind, value as f64);

@@ -249,7 +249,7 @@ fn console_routes_follow_visibility_and_hide_turn_text_from_sessions() {
 
 #[test]
 fn with_a_token_the_page_loads_but_the_console_api_needs_it() {
-    let mut s = Server::with_args(DEFAULT_CONFIG, &["--token", "tok-123"]);
+    let mut s = Server::with_args(DEFAULT_CONFIG, &["--token", "tok-123-0123456789"]);
     let good = s.get("/v1/console/overview");
     assert_eq!(good.status, 200);
     s.token = Some("wrong".into());

@@ -465,9 +465,14 @@ fn bare_session_with_agent_is_created_for_that_agent() {
 
 #[test]
 fn token_is_sent_and_a_refusal_is_one_warning() {
-    let s = Server::with_args(DEFAULT_CONFIG, &["--token", "sekret"]);
+    let s = Server::with_args(DEFAULT_CONFIG, &["--token", "sekret-0123456789"]);
     s.create(W);
-    hook(&s.base, &["--session", W, "--token", "sekret"], INPUT).assert_silent();
+    hook(
+        &s.base,
+        &["--session", W, "--token", "sekret-0123456789"],
+        INPUT,
+    )
+    .assert_silent();
     assert_eq!(turns(&s, W).len(), 1);
     let r = hook(&s.base, &["--session", W], INPUT);
     r.assert_failed_quietly();

@@ -19,6 +19,7 @@ mod console;
 mod crash_loop;
 mod docs_runnable;
 mod effects_order;
+mod gateway_boundaries;
 mod hardening;
 mod hook;
 mod hook_events;

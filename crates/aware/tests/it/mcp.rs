@@ -356,9 +356,16 @@ fn mcp_without_session_is_a_usage_error() {
 
 #[test]
 fn mcp_forwards_the_bearer_token() {
-    let s = Server::with_args(DEFAULT_CONFIG, &["--token", "sekrit"]);
+    let s = Server::with_args(DEFAULT_CONFIG, &["--token", "sekrit-0123456789"]);
     s.create(W);
-    let mut with = Mcp::spawn(&["--url", &s.base, "--session", W, "--token", "sekrit"]);
+    let mut with = Mcp::spawn(&[
+        "--url",
+        &s.base,
+        "--session",
+        W,
+        "--token",
+        "sekrit-0123456789",
+    ]);
     with.initialize();
     let r = with.call("session_status", json!({}));
     assert!(!is_error(&r), "{r}");

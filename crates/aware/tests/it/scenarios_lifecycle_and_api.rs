@@ -898,7 +898,7 @@ fn s100_spawn_in_full() {
 
 #[test]
 fn s101_bearer_token() {
-    let mut s = Server::with_args(DEFAULT_CONFIG, &["--token", "t0k3n-abcdef"]);
+    let mut s = Server::with_args(DEFAULT_CONFIG, &["--token", "t0k3n-abcdef-0123"]);
     s.token = None; // send headers by hand
     let r = s.get("/health");
     assert_eq!(r.status, 200, "{}", r.body);
@@ -909,14 +909,24 @@ fn s101_bearer_token() {
     let r = s.request_with("GET", "/v1/sessions", &auth("Bearer wrong"), None);
     assert_error(&r, 401, "unauthorized");
     assert_eq!(r.header("WWW-Authenticate"), Some("Bearer"));
-    let r = s.request_with("GET", "/v1/sessions", &auth("Bearer t0k3n-abcdef-"), None);
+    let r = s.request_with(
+        "GET",
+        "/v1/sessions",
+        &auth("Bearer t0k3n-abcdef-012"),
+        None,
+    );
     assert_error(&r, 401, "unauthorized");
-    let r = s.request_with("GET", "/v1/sessions", &auth("Bearer t0k3n-abcdef"), None);
+    let r = s.request_with(
+        "GET",
+        "/v1/sessions",
+        &auth("Bearer t0k3n-abcdef-0123"),
+        None,
+    );
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.body["sessions"], json!([]));
     let r = s.get("/metrics");
     assert_error(&r, 401, "unauthorized");
-    let r = s.request_with("GET", "/metrics", &auth("Bearer t0k3n-abcdef"), None);
+    let r = s.request_with("GET", "/metrics", &auth("Bearer t0k3n-abcdef-0123"), None);
     assert_eq!(r.status, 200);
     let r = s.request(
         "POST",
@@ -928,7 +938,7 @@ fn s101_bearer_token() {
     let r = s.request_with(
         "GET",
         &format!("/v1/sessions/{}", seg("agent:main:x")),
-        &auth("Bearer t0k3n-abcdef"),
+        &auth("Bearer t0k3n-abcdef-0123"),
         None,
     );
     assert_error(&r, 404, "session_not_found");

@@ -173,7 +173,7 @@ fn node_serve_cuts_idle_and_trickling_sockets_and_raises_the_open_file_limit() {
     let n = Node::start(
         &[
             "--token",
-            "nt",
+            "nt-0123456789abcdef",
             "--max-connections",
             "4",
             "--header-timeout-secs",

@@ -409,7 +409,17 @@ fn bad_certificate_or_key_files_exit_2_naming_the_setting() {
         "{err}"
     );
     // The file's keys: a key file that holds a certificate, and a certificate without a key.
-    let config = format!("{DEFAULT_CONFIG}[http]\ntls_cert = \"{cert}\"\ntls_key = \"{cert}\"\n");
+    let cert_as_key = dir.path().join("cert-as-key.pem");
+    std::fs::copy(cert, &cert_as_key).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let owner_only = std::fs::Permissions::from_mode(0o600);
+        std::fs::set_permissions(&cert_as_key, owner_only).unwrap();
+    }
+    let config = format!(
+        "{DEFAULT_CONFIG}[http]\ntls_cert = \"{cert}\"\ntls_key = \"{}\"\n",
+        cert_as_key.display()
+    );
     let err = exit_2(dir.path(), &config, &lo);
     assert!(
         err.contains("http.tls_key") && err.contains("no private key"),
@@ -434,6 +444,11 @@ impl TlsReceiver {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("c.pem"), &leaf.cert_pem).unwrap();
         std::fs::write(dir.path().join("k.pem"), &leaf.key_pem).unwrap();
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let owner_only = std::fs::Permissions::from_mode(0o600);
+            std::fs::set_permissions(dir.path().join("k.pem"), owner_only).unwrap();
+        }
         let config = aware_tls::server_config(
             "cert",
             &dir.path().join("c.pem"),
@@ -767,4 +782,86 @@ fn a_stalled_tls_handshake_is_cut_at_the_head_deadline() {
     );
     let _ = child.kill();
     let _ = child.wait();
+}
+
+#[test]
+fn over_tls_the_consoles_own_https_origin_may_write_and_a_foreign_one_may_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = pki(dir.path());
+    let (cert, key) = (p.cert.to_str().unwrap(), p.key.to_str().unwrap());
+    let (mut child, _logs) = spawn_serve(
+        dir.path(),
+        DEFAULT_CONFIG,
+        &["--token", TOKEN, "--tls-cert", cert, "--tls-key", key],
+    );
+    let port = port_or_exit(dir.path(), &mut child).unwrap();
+    let agent = trusting(&p.ca_file);
+    wait_https_health(&agent, port);
+    // The status and body of a create sent with `origin`.
+    let create = |origin: &str, key: &str| -> (u16, String) {
+        match agent
+            .post(&format!("https://127.0.0.1:{port}/v1/sessions"))
+            .set("Authorization", &format!("Bearer {TOKEN}"))
+            .set("Origin", origin)
+            .send_json(serde_json::json!({"key": key}))
+        {
+            Ok(r) => (r.status(), r.into_string().unwrap()),
+            Err(ureq::Error::Status(st, r)) => (st, r.into_string().unwrap()),
+            Err(e) => panic!("{origin}: {e}"),
+        }
+    };
+    // The console page is served from https://127.0.0.1:<port>: its writes are same-origin.
+    let (st, body) = create(&format!("https://127.0.0.1:{port}"), "agent:main:console");
+    assert_eq!(st, 201, "{body}");
+    // The plain-http spelling of the same host is not this listener's origin, nor is a stranger.
+    for foreign in [
+        format!("http://127.0.0.1:{port}"),
+        "https://evil.example".to_string(),
+    ] {
+        let (st, body) = create(&foreign, "agent:main:foreign");
+        assert_eq!(st, 403, "{foreign}: {body}");
+        assert!(body.contains("forbidden_origin"), "{foreign}: {body}");
+        assert!(
+            body.contains(&format!("https://127.0.0.1:{port}")),
+            "{body}"
+        );
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn a_tls_private_key_other_users_can_read_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let p = pki(dir.path());
+    let (cert, key) = (p.cert.to_str().unwrap(), p.key.to_str().unwrap());
+    std::fs::set_permissions(&p.key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let err = exit_2(
+        dir.path(),
+        DEFAULT_CONFIG,
+        &["--tls-cert", cert, "--tls-key", key],
+    );
+    assert!(
+        err.contains("--tls-key")
+            && err.contains("other users can read it")
+            && err.contains("0644"),
+        "{err}"
+    );
+    // Group-readable is accepted only when root owns the key (as PostgreSQL does); the tests
+    // may run as root or not, so the owner decides what 0640 gets.
+    std::fs::set_permissions(&p.key, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let (mut child, logs) = spawn_serve(
+        dir.path(),
+        DEFAULT_CONFIG,
+        &["--tls-cert", cert, "--tls-key", key],
+    );
+    let started = port_or_exit(dir.path(), &mut child);
+    let _ = child.kill();
+    let _ = child.wait();
+    let root = std::fs::metadata(&p.key)
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+        .unwrap();
+    assert_eq!(started.is_ok(), root, "{:?}", logs.lock().unwrap());
+    let _ = p.ca;
 }

@@ -22,7 +22,7 @@ use aware_testkit::transcript::{
 const NA: &str =
     "agent:main:claude:140eae5ade16053d451ec68047fabaea6b71aaaac0232d673187efff3a4752ad";
 const HOST: &str = "node:laptop";
-const NODE_TOKEN: &str = "nt";
+const NODE_TOKEN: &str = "node-token-0123456789";
 
 /// A running `aware node serve` on a loopback port.
 struct Node {

@@ -6,48 +6,13 @@ use crate::http::access::{acts_as_own, check_agent, check_visible};
 use crate::http::body::Obj;
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::request::{parse_agent, parse_key, resolve_ref, Req};
-use crate::state::{blocking, Shared};
+use crate::state::blocking;
 use crate::wire::tools::{self as answers, SendEnd};
 use aware_core::SessionRef;
 use aware_engine::views::SessionFilter;
 use aware_engine::Engine;
-use axum::http::StatusCode;
 use serde_json::Value;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
-
-/// One of the `[limits] max_reply_waiters` slots of `sessions_send` waiters; freed on drop
-/// (also when the caller goes away mid-wait).
-struct WaiterSlot(Shared);
-
-impl WaiterSlot {
-    fn take(req: &Req) -> ApiResult<Self> {
-        let max = req.state.config.limits.max_reply_waiters;
-        req.state
-            .reply_waiters
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                (n < max).then_some(n + 1)
-            })
-            .map_err(|_| {
-                ApiError::new(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "too_many_waiters",
-                    format!(
-                        "{max} sessions_send calls are already waiting for replies (the limit, \
-                         [limits] max_reply_waiters); nothing was sent: retry later, or send \
-                         with timeoutSeconds 0 and read the reply with sessions_history"
-                    ),
-                )
-            })?;
-        Ok(WaiterSlot(req.state.clone()))
-    }
-}
-
-impl Drop for WaiterSlot {
-    fn drop(&mut self) {
-        self.0.reply_waiters.fetch_sub(1, Ordering::SeqCst);
-    }
-}
 
 pub(super) async fn sessions_spawn(
     req: &Req,
@@ -142,7 +107,12 @@ pub(super) async fn sessions_send(
     b_finish(b)?;
     // Take a waiter slot before sending, so a refused call has sent nothing.
     let _slot = if timeout > 0 {
-        Some(WaiterSlot::take(req)?)
+        Some(crate::http::streams::claim_waiter(
+            &req.state.streams,
+            &req.state.config.http,
+            &req.state.config.limits,
+            caller.agent.as_str(),
+        )?)
     } else {
         None
     };
