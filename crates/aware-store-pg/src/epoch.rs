@@ -20,6 +20,7 @@ const WRITE_LOG_KEPT: i64 = 1_024;
 /// decision D33); the write epoch, which says whether another writer committed since this one's
 /// last batch; and the log of those batches (the keys they wrote, so only those rows leave the
 /// row cache), read once the lock is held so it sees the last holder's batch.
+///
 /// The batch also reads the database's recorded write-lock mode and refuses to go on when it is
 /// not this writer's (`keyed`: a keyed writer's batch that holds the cluster key exclusively),
 /// decision D61.
@@ -162,7 +163,7 @@ const LIVE_WRITERS_SQL: &str = "SELECT EXISTS (SELECT 1 FROM pg_locks l \
      AND has_table_privilege(a.usesysid, 'aware_write_epoch', 'UPDATE'))";
 
 /// The name of a write-lock mode in `aware_write_epoch.mode` (migration 8).
-pub(crate) fn mode_name(keyed: bool) -> &'static str {
+fn mode_name(keyed: bool) -> &'static str {
     if keyed {
         "keyed"
     } else {
