@@ -16,8 +16,11 @@
 //!   on its next try. See "Bounded leadership loss" below for a leader cut off from the server.
 //!
 //! - **Signed payloads.** Any role that may connect to the database can `NOTIFY` on the channel,
-//!   so every payload is signed (HMAC-SHA-256) with the key in `aware_cluster_key`, which only
-//!   the gateways' role may read, and a wake's `agentId` must be its session key's agent.
+//!   so every payload is signed (HMAC-SHA-256) with the cluster key, and a wake's `agentId` must
+//!   be its session key's agent. The key comes from a key file every gateway shares
+//!   ([`ClusterOptions::key`], `[cluster] key_file`, decision D62), which no database role can
+//!   read; without one, from `aware_cluster_key`, which every role that may read that table
+//!   can read too (`pg_read_all_data` included) and so sign with.
 //!   Anything else on the channel is dropped and counted (`rejected`). A role that may connect
 //!   can still read payloads (`LISTEN`) and replay one it saw: docs/deployment.md says which
 //!   grants keep such roles out.
@@ -76,6 +79,7 @@
 //! own object, not store data); correctness never depends on a notification arriving.
 
 mod dial;
+mod key;
 mod leader;
 mod listener;
 mod payload;
@@ -83,6 +87,8 @@ mod publisher;
 
 use aware_engine::{Engine, Leadership, Wake, WakeBus};
 use dial::*;
+use key::*;
+pub use key::{ClusterKey, KeyFileError, MIN_KEY_BYTES};
 use leader::*;
 use listener::*;
 use payload::*;
@@ -150,6 +156,8 @@ pub struct ClusterOptions {
     /// session settings); an attempt still under way is waited for again on the next try, never
     /// started twice.
     pub connect_wait: Duration,
+    /// The key of `[cluster] key_file` (decision D62); `None`: the key in `aware_cluster_key`.
+    pub key: Option<ClusterKey>,
 }
 
 impl ClusterOptions {
@@ -164,6 +172,7 @@ impl ClusterOptions {
             lease: Duration::from_secs(5),
             server_idle_timeout: Duration::from_secs(10),
             connect_wait: Duration::from_secs(3),
+            key: None,
         }
     }
 

@@ -25,9 +25,13 @@ pub(crate) fn listener_loop(
         if client.as_ref().is_none_or(|c| c.is_closed()) {
             status.listening.store(false, Ordering::SeqCst);
             // Without the key nothing can be checked: the connection counts as failed.
+            let file_key = opts.key.clone();
             client = dialer
-                .dial(&config, opts.connect_wait, |c| {
-                    let key = read_key(c).ok_or("cannot read the cluster key")?;
+                .dial(&config, opts.connect_wait, move |c| {
+                    let key = signing_key(c, file_key.as_ref())?;
+                    if file_key.is_some() {
+                        forget_db_key(c);
+                    }
                     c.batch_execute(&format!("LISTEN {WAKE_CHANNEL}"))
                         .map_err(|e| e.to_string())?;
                     Ok(key)

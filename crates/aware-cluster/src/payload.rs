@@ -1,9 +1,8 @@
-//! The `NOTIFY` payloads: HMAC-signed envelopes (the key in `aware_cluster_key`), and the
+//! The `NOTIFY` payloads: HMAC-signed envelopes (the cluster key, `key.rs`), and the
 //! wake, reply and change-hint bodies inside them.
 
 use aware_engine::{RemoteWake, Wake, WakeReason};
 use hmac::{KeyInit, Mac};
-use postgres::Client;
 
 /// PostgreSQL refuses `NOTIFY` payloads of 8000 bytes or more; the signature's envelope
 /// ([`sign`]) takes 72 more.
@@ -43,15 +42,6 @@ pub fn verify<'a>(key: &[u8], payload: &'a str) -> Option<&'a str> {
         .collect::<Option<_>>()?;
     mac_of(key, body)?.verify_slice(&tag).ok()?;
     Some(body)
-}
-
-/// Reads the cluster key (`aware_cluster_key`, created by the store's schema migration 4).
-pub(crate) fn read_key(client: &mut Client) -> Option<Vec<u8>> {
-    let row = client
-        .query_opt("SELECT key FROM aware_cluster_key WHERE id = 1", &[])
-        .ok()??;
-    let key: String = row.try_get(0).ok()?;
-    Some(key.into_bytes())
 }
 
 /// The notification payload: the publishing node and the wake (no targets: the receiver reads

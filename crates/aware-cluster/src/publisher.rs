@@ -49,10 +49,9 @@ pub(crate) fn publisher_loop(
             // A short wait: the batch is dropped (hints only) rather than held behind a server
             // that does not answer; the attempt goes on for the next batch.
             let wait = opts.connect_wait.min(Duration::from_millis(500));
+            let file_key = opts.key.clone();
             client = dialer
-                .dial(&config, wait, |c| {
-                    read_key(c).ok_or("cannot read the cluster key".into())
-                })
+                .dial(&config, wait, move |c| signing_key(c, file_key.as_ref()))
                 .map(|(c, k)| {
                     key = Some(k);
                     c

@@ -128,3 +128,104 @@ fn exactly_one_leader_and_leadership_moves_when_it_goes() {
     wait_for("the follower to lead", || fe.is_leader());
     follower.shutdown();
 }
+
+/// Writes a key file of `mode` holding `text`, as an operator would (`openssl rand -hex 32`).
+fn key_file(dir: &std::path::Path, mode: u32, text: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("cluster.key");
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    path
+}
+
+/// Decision D62: with a key file, the database holds no key a reading role could sign with (a
+/// backup role with `pg_read_all_data` reads an empty table), a wake signed with the key the
+/// database held is dropped and counted, and two gateways with the same key file hear each
+/// other's wakes.
+#[test]
+fn with_a_key_file_a_backup_role_reads_no_signing_key_and_the_old_key_signs_nothing() {
+    use aware_store_pg::postgres::{Client, NoTls};
+    let url = PgCluster::shared().database().expect("test database");
+    let ((a, sa), (b, sb)) = {
+        // The same two engines as `engines`, on a database whose URL this test also needs.
+        let one = || {
+            let store = PgStore::open(PgOptions::new(url.clone())).expect("open");
+            let mut config = EngineConfig::new();
+            config.notify_on_create = false;
+            let dyn_store: Arc<dyn Store> = Arc::new(store.clone());
+            let e = Engine::open(dyn_store, config, Arc::new(SystemClock)).unwrap();
+            (e, store)
+        };
+        (one(), one())
+    };
+    let role = format!("backup_{}", std::process::id());
+    let mut owner = Client::connect(&url, NoTls).unwrap();
+    owner
+        .batch_execute(&format!(
+            "DROP ROLE IF EXISTS {role}; CREATE ROLE {role} LOGIN; GRANT pg_read_all_data TO {role}"
+        ))
+        .unwrap();
+    let mut backup = Client::connect(&url.replacen("postgres@", &format!("{role}@"), 1), NoTls)
+        .expect("connect as the backup role");
+    // Without a key file the backup role reads the key every gateway signs with.
+    let old_key: String = backup
+        .query_one("SELECT key FROM aware_cluster_key WHERE id = 1", &[])
+        .expect("the database's key, as the backup role")
+        .get(0);
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = key_file(dir.path(), 0o600, &format!("{}\n", "5e".repeat(32)));
+    let key = aware_cluster::ClusterKey::from_file(&path).expect("a private key file");
+    let with_key = |s: &PgStore| {
+        let mut o = options(s);
+        o.key = Some(key.clone());
+        o
+    };
+    let ca = Cluster::start(&a, with_key(&sa)).unwrap();
+    let cb = Cluster::start(&b, with_key(&sb)).unwrap();
+    wait_for("both listeners", || {
+        ca.status().is_listening() && cb.status().is_listening()
+    });
+    let rows = backup
+        .query("SELECT key FROM aware_cluster_key", &[])
+        .expect("the backup role may read the table");
+    assert!(rows.is_empty(), "the database still holds a signing key");
+
+    a.create_session(CreateSession::new(SessionKey::parse(W).unwrap()))
+        .unwrap();
+    a.create_session(
+        CreateSession::new(SessionKey::parse(C).unwrap()).parent(SessionKey::parse(W).unwrap()),
+    )
+    .unwrap();
+    let mut on_b = b.subscribe_wakes();
+    // A wake a gateway would make, signed with the key the database held, sent by the backup
+    // role (any role that may connect may NOTIFY); then a real wake from A, which arrives
+    // after it (notifications come in commit order).
+    let body = serde_json::json!({"node": "forged", "sessionKey": W, "agentId": "main",
+                                  "reason": "message", "at": 1})
+    .to_string();
+    let forged = aware_cluster::sign(old_key.as_bytes(), &body);
+    backup
+        .execute(
+            "SELECT pg_notify($1, $2)",
+            &[&aware_cluster::WAKE_CHANNEL, &forged],
+        )
+        .unwrap();
+    a.post_turn(&sref(C), NewTurn::user("hello").channel("telegram"))
+        .unwrap();
+    let mut got = Vec::new();
+    wait_for("the real wake on B", || {
+        while let Ok(w) = on_b.try_recv() {
+            got.push(w);
+        }
+        got.iter().any(|w| w.reason == WakeReason::SessionState)
+    });
+    assert!(
+        got.iter().all(|w| w.reason != WakeReason::Message),
+        "the forged wake was delivered: {got:?}"
+    );
+    assert!(cb.status().rejected.load(Ordering::Relaxed) >= 1);
+    assert_eq!(cb.status().received.load(Ordering::Relaxed), 1);
+    ca.shutdown();
+    cb.shutdown();
+}

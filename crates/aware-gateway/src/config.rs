@@ -18,7 +18,7 @@ pub use http::{normalize_allowed_host, HttpSettings, ServerTls};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use store::store_options;
+use store::{cluster_key, store_options};
 
 /// `[limits]` resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,6 +134,9 @@ pub struct GatewayConfig {
     /// `[store] url` (`--store`, `AWARE_STORE_URL`): a PostgreSQL server instead of the
     /// embedded SQLite file. Its `Debug` never shows the password.
     pub postgres: Option<aware_store_pg::PgOptions>,
+    /// `[cluster] key_file`: the key that signs wakes between gateways (decision D62); `None`:
+    /// the key in the database.
+    pub cluster_key: Option<aware_cluster::ClusterKey>,
     /// How `https://` webhooks are verified: the system's roots plus `[wakes] ca_file`. Built
     /// when a webhook URL is `https://` (or a CA file is named).
     pub webhook_tls: Option<WebhookTls>,
@@ -233,6 +236,7 @@ impl GatewayConfig {
             limits: Limits::default(),
             http: HttpSettings::default(),
             postgres: None,
+            cluster_key: None,
             webhook_tls: None,
         }
     }
@@ -332,6 +336,7 @@ impl GatewayConfig {
             }
         }
         c.postgres = store_options(o.store_url.as_deref(), &file, env)?;
+        c.cluster_key = cluster_key(&file, c.postgres.is_some())?;
         if o.test_clock {
             c.test_clock_start = Some(o.test_clock_start.unwrap_or_else(wall_ms));
         }
@@ -866,5 +871,41 @@ mod store_tests {
         assert!(!e.to_string().contains("s3cret"), "{e}");
         let e = load("[store]\nuri = \"postgres://h/db\"\n", None, &none).unwrap_err();
         assert!(e.to_string().contains("uri"), "{e}");
+    }
+
+    /// `[cluster] key_file` (decision D62): read at start from a private file, refused when its
+    /// group or others may read it, and only with a PostgreSQL store.
+    #[test]
+    fn the_cluster_key_file_must_be_private_and_needs_a_postgres_store() {
+        use std::os::unix::fs::PermissionsExt;
+        let none = |_: &str| None;
+        let keys = tempfile::tempdir().unwrap();
+        let key = keys.path().join("cluster.key");
+        std::fs::write(&key, "ab".repeat(32)).unwrap();
+        let toml = format!(
+            "[store]\nurl = \"postgres://aware@h/aware\"\n[cluster]\nkey_file = \"{}\"\n",
+            key.display()
+        );
+        for mode in [0o644, 0o640] {
+            std::fs::set_permissions(&key, std::fs::Permissions::from_mode(mode)).unwrap();
+            let e = load(&toml, None, &none).unwrap_err();
+            assert!(e.to_string().contains("cluster.key_file"), "{e}");
+            assert!(e.to_string().contains("chmod 600"), "{e}");
+        }
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let c = load(&toml, None, &none).unwrap();
+        assert!(c.cluster_key.is_some());
+        assert!(
+            !format!("{c:?}").contains(&"ab".repeat(32)),
+            "the key in Debug"
+        );
+        assert!(load("", None, &none).unwrap().cluster_key.is_none());
+        let e = load(
+            &format!("[cluster]\nkey_file = \"{}\"\n", key.display()),
+            None,
+            &none,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("store.url"), "{e}");
     }
 }

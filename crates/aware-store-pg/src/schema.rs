@@ -7,7 +7,7 @@ use crate::WRITE_LOCK;
 use aware_store::{Result, StoreError};
 
 /// The newest schema version this binary knows.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// Migration `n` (1-based) brings the schema from version `n - 1` to `n`. Never edit a
 /// migration that shipped; add the next one.
@@ -295,6 +295,15 @@ BEGIN
     END IF;
 END
 $f$;
+"#,
+    r#"
+-- The write-lock mode of the database's writers (decision D61): 'default' (the epoch row's
+-- lock) or 'keyed' (D56). Every batch reads it under its lock on this row and refuses to run in
+-- the other mode; a writer switches it only while no gateway of the recorded mode is live. It
+-- lives in a row, not only in advisory locks, because any role that may connect can hold an
+-- advisory lock, while this row only a role that may update the table can change.
+ALTER TABLE aware_write_epoch ADD COLUMN mode TEXT COLLATE "C" NOT NULL DEFAULT 'default'
+    CHECK (mode IN ('default', 'keyed'));
 "#,
 ];
 

@@ -96,7 +96,7 @@ pub(crate) fn writer_loop(
         let begun = if keyed {
             epoch::begin_keyed(conn, need.map(|n| n.0))
         } else {
-            epoch::begin(conn).map(|(epoch, log)| {
+            epoch::begin(conn, false).map(|(epoch, log)| {
                 conn.rows.begin_batch(epoch, &log);
                 epoch
             })

@@ -1102,11 +1102,12 @@ mod kept_counts {
         "DELETE FROM session_watch_cursors WHERE row_id % 5 = 1",
     ];
 
-    /// Back to schema 5 (no counts), then rows written without triggers.
+    /// Back to schema 5 (no counts, no recorded write mode), then rows written without triggers.
     const SCHEMA_5_STORE: &str = "\
         DROP TABLE aware_counts, aware_count_deltas; \
         DROP FUNCTION aware_count_sessions, aware_count_pending CASCADE; \
         DROP TABLE aware_key_versions; DROP FUNCTION aware_take_key; \
+        ALTER TABLE aware_write_epoch DROP COLUMN mode; \
         DELETE FROM aware_schema_version WHERE version >= 6; \
         INSERT INTO sessions (session_key, agent_id, session_id, kind, created_via, created_at, \
             updated_at) \
@@ -1173,7 +1174,7 @@ mod kept_counts {
         assert_eq!(kept(&store), (0, 0, 0));
         store.close();
 
-        // A store at schema 5 (migrations 6 and 7 undone): no counts, rows written without
+        // A store at schema 5 (migrations 6 to 8 undone): no counts, rows written without
         // triggers, then opened.
         client.batch_execute(SCHEMA_5_STORE).expect("schema 5");
         let store = PgStore::open(PgOptions::new(url.clone())).expect("upgrade");

@@ -187,3 +187,135 @@ fn writers_of_the_two_modes_never_share_a_database() {
     back.write(|tx| tx.fifo_insert(Y, "main", "default", None, 1))
         .expect("default write");
 }
+
+/// A role that may only connect (`CONNECT` from `PUBLIC`, no grant at all), connected to `url`'s
+/// database: any such role can take any advisory lock.
+fn stranger(url: &str, name: &str) -> postgres::Client {
+    let role = format!("{name}_{}", std::process::id());
+    let mut admin = postgres::Client::connect(url, postgres::NoTls).expect("connect as owner");
+    admin
+        .batch_execute(&format!(
+            "DROP ROLE IF EXISTS {role}; CREATE ROLE {role} LOGIN"
+        ))
+        .expect("create the stranger role");
+    let stranger_url = url.replacen("postgres@", &format!("{role}@"), 1);
+    postgres::Client::connect(&stranger_url, postgres::NoTls).expect("connect as the stranger")
+}
+
+/// Sessions of this connection's role (the gateways' in these tests) holding advisory lock `key`.
+fn gateways_holding(admin: &mut postgres::Client, key: i64) -> i64 {
+    admin
+        .query_one(
+            "SELECT COUNT(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+             WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
+             AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+             AND l.classid = (($1::bigint >> 32) & 4294967295)::oid \
+             AND l.objid = ($1::bigint & 4294967295)::oid AND a.usename = current_user",
+            &[&key],
+        )
+        .expect("pg_locks")
+        .get(0)
+}
+
+/// Takes advisory lock `key` exclusively for the session, as a stranger would to stop writes.
+fn hold(client: &mut postgres::Client, key: i64) {
+    client
+        .execute("SELECT pg_advisory_lock($1)", &[&key])
+        .expect("the stranger takes the lock");
+}
+
+/// Writes one FIFO row, retrying while the store reconnects after a restart (a failed connect
+/// holds new attempts back for 500 ms); answers the last outcome.
+fn write_once_reconnected(store: &PgStore, text: &'static str) -> aware_store::Result<()> {
+    let mut last = Err(aware_store::StoreError::WriterGone);
+    for _ in 0..100 {
+        last = store
+            .write(move |tx| tx.fifo_insert(X, "main", text, None, 1))
+            .map(drop);
+        if last.is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    last
+}
+
+/// Decision D61: a role that may only connect holds both write modes' locks, before the
+/// gateway starts and again after a server restart (it reconnects first). A store of the
+/// default mode still opens, writes, reconnects and writes; a second one opens beside it; and
+/// a keyed store is still refused while they live (the stranger stops no writer and helps no
+/// mix of modes).
+#[test]
+fn a_connect_only_role_holding_the_mode_locks_stops_no_default_writes() {
+    let cluster =
+        PgCluster::start_new(aware_store_pg::testing::ClusterOptions::default()).expect("cluster");
+    let url = cluster.database().expect("database");
+    // The schema exists before the stranger comes (its role cannot create it).
+    drop(PgStore::open(PgOptions::new(url.clone())).expect("create the schema"));
+    let mut s = stranger(&url, "mode_stranger");
+    hold(&mut s, aware_store_pg::MODE_KEYED_LOCK);
+    let store = PgStore::open(PgOptions::new(url.clone())).expect("a default store opens");
+    store
+        .write(|tx| tx.fifo_insert(X, "main", "before", None, 1))
+        .expect("a default write");
+    match PgStore::open({
+        let mut o = PgOptions::new(url.clone());
+        o.keyed_locks = true;
+        o
+    }) {
+        Err(aware_store::StoreError::Refused(why)) => assert!(why.contains("same mode"), "{why}"),
+        Err(other) => panic!("want Refused, got {other}"),
+        Ok(_) => panic!("a keyed writer opened beside a default one"),
+    }
+
+    cluster.stop().expect("stop the server");
+    cluster.start().expect("restart");
+    let mut s = stranger(&url, "mode_stranger");
+    hold(&mut s, aware_store_pg::MODE_KEYED_LOCK);
+    hold(&mut s, aware_store_pg::MODE_DEFAULT_LOCK);
+    write_once_reconnected(&store, "after").expect("writes again after the restart");
+    let second = PgStore::open(PgOptions::new(url)).expect("another default store opens");
+    second
+        .write(|tx| tx.fifo_insert(X, "main", "second", None, 1))
+        .expect("its write");
+    assert_eq!(fifo(&store, X), ["after", "before", "second"]);
+    drop(s);
+}
+
+/// Decision D61: a stranger that holds the default mode's lock keeps a default writer from
+/// showing it is live, so a keyed writer started then takes the database over. The default
+/// writer's next batch sees the recorded mode under its lock and is refused (never a write on
+/// a stale row cache); once the keyed writer has gone it claims the database back and writes.
+#[test]
+fn a_default_writer_whose_marker_a_stranger_holds_stops_when_a_keyed_writer_takes_over() {
+    let url = PgCluster::shared().database().expect("database");
+    drop(PgStore::open(PgOptions::new(url.clone())).expect("create the schema"));
+    let mut s = stranger(&url, "marker_stranger");
+    hold(&mut s, aware_store_pg::MODE_DEFAULT_LOCK);
+    let default = PgStore::open(PgOptions::new(url.clone())).expect("a default store opens");
+    default
+        .write(|tx| tx.fifo_insert(X, "main", "default", None, 1))
+        .expect("a default write");
+    let keyed_store = keyed(&url);
+    keyed_store
+        .write(|tx| tx.fifo_insert(X, "main", "keyed", None, 1))
+        .expect("a keyed write");
+    let e = default
+        .write(|tx| tx.fifo_insert(X, "main", "refused", None, 1))
+        .expect_err("a default batch after the keyed writer took over");
+    assert!(e.to_string().contains("write-lock mode"), "{e}");
+    drop(keyed_store);
+    // Its backend ends (and frees its marker) after the socket closes, not with the drop.
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).expect("connect as owner");
+    let mut polls = 0;
+    while gateways_holding(&mut admin, aware_store_pg::MODE_KEYED_LOCK) > 0 {
+        polls += 1;
+        assert!(polls < 1_000, "the keyed writer's session never ended");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    default
+        .write(|tx| tx.fifo_insert(X, "main", "back", None, 1))
+        .expect("the default writer claims the database back");
+    assert_eq!(fifo(&default, X), ["back", "default", "keyed"]);
+    drop(s);
+}

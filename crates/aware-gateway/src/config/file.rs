@@ -27,6 +27,15 @@ pub(super) struct FileConfig {
     pub(super) nodes: Option<Vec<FileNode>>,
     pub(super) limits: Option<FileLimits>,
     pub(super) store: Option<FileStore>,
+    pub(super) cluster: Option<FileCluster>,
+}
+
+/// `[cluster]`: what the gateways sharing one PostgreSQL share besides the store.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileCluster {
+    /// The key that signs wakes between gateways (decision D62): the same file on every one.
+    pub(super) key_file: Option<PathBuf>,
 }
 
 /// `[store]`: where the state lives. Without `url`, the embedded SQLite file in the data dir.

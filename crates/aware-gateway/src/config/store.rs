@@ -1,4 +1,5 @@
-//! `[store]`: the PostgreSQL store's URL and password, from flags, environment and file.
+//! `[store]`: the PostgreSQL store's URL and password, from flags, environment and file; and
+//! `[cluster] key_file`, which only a PostgreSQL store uses.
 
 use super::error::{bad, read_token_file, ConfigError};
 use super::file::FileConfig;
@@ -45,4 +46,25 @@ pub(super) fn store_options(
         .validate()
         .map_err(|e| bad(format!("store url: {e}")))?;
     Ok(Some(options))
+}
+
+/// `[cluster] key_file`: the key every gateway of one PostgreSQL signs its wakes with, read at
+/// start (a group- or world-accessible file is refused). Without it the gateways use the key in
+/// the database (docs/deployment.md, "The cluster key").
+pub(super) fn cluster_key(
+    file: &FileConfig,
+    on_postgres: bool,
+) -> Result<Option<aware_cluster::ClusterKey>, ConfigError> {
+    let Some(path) = file.cluster.as_ref().and_then(|c| c.key_file.as_ref()) else {
+        return Ok(None);
+    };
+    if !on_postgres {
+        return Err(bad(
+            "cluster.key_file is set but no store.url names a PostgreSQL server (on SQLite there \
+             is no cluster)",
+        ));
+    }
+    aware_cluster::ClusterKey::from_file(path)
+        .map(Some)
+        .map_err(|e| bad(format!("cluster.key_file: {e}")))
 }

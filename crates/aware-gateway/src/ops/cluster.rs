@@ -16,7 +16,9 @@ pub(crate) fn attach(state: &AppState, engine: &Engine, pg: Option<aware_store_p
     };
     let connect: aware_cluster::Connect =
         Arc::new(move || store.connect().map_err(|e| e.to_string()));
-    match aware_cluster::Cluster::start(engine, aware_cluster::ClusterOptions::new(connect)) {
+    let mut options = aware_cluster::ClusterOptions::new(connect);
+    options.key = state.config.cluster_key.clone();
+    match aware_cluster::Cluster::start(engine, options) {
         Ok(cluster) => {
             tracing::info!(event = "cluster_started", node = %cluster.status().node_id,
                 leader = cluster.status().is_leader(), "cluster threads started (wakes across gateways, leadership)");

@@ -354,7 +354,7 @@ fn sessions_spawn_with_agent_id_obeys_the_scope_of_create() {
 /// Opens `GET {path}` on a new socket and reads only the answer's head, never the body: a
 /// client that keeps a stream and never reads it. The status is 0 when no head came within
 /// 20 s (the connection waits for a slot).
-fn open_unread(port: u16, path: &str, token: Option<&str>) -> (u16, String, TcpStream) {
+pub(crate) fn open_unread(port: u16, path: &str, token: Option<&str>) -> (u16, String, TcpStream) {
     let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
