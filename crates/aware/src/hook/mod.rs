@@ -178,8 +178,16 @@ fn work(gw: &Client, cli: Cli, forced: Option<Event>, deadline: Instant) -> Resu
     let Some((event, hook)) = input::parse(&bytes, forced)? else {
         return Ok(Output::Nothing);
     };
-    // Nothing to do, so no target to resolve and no request to make.
-    if event == Event::SessionEnd || (event == Event::Stop && hook.stop_hook_active) {
+    // Nothing to do, so no target to resolve and no request to make. (A stop that continues
+    // because of a stop hook, the turn an idle wake started included, still has a text that may
+    // answer a message handed over in it.)
+    let nothing_to_answer = hook
+        .last_assistant_message
+        .as_deref()
+        .is_none_or(|t| t.trim().is_empty());
+    if event == Event::SessionEnd
+        || (event == Event::Stop && hook.stop_hook_active && nothing_to_answer)
+    {
         return Ok(Output::Nothing);
     }
     let target = Target::resolve(gw, hook.session_id.as_deref())?;

@@ -127,6 +127,16 @@ fn waiter(
         match stream {
             Ok(resp) => {
                 backoff = BACKOFF_FIRST;
+                // The catch-up on connect covers notices, not the FIFO's lines (a message sent
+                // while no stream was open, e.g. across a gateway restart): one drain now takes
+                // what is already queued; the stream brings the rest.
+                if !lineage.alive() {
+                    return Ok(End::Quiet);
+                }
+                let queued = drain(gw, &target, per_request)?;
+                if !queued.is_empty() {
+                    return Ok(End::Deliver(queued));
+                }
                 // Every frame, the 15 s keep-alive comments included, re-checks the agent.
                 for frame in aware_client::sse::frames(resp.into_reader()) {
                     if !lineage.alive() {

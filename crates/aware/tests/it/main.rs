@@ -28,6 +28,7 @@ mod http_smoke;
 mod init;
 mod load;
 mod mcp;
+mod messages;
 mod metrics;
 mod metrics_spec;
 mod model_cluster;
