@@ -37,8 +37,10 @@ pub struct ClaudeCodeArgs {
     /// Do not install the waiting Stop hook that wakes an idle session when a notice arrives.
     #[arg(long)]
     pub no_wake: bool,
-    /// How long the waiting hook waits after each stop before it gives up silently.
-    #[arg(long, default_value_t = WAKE_SECS, value_name = "SECS")]
+    /// How long the waiting hook waits after each stop before it gives up silently, from 1 to
+    /// 604800 seconds (a week).
+    #[arg(long, default_value_t = WAKE_SECS, value_name = "SECS",
+          value_parser = clap::value_parser!(u64).range(1..=crate::hook::MAX_WAIT_SECS))]
     pub wake_secs: u64,
 }
 

@@ -21,6 +21,7 @@ mod docs_runnable;
 mod effects_order;
 mod hardening;
 mod hook;
+mod hook_and_init_boundaries;
 mod hook_events;
 mod http_smoke;
 mod init;
