@@ -4,7 +4,12 @@
 //! `aware` MCP server entry that init writes whole. Black box against the real binary.
 
 use crate::common::*;
-use std::process::{Command, Stdio};
+use serde_json::json;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -63,4 +68,117 @@ fn wait_and_timeout_arguments_are_bounded() {
         "{}",
         text(&out.stderr)
     );
+}
+
+const SID: &str = "ddc20e11-5c86-4bc2-b2b5-4e1b7a069b09";
+
+/// Exit code, stdout and stderr of `child`, failing the test if it runs past `limit`.
+fn finish(mut child: Child, limit: Duration) -> (Option<i32>, String, String) {
+    let start = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the process did not end within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let (mut out, mut err) = (String::new(), String::new());
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    (status.code(), out, err)
+}
+
+// ---- redirects ----------------------------------------------------------------------------
+
+/// A listener that records each request's head and answers 200 `{}`.
+fn recorder() -> (String, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let heads = Arc::new(Mutex::new(Vec::new()));
+    let h2 = heads.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let head = read_head(&mut stream);
+            h2.lock().unwrap().push(head);
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}"
+            );
+        }
+    });
+    (format!("http://127.0.0.1:{port}"), heads)
+}
+
+fn read_head(stream: &mut std::net::TcpStream) -> String {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+        head.push(byte[0]);
+    }
+    String::from_utf8_lossy(&head).into_owned()
+}
+
+/// A listener that answers every request with 302 to `to` + the request's path.
+fn redirector(to: String) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let head = read_head(&mut stream);
+            let path = head.split(' ').nth(1).unwrap_or("/").to_string();
+            let _ = write!(
+                stream,
+                "HTTP/1.1 302 Found\r\nLocation: {to}{path}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+        }
+    });
+    format!("http://127.0.0.1:{port}")
+}
+
+/// The client commands and the hook follow no redirect: a 3xx is an error naming it, and the
+/// host it points to gets no request.
+#[test]
+fn the_client_follows_no_redirect() {
+    let (elsewhere, heads) = recorder();
+    let url = redirector(elsewhere);
+    let out = aware(&["list", "--url", &url]).output().unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        text(&out.stderr).contains("redirect"),
+        "{}",
+        text(&out.stderr)
+    );
+    let prompt = json!({"session_id": SID, "hook_event_name": "UserPromptSubmit",
+                        "prompt": "a private prompt"});
+    let mut hook = aware(&["hook", "--url", &url])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    hook.stdin
+        .take()
+        .unwrap()
+        .write_all(prompt.to_string().as_bytes())
+        .unwrap();
+    let (code, _, err) = finish(hook, Duration::from_secs(30));
+    assert_eq!(code, Some(0));
+    assert!(err.contains("redirect"), "{err}");
+    assert!(heads.lock().unwrap().is_empty(), "a redirect was followed");
 }
