@@ -52,21 +52,26 @@ pub struct CodexArgs {
     pub common: Common,
 }
 
-/// `$CODEX_HOME`, else `~/.codex`.
-pub fn codex_home() -> PathBuf {
+/// `$CODEX_HOME`, else `~/.codex`; never a relative path (a relative one would put the trust
+/// entries into whatever directory init runs in, a repository).
+pub fn codex_home() -> Result<PathBuf, crate::home::HomeError> {
     if let Some(h) = std::env::var_os("CODEX_HOME").filter(|v| !v.is_empty()) {
-        return PathBuf::from(h);
+        let h = PathBuf::from(h);
+        if !h.is_absolute() {
+            return Err(crate::home::HomeError::new(format!(
+                "CODEX_HOME is a relative path ({}); set it to an absolute one",
+                h.display()
+            )));
+        }
+        return Ok(h);
     }
-    std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("."))
-        .join(".codex")
+    Ok(crate::home::home_dir()?.join(".codex"))
 }
 
 pub fn run(args: CodexArgs, outer: &Conn) -> Result<()> {
     let project = project_dir(args.project.as_ref())?;
     let setup = Setup::new(&args.common, &project, outer)?;
-    let home = codex_home();
+    let home = codex_home().map_err(|e| UsageError(e.to_string()))?;
     let user_config = home.join("config.toml");
     let (dir, scope) = if args.global {
         (home.clone(), Scope::User)

@@ -182,3 +182,57 @@ fn the_client_follows_no_redirect() {
     assert!(err.contains("redirect"), "{err}");
     assert!(heads.lock().unwrap().is_empty(), "a redirect was followed");
 }
+
+// ---- the home directory -------------------------------------------------------------------
+
+/// With `HOME` unset the client reads no `.config/aware/client.toml` of the current directory
+/// (a repository): its token file is not sent.
+#[test]
+fn without_home_no_client_file_of_the_current_directory_is_read() {
+    let (url, heads) = recorder();
+    let repo = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(repo.path().join(".config/aware")).unwrap();
+    std::fs::write(repo.path().join("planted-token"), "planted-by-the-repo\n").unwrap();
+    std::fs::write(
+        repo.path().join(".config/aware/client.toml"),
+        "token_file = \"planted-token\"\nsession = \"agent:main:planted\"\n",
+    )
+    .unwrap();
+    let prompt = json!({"session_id": SID, "hook_event_name": "UserPromptSubmit",
+                        "prompt": "a private prompt"});
+    let mut c = aware(&["hook", "--url", &url, "--timeout-ms", "5000"]);
+    c.env_remove("HOME")
+        .env_remove("XDG_CONFIG_HOME")
+        .current_dir(repo.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(prompt.to_string().as_bytes())
+        .unwrap();
+    let (code, _, err) = finish(child, Duration::from_secs(30));
+    assert_eq!(code, Some(0), "{err}");
+    let heads = heads.lock().unwrap().join("\n---\n");
+    assert!(
+        !heads.contains("planted"),
+        "the repository's client.toml was read: {heads}"
+    );
+
+    // A relative HOME is refused, not resolved against the current directory.
+    let out = aware(&["list", "--url", &url])
+        .env("HOME", ".")
+        .env_remove("XDG_CONFIG_HOME")
+        .current_dir(repo.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("HOME is a relative path"),
+        "{}",
+        text(&out.stderr)
+    );
+}
