@@ -14,6 +14,8 @@
 
 mod act;
 mod common;
+mod lineage;
+mod slot;
 mod wait;
 
 use crate::context::Conn;
@@ -100,14 +102,14 @@ pub struct HookArgs {
     pub wait_secs: u64,
 }
 
-/// The message of a panic on the work thread, for the warning line.
-static PANIC: Mutex<Option<String>> = Mutex::new(None);
 /// Bounds of `--wait-secs` and `--timeout-ms`: both are added to the clock, and a larger value
 /// overflowed `Instant` (a panic, exit 101, where the hook promises exit 0 or 1). clap's refusal
 /// names the accepted range.
 pub const MAX_WAIT_SECS: u64 = 7 * 24 * 3600;
 const MAX_TIMEOUT_MS: u64 = 24 * 3600 * 1000;
 
+/// The message of a panic on the work thread, for the warning line.
+static PANIC: Mutex<Option<String>> = Mutex::new(None);
 
 pub fn run(args: HookArgs, outer: &Conn) {
     let gw = match crate::context::resolve(args.conn.clone().or(outer), None)

@@ -5,8 +5,10 @@
 
 use crate::common::*;
 use serde_json::json;
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -235,4 +237,292 @@ fn without_home_no_client_file_of_the_current_directory_is_read() {
         "{}",
         text(&out.stderr)
     );
+}
+
+fn stop_input() -> String {
+    json!({"session_id": SID, "transcript_path": "/nonexistent/t.jsonl", "cwd": "/work",
+           "hook_event_name": "Stop", "stop_hook_active": false})
+    .to_string()
+}
+
+/// A waiter of session W on `url`, its state under `state`, the Stop input on stdin.
+fn waiter(url: &str, state: &Path, envs: &[(&str, String)]) -> Child {
+    let mut c = aware(&["hook", "--url", url, "--session", W, "--wait"]);
+    c.env("XDG_STATE_HOME", state)
+        .envs(envs.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().expect("start aware hook --wait");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(stop_input().as_bytes()).unwrap();
+    drop(stdin);
+    child
+}
+
+fn waiters_dir(state: &Path) -> PathBuf {
+    state.join("aware/waiters")
+}
+
+/// The slot file of session W on `url` (named like the binary names it).
+fn slot_file(state: &Path, url: &str) -> PathBuf {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(format!("{url}\0{W}").as_bytes());
+    waiters_dir(state).join(format!("{}.pid", aware_core::hex::lower(&digest[..16])))
+}
+
+/// Waits until the slot file's record names `pid`.
+fn wait_for_slot(state: &Path, url: &str, pid: u32) {
+    let path = slot_file(state, url);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&path)
+        .is_ok_and(|r| r.split_whitespace().next() == Some(&pid.to_string()))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "waiter {pid} never took its slot"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Field 22 of /proc/<pid>/stat.
+fn start_time(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    rest.split(' ').nth(19).unwrap().parse().unwrap()
+}
+
+/// A process whose command line holds the words `hook` and `--wait` (what the old check looked
+/// for) and that ends when its stdin closes.
+fn bystander() -> Child {
+    Command::new("sh")
+        .args(["-c", "read x", "hook", "--wait"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Ends the bystander by closing its stdin: a SIGTERM it got is in its exit status.
+fn bystander_was_signalled(mut b: Child) -> Option<i32> {
+    drop(b.stdin.take());
+    b.wait().unwrap().signal()
+}
+
+// ---- the waiter slot ----------------------------------------------------------------------
+
+/// A waiter that crashed left its pid file; the pid now names another process. The lock, free
+/// since the crash, says nobody holds the slot: nothing is signalled.
+#[test]
+fn a_pid_file_left_by_a_crashed_waiter_gets_no_process_signalled() {
+    let s = Server::family();
+    let state = tempfile::tempdir().unwrap();
+    let victim = bystander();
+    std::fs::create_dir_all(waiters_dir(state.path())).unwrap();
+    std::fs::write(
+        slot_file(state.path(), &s.base),
+        format!("{}\n", victim.id()),
+    )
+    .unwrap();
+    let w = waiter(&s.base, state.path(), &[]);
+    wait_for_slot(state.path(), &s.base, w.id());
+    assert_eq!(
+        bystander_was_signalled(victim),
+        None,
+        "a stranger was signalled"
+    );
+    s.hdm(C);
+    let (code, _, err) = finish(w, Duration::from_secs(30));
+    assert_eq!(code, Some(2), "stderr: {err}");
+}
+
+/// The slot is held (the lock is taken) and its record names a live process of another program
+/// with its right start time: the new waiter signals nothing and leaves the slot to its holder.
+#[test]
+fn a_held_slot_naming_another_program_gets_no_signal() {
+    let s = Server::family();
+    let state = tempfile::tempdir().unwrap();
+    let victim = bystander();
+    std::fs::create_dir_all(waiters_dir(state.path())).unwrap();
+    let path = slot_file(state.path(), &s.base);
+    let held = std::fs::File::create(&path).unwrap();
+    rustix::fs::flock(&held, rustix::fs::FlockOperation::LockExclusive).unwrap();
+    std::fs::write(
+        &path,
+        format!("{} {}\n", victim.id(), start_time(victim.id())),
+    )
+    .unwrap();
+    let (code, out, err) = finish(waiter(&s.base, state.path(), &[]), Duration::from_secs(30));
+    assert_eq!((code, out.as_str(), err.as_str()), (Some(0), "", ""));
+    assert_eq!(
+        bystander_was_signalled(victim),
+        None,
+        "another program was signalled"
+    );
+    drop(held);
+}
+
+/// However it ends (it gives up, it delivers, it is replaced), a waiter leaves no pid file.
+#[test]
+fn the_waiter_slot_file_is_removed_on_every_exit() {
+    let s = Server::family();
+    let state = tempfile::tempdir().unwrap();
+    let listing = |state: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(waiters_dir(state))
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default()
+    };
+    let mut c = aware(&[
+        "hook",
+        "--url",
+        &s.base,
+        "--session",
+        W,
+        "--wait",
+        "--wait-secs",
+        "1",
+    ]);
+    c.env("XDG_STATE_HOME", state.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stop_input().as_bytes())
+        .unwrap();
+    let (code, _, err) = finish(child, Duration::from_secs(30));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        listing(state.path()).is_empty(),
+        "after giving up: {:?}",
+        listing(state.path())
+    );
+
+    let old = waiter(&s.base, state.path(), &[]);
+    wait_for_slot(state.path(), &s.base, old.id());
+    let new = waiter(&s.base, state.path(), &[]);
+    let (code, _, err) = finish(old, Duration::from_secs(30));
+    assert_eq!((code, err.as_str()), (Some(0), ""));
+    wait_for_slot(state.path(), &s.base, new.id());
+    s.hdm(C);
+    let (code, _, err) = finish(new, Duration::from_secs(30));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        listing(state.path()).is_empty(),
+        "after delivering: {:?}",
+        listing(state.path())
+    );
+}
+
+/// Four waiters started at once for one session: three end quietly, one stays and delivers.
+#[test]
+fn concurrent_waiters_leave_exactly_one() {
+    let s = Server::family();
+    let state = tempfile::tempdir().unwrap();
+    let mut all: Vec<Child> = (0..4).map(|_| waiter(&s.base, state.path(), &[])).collect();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut ended = Vec::new();
+    while ended.len() < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "{} waiters still run for one session",
+            all.len()
+        );
+        let mut i = 0;
+        while i < all.len() {
+            if all[i].try_wait().unwrap().is_some() {
+                ended.push(all.remove(i));
+            } else {
+                i += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for e in ended {
+        let (code, out, err) = finish(e, Duration::from_secs(1));
+        assert_eq!((code, out.as_str(), err.as_str()), (Some(0), "", ""));
+    }
+    assert_eq!(all.len(), 1, "more than one waiter ended at once");
+    let last = all.remove(0);
+    wait_for_slot(state.path(), &s.base, last.id());
+    s.hdm(C);
+    let (code, _, err) = finish(last, Duration::from_secs(30));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(s.notice_texts(W).is_empty());
+}
+
+// ---- the waiter's lineage -----------------------------------------------------------------
+
+/// `CLAUDE_PID` naming a live process that is not an ancestor of the waiter is not its CLI:
+/// the waiter does not wait and drains nothing.
+#[test]
+fn claude_pid_counts_only_on_the_waiters_ancestry() {
+    let s = Server::family();
+    s.hdm(C);
+    let state = tempfile::tempdir().unwrap();
+    let stranger = bystander();
+    let w = waiter(
+        &s.base,
+        state.path(),
+        &[("CLAUDE_PID", stranger.id().to_string())],
+    );
+    let (code, out, err) = finish(w, Duration::from_secs(30));
+    assert_eq!(code, Some(0), "stderr: {err}");
+    assert_eq!(out, "");
+    assert!(err.contains("CLAUDE_PID"), "{err}");
+    assert_eq!(
+        s.notice_texts(W),
+        vec![nt(C, 1)],
+        "drained by a waiter nobody reads"
+    );
+    assert_eq!(bystander_was_signalled(stranger), None);
+}
+
+/// A waiter whose CLI (its parent shell here) is gone before the notice arrives drains nothing,
+/// even with `CLAUDE_PID` naming a process that is still alive.
+#[test]
+fn an_orphaned_waiter_drains_nothing() {
+    let s = Server::family();
+    let state = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in");
+    std::fs::write(&input, stop_input()).unwrap();
+    // The shell starts the waiter in the background, says its pid and exits when told.
+    let mut shell = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "\"$0\" hook --url {} --session {W} --wait <{} >/dev/null 2>&1 & echo $!; read x",
+            s.base,
+            input.display()
+        ))
+        .arg(bin())
+        .env_remove("AWARE_URL")
+        .env_remove("AWARE_TOKEN")
+        .env_remove("AWARE_SESSION")
+        .env("XDG_STATE_HOME", state.path())
+        .env("CLAUDE_PID", std::process::id().to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(shell.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let pid: u32 = line.trim().parse().unwrap();
+    drop(shell.stdin.take());
+    shell.wait().unwrap();
+    s.hdm(C);
+    // Not our child: it has ended once /proc has it no more, or only as a zombie.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|st| !st[st.rfind(')').unwrap()..].starts_with(") Z"))
+    {
+        assert!(Instant::now() < deadline, "the orphan {pid} still waits");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(s.notice_texts(W), vec![nt(C, 1)], "drained by an orphan");
 }
