@@ -1,6 +1,7 @@
 //! `aware init claude-code`: `.claude/settings.json` (the hook on every event it acts on, and
 //! the waiting hook that wakes an idle session) and `.mcp.json` (the MCP server).
 
+use super::dropped::{dropped, report, Dropped};
 use super::files::{Change, Scope};
 use super::setup::{pretty, project_dir, read_json, replace_hooks, Common, Setup};
 use super::usage::UsageError;
@@ -63,8 +64,11 @@ pub fn run(args: ClaudeCodeArgs, outer: &Conn) -> Result<()> {
 
     let mcp_path = project.join(".mcp.json");
     let (old_mcp, mut mcp) = read_json(&mcp_path, &scope)?;
-    merge_mcp(&mut mcp, &setup.exe, &setup.mcp_args())
+    let gone = merge_mcp(&mut mcp, &setup.exe, &setup.mcp_args())
         .map_err(|m| UsageError(format!("{}: {m}; fix or move it", mcp_path.display())))?;
+    for line in report(&mcp_path, "mcpServers.aware", &gone) {
+        crate::client::out(&line);
+    }
 
     let changes = [
         Change {
@@ -123,8 +127,9 @@ fn merge_hooks(
     Ok(())
 }
 
-/// Sets `mcpServers.aware`, keeping the other servers and any `env` already given to aware.
-fn merge_mcp(mcp: &mut Value, exe: &str, args: &[String]) -> Result<(), String> {
+/// Sets `mcpServers.aware` to exactly this binary and its arguments, keeping the other servers;
+/// returns the keys of a former `aware` entry that were dropped ([`dropped`]).
+fn merge_mcp(mcp: &mut Value, exe: &str, args: &[String]) -> Result<Vec<Dropped>, String> {
     let servers = mcp
         .as_object_mut()
         .ok_or("not a JSON object")?
@@ -133,13 +138,11 @@ fn merge_mcp(mcp: &mut Value, exe: &str, args: &[String]) -> Result<(), String> 
     let servers = servers
         .as_object_mut()
         .ok_or("\"mcpServers\" is not an object")?;
-    let entry = servers.entry("aware").or_insert_with(|| json!({}));
-    if !entry.is_object() {
-        *entry = json!({});
-    }
-    entry["command"] = exe.into();
-    entry["args"] = json!(args);
-    Ok(())
+    let ours = json!({"command": exe, "args": args});
+    let old = servers.insert("aware".into(), ours);
+    Ok(old
+        .map(|o| dropped(&o, &["command", "args"]))
+        .unwrap_or_default())
 }
 
 #[cfg(test)]
@@ -181,5 +184,19 @@ mod tests {
         }
         merge_hooks(&mut s, "/x/aware hook --session k", None, 60).unwrap();
         assert_eq!(s["hooks"]["Stop"].as_array().unwrap().len(), 3);
+    }
+
+    #[test]
+    fn the_aware_server_is_written_whole_and_the_others_kept() {
+        let mut m = json!({"mcpServers": {"other": {"command": "o", "env": {"A": "1"}},
+            "aware": {"command": "old", "args": [], "env": {"LD_PRELOAD": "/x.so"}}}});
+        let gone = merge_mcp(&mut m, "/x/aware", &["mcp".into()]).unwrap();
+        assert_eq!(
+            m["mcpServers"]["aware"],
+            json!({"command": "/x/aware", "args": ["mcp"]})
+        );
+        assert_eq!(m["mcpServers"]["other"]["env"]["A"], "1");
+        assert_eq!(gone.len(), 1);
+        assert_eq!(gone[0].key, "env.LD_PRELOAD");
     }
 }
