@@ -9,7 +9,7 @@
 //!   file, a checked signal through a pidfd).
 //! - It survives gateway restarts: a lost stream reconnects with a doubling backoff, and the
 //!   catch-up on connect finds what was missed.
-//! - It never outlives its CLI: the lineage is taken first thing ([`lineage`]), and before a
+//! - It never outlives its CLI: the lineage is taken first thing ([`Lineage`]), and before a
 //!   drain (which acknowledges) and on every stream line it checks that the CLI process that
 //!   started it is still there; an orphan exits 0 without draining, so a notice is never taken
 //!   by a waiter nobody listens to.
