@@ -54,20 +54,18 @@ pub fn run(gw: Client, timeout_ms: u64, wait_secs: u64, forced: Option<input::Ev
     let per_request = Duration::from_millis(timeout_ms.max(1));
     // `--wait-secs` is bounded by clap (a week): this cannot overflow.
     let until = Instant::now() + Duration::from_secs(wait_secs);
-    // SIGTERM is watched before the slot can be taken, so a replacing waiter's signal always
-    // ends this one through `release`, never by the default action.
+    // The stop signals are watched before the slot can be taken, so a replacing waiter's
+    // SIGTERM (or a hangup, an interrupt) always ends this one through `release`, never by the
+    // default action, which would leave the pid file behind.
     let watched = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the signal runtime: {e}"))
         .and_then(|rt| {
-            let term = rt.block_on(async {
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            });
-            term.map(|t| (rt, t))
-                .map_err(|e| format!("cannot watch SIGTERM: {e}"))
+            let stops = rt.block_on(async { Stops::watch() });
+            stops.map(|s| (rt, s))
         });
-    let (rt, term) = match watched {
+    let (rt, stops) = match watched {
         Ok(w) => w,
         Err(msg) => return warn(&msg),
     };
@@ -81,7 +79,7 @@ pub fn run(gw: Client, timeout_ms: u64, wait_secs: u64, forced: Option<input::Ev
         warn(&format!("cannot start the waiting thread: {e}"));
         return;
     }
-    let end = match wait_or_term(&rt, term, rx, until) {
+    let end = match wait_or_stop(&rt, stops, rx, until) {
         Ok(end) => end,
         Err(msg) => {
             warn(&msg);
@@ -98,11 +96,32 @@ pub fn run(gw: Client, timeout_ms: u64, wait_secs: u64, forced: Option<input::Ev
     std::process::exit(0);
 }
 
-/// The waiter's result, SIGTERM (a newer waiter replaced this one) or the end of `--wait-secs`,
-/// whichever comes first.
-fn wait_or_term(
+/// The signals that end a waiter quietly: SIGTERM (a newer waiter replaced this one), SIGHUP
+/// and SIGINT (its terminal went away).
+struct Stops {
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Stops {
+    fn watch() -> Result<Stops, String> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let watch = |kind: SignalKind, name: &str| {
+            signal(kind).map_err(|e| format!("cannot watch {name}: {e}"))
+        };
+        Ok(Stops {
+            term: watch(SignalKind::terminate(), "SIGTERM")?,
+            hup: watch(SignalKind::hangup(), "SIGHUP")?,
+            int: watch(SignalKind::interrupt(), "SIGINT")?,
+        })
+    }
+}
+
+/// The waiter's result, a stop signal or the end of `--wait-secs`, whichever comes first.
+fn wait_or_stop(
     rt: &tokio::runtime::Runtime,
-    mut term: tokio::signal::unix::Signal,
+    mut stops: Stops,
     rx: mpsc::Receiver<Result<End, String>>,
     until: Instant,
 ) -> Result<End, String> {
@@ -115,7 +134,9 @@ fn wait_or_term(
         });
         tokio::select! {
             r = orx => r.unwrap_or(Ok(End::Quiet)),
-            _ = term.recv() => Ok(End::Quiet),
+            _ = stops.term.recv() => Ok(End::Quiet),
+            _ = stops.hup.recv() => Ok(End::Quiet),
+            _ = stops.int.recv() => Ok(End::Quiet),
             _ = tokio::time::sleep_until(tokio::time::Instant::from_std(until)) => Ok(End::Quiet),
         }
     })

@@ -415,6 +415,21 @@ fn the_waiter_slot_file_is_removed_on_every_exit() {
         "after delivering: {:?}",
         listing(state.path())
     );
+
+    // Ended by a hangup (its terminal closed) or an interrupt.
+    for signal in [rustix::process::Signal::HUP, rustix::process::Signal::INT] {
+        let w = waiter(&s.base, state.path(), &[]);
+        wait_for_slot(state.path(), &s.base, w.id());
+        let pid = rustix::process::Pid::from_raw(i32::try_from(w.id()).unwrap()).unwrap();
+        rustix::process::kill_process(pid, signal).unwrap();
+        let (code, _, err) = finish(w, Duration::from_secs(30));
+        assert_eq!((code, err.as_str()), (Some(0), ""), "{signal:?}");
+        assert!(
+            listing(state.path()).is_empty(),
+            "after {signal:?}: {:?}",
+            listing(state.path())
+        );
+    }
 }
 
 /// Four waiters started at once for one session: three end quietly, one stays and delivers.
