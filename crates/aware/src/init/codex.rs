@@ -119,7 +119,7 @@ pub fn run(args: CodexArgs, outer: &Conn) -> Result<()> {
     for line in report(&config_path, "mcp_servers.aware", &gone) {
         crate::client::out(&line);
     }
-    let others = other_servers(&config);
+    let (others, settings) = (other_servers(&config), other_settings(&config));
 
     // $CODEX_HOME/config.toml: the trust entries (and the project's trust when asked). With
     // --global it is the same file as above.
@@ -138,7 +138,7 @@ pub fn run(args: CodexArgs, outer: &Conn) -> Result<()> {
     if args.trust_project && !project_trusted {
         // Trusting lets the project's own config start programs: say which, before the trust
         // is written (a dry run says it too).
-        say_what_trust_allows(&project, &others);
+        say_what_trust_allows(&project, &others, &settings);
         set_project_trust(trust_doc, &project)
             .map_err(|m| UsageError(format!("{}: {m}; fix or move it", user_config.display())))?;
     }
@@ -248,23 +248,40 @@ fn set_mcp(
     Ok(gone)
 }
 
-/// The lines of [`other_servers`] under a heading, or that there are none.
-fn say_what_trust_allows(project: &Path, others: &[String]) {
+/// The lines of [`other_servers`] under a heading (or that there are none), then the names of
+/// the project config's other top-level settings: a trusted project's `.codex/config.toml` acts
+/// with all of them (e.g. `notify` runs a program, a model provider's `base_url` receives the
+/// conversation), and init writes none of them.
+fn say_what_trust_allows(project: &Path, others: &[String], settings: &[String]) {
     if others.is_empty() {
         crate::client::out(&format!(
             "trusting {}: its .codex/config.toml declares no MCP server but aware",
             project.display()
         ));
-        return;
+    } else {
+        crate::client::out(&format!(
+            "trusting {} lets Codex start the MCP servers its .codex/config.toml declares \
+             (check them):",
+            project.display()
+        ));
+        for line in others {
+            crate::client::out(line);
+        }
     }
-    crate::client::out(&format!(
-        "trusting {} lets Codex start the MCP servers its .codex/config.toml declares (check \
-         them):",
-        project.display()
-    ));
-    for line in others {
-        crate::client::out(line);
+    if !settings.is_empty() {
+        crate::client::out(&flat(&format!(
+            "  its .codex/config.toml also sets (check them too): {}",
+            settings.join(", ")
+        )));
     }
+}
+
+/// The top-level keys of `doc` other than `mcp_servers`.
+fn other_settings(doc: &DocumentMut) -> Vec<String> {
+    doc.iter()
+        .map(|(k, _)| k.to_string())
+        .filter(|k| k != "mcp_servers")
+        .collect()
 }
 
 /// `  <name>: <command and arguments>` (or `url <URL>`) for each MCP server of `doc` but
