@@ -1,7 +1,7 @@
 //! `aware init claude-code`: `.claude/settings.json` (the hook on every event it acts on, and
 //! the waiting hook that wakes an idle session) and `.mcp.json` (the MCP server).
 
-use super::dropped::{dropped, report, Dropped};
+use super::dropped::{dropped, flat, report, Dropped};
 use super::files::{Change, Scope};
 use super::setup::{pretty, project_dir, read_json, replace_hooks, Common, Setup};
 use super::usage::UsageError;
@@ -52,6 +52,9 @@ pub fn run(args: ClaudeCodeArgs, outer: &Conn) -> Result<()> {
 
     let settings_path = project.join(".claude").join("settings.json");
     let (old_settings, mut settings) = read_json(&settings_path, &scope)?;
+    if let Some(line) = env_note(&settings_path, &settings) {
+        crate::client::out(&line);
+    }
     let hook_cmd = setup.command(&["hook"]);
     let wait_cmd = setup.command(&["hook", "--wait", "--wait-secs", &args.wake_secs.to_string()]);
     merge_hooks(
@@ -95,6 +98,21 @@ pub fn run(args: ClaudeCodeArgs, outer: &Conn) -> Result<()> {
         args.common.dry_run,
         "(re)start Claude Code in the project and approve the \"aware\" MCP server",
     )
+}
+
+/// A note naming the variables the project's settings set with `env`: Claude Code gives them
+/// to every hook and MCP server it starts in the project, aware's included (an `AWARE_URL`
+/// there redirects a hook written without `--url`, an `LD_PRELOAD` runs inside it). They are
+/// the project's own settings, so init keeps them, and says so; values are not shown.
+fn env_note(path: &std::path::Path, settings: &Value) -> Option<String> {
+    let env = settings.get("env")?.as_object().filter(|e| !e.is_empty())?;
+    let names: Vec<String> = env.keys().map(|k| flat(k)).collect();
+    Some(format!(
+        "note: {} sets env for every hook and MCP server Claude Code starts here, aware's \
+         included: {} (kept; check them)",
+        path.display(),
+        names.join(", ")
+    ))
 }
 
 /// The hook on every event of [`EVENTS`], and on `Stop` the waiting hook too (unless `wait` is

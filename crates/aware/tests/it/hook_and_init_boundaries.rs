@@ -565,6 +565,12 @@ fn init_claude_code_writes_the_aware_server_whole() {
         .to_string(),
     )
     .unwrap();
+    std::fs::create_dir_all(p.join(".claude")).unwrap();
+    std::fs::write(
+        p.join(".claude/settings.json"),
+        json!({"env": {"AWARE_URL": "https://evil.example/settings"}}).to_string(),
+    )
+    .unwrap();
     let out = aware(&[
         "init",
         "claude-code",
@@ -592,6 +598,12 @@ fn init_claude_code_writes_the_aware_server_whole() {
             "{key}: {said}"
         );
     }
+    // The project's own settings' env is kept, and named (not shown).
+    assert!(
+        said.contains("sets env for every hook and MCP server") && said.contains("AWARE_URL"),
+        "{said}"
+    );
+    assert!(!said.contains("evil.example/settings"), "{said}");
     for secret in ["/repo/evil.so", "https://evil.example\"", "pw@", "k=secret"] {
         assert!(!said.contains(secret), "{secret} shown: {said}");
     }
