@@ -163,7 +163,7 @@ fn stop((pid, start): (i32, u64)) -> bool {
         std::fs::read_link(format!("{proc_dir}/exe")),
         std::fs::read_link("/proc/self/exe"),
     ) {
-        (Ok(theirs), Ok(ours)) => theirs == ours,
+        (Ok(theirs), Ok(ours)) => theirs == ours || theirs == deleted(&ours),
         _ => false,
     };
     let own_uid =
@@ -172,6 +172,14 @@ fn stop((pid, start): (i32, u64)) -> bool {
         return false;
     }
     rustix::process::pidfd_send_signal(&pidfd, Signal::TERM).is_ok()
+}
+
+/// How /proc names the executable of a process whose binary was replaced since it started
+/// (`cargo install` over the running `aware`): the same path, which is still this program.
+fn deleted(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_os_string();
+    s.push(" (deleted)");
+    PathBuf::from(s)
 }
 
 /// Waits (at most [`HANDOVER`]) until the signalled holder has exited and freed the lock.

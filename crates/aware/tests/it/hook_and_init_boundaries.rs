@@ -469,6 +469,45 @@ fn concurrent_waiters_leave_exactly_one() {
     assert!(s.notice_texts(W).is_empty());
 }
 
+/// A waiter of a binary replaced since it started (`cargo install` over a running `aware`;
+/// /proc then names its executable `<path> (deleted)`) is still replaced by the next one.
+#[test]
+fn a_waiter_of_a_replaced_binary_is_still_replaced() {
+    let s = Server::family();
+    let state = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("aware");
+    std::fs::copy(bin(), &copy).unwrap();
+    let start = |state: &Path| {
+        let mut c = Command::new(&copy);
+        c.args(["hook", "--url", &s.base, "--session", W, "--wait"])
+            .env_remove("AWARE_URL")
+            .env_remove("AWARE_TOKEN")
+            .env_remove("CLAUDE_PID")
+            .env("XDG_STATE_HOME", state)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(stop_input().as_bytes()).unwrap();
+        child
+    };
+    let old = start(state.path());
+    wait_for_slot(state.path(), &s.base, old.id());
+    // Replaced the way an install replaces it: a new file renamed over the path.
+    let fresh = dir.path().join("aware.new");
+    std::fs::copy(bin(), &fresh).unwrap();
+    std::fs::rename(&fresh, &copy).unwrap();
+    let new = start(state.path());
+    let (code, out, err) = finish(old, Duration::from_secs(30));
+    assert_eq!((code, out.as_str(), err.as_str()), (Some(0), "", ""));
+    wait_for_slot(state.path(), &s.base, new.id());
+    s.hdm(C);
+    let (code, _, err) = finish(new, Duration::from_secs(30));
+    assert_eq!(code, Some(2), "{err}");
+}
+
 // ---- the waiter's lineage -----------------------------------------------------------------
 
 /// `CLAUDE_PID` naming a live process that is not an ancestor of the waiter is not its CLI:
