@@ -55,7 +55,8 @@ impl Drop for Slot {
 }
 
 /// Takes the session's slot in `dir` (true), replacing the waiter that holds it; false when
-/// another new waiter got it first (this one then exits quietly).
+/// the holder stays (another new waiter got the slot first, or the holder's record does not
+/// check out): this one then exits quietly.
 pub fn take(dir: &Path, url: &str, key: &str) -> Result<bool, String> {
     use sha2::{Digest, Sha256};
     use std::os::unix::fs::DirBuilderExt;
@@ -80,9 +81,9 @@ pub fn take(dir: &Path, url: &str, key: &str) -> Result<bool, String> {
         match rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive) {
             Ok(()) if same_file(&file, &path) => {
                 record(&file).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-                if let Ok(mut held) = HELD.lock() {
-                    *held = Some(Slot { path, file });
-                }
+                // A poisoned lock still holds the slot: the file must stay locked while this
+                // process waits.
+                *HELD.lock().unwrap_or_else(|p| p.into_inner()) = Some(Slot { path, file });
                 return Ok(true);
             }
             // The holder removed it on its way out: lock the file the path names now.
@@ -92,8 +93,9 @@ pub fn take(dir: &Path, url: &str, key: &str) -> Result<bool, String> {
                 if signalled {
                     return Ok(false);
                 }
-                // No checkable record (the holder has just locked and not written it yet):
-                // the holder is itself a new waiter; it stays.
+                // No record that checks out: the holder has just locked and not written it yet
+                // (it is itself a new waiter), or the pid is no waiter of ours. Nothing is
+                // signalled and the holder stays.
                 if !read_record(&file).is_some_and(stop) {
                     return Ok(false);
                 }
@@ -111,9 +113,7 @@ pub fn take(dir: &Path, url: &str, key: &str) -> Result<bool, String> {
 /// Frees the slot this process holds (removing its file). Called before every exit:
 /// `process::exit` runs no destructors.
 pub fn release() {
-    if let Ok(mut held) = HELD.lock() {
-        held.take();
-    }
+    HELD.lock().unwrap_or_else(|p| p.into_inner()).take();
 }
 
 /// Does `path` still name the open `file`?
