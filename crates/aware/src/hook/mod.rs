@@ -14,6 +14,8 @@
 
 mod act;
 mod common;
+mod lineage;
+mod slot;
 mod wait;
 
 use crate::context::Conn;
@@ -80,7 +82,8 @@ pub struct HookArgs {
     pub conn: Conn,
     /// The whole hook finishes within this many milliseconds (then it gives up with a warning).
     /// With --wait it bounds each request, not the wait.
-    #[arg(long, default_value_t = 3000, value_name = "MS")]
+    #[arg(long, default_value_t = 3000, value_name = "MS",
+          value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_MS))]
     pub timeout_ms: u64,
     /// The CLI that runs the hook: decides the answer's format and the channel of prompts.
     #[arg(long, value_enum, default_value_t = Cli::ClaudeCode)]
@@ -93,10 +96,17 @@ pub struct HookArgs {
     /// waiter per session: a new one replaces the old.
     #[arg(long)]
     pub wait: bool,
-    /// With --wait: give up silently (exit 0) after this many seconds.
-    #[arg(long, default_value_t = 3600, value_name = "SECS", requires = "wait")]
+    /// With --wait: give up silently (exit 0) after this many seconds, from 1 to 604800 (a week).
+    #[arg(long, default_value_t = 3600, value_name = "SECS", requires = "wait",
+          value_parser = clap::value_parser!(u64).range(1..=MAX_WAIT_SECS))]
     pub wait_secs: u64,
 }
+
+/// Bounds of `--wait-secs` and `--timeout-ms`: both are added to the clock, and a larger value
+/// overflowed `Instant` (a panic, exit 101, where the hook promises exit 0 or 1). clap's refusal
+/// names the accepted range.
+pub const MAX_WAIT_SECS: u64 = 7 * 24 * 3600;
+const MAX_TIMEOUT_MS: u64 = 24 * 3600 * 1000;
 
 /// The message of a panic on the work thread, for the warning line.
 static PANIC: Mutex<Option<String>> = Mutex::new(None);

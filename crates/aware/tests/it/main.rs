@@ -23,6 +23,7 @@ mod effects_order;
 mod gateway_boundaries;
 mod hardening;
 mod hook;
+mod hook_and_init_boundaries;
 mod hook_events;
 mod http_smoke;
 mod init;
