@@ -307,11 +307,7 @@ impl Http {
         };
         // Appending the notices is their consumption, so this drains (and acks), not peeks.
         let drain = format!("/v1/sessions/{}/drain", seg(&self.session));
-        match self.post(
-            &drain,
-            &Value::Object(Default::default()),
-            self.client.timeout(),
-        ) {
+        match self.post(&drain, &crate::hook::drain_body(), self.client.timeout()) {
             Answer::Ok(d) => {
                 let prompt = aware_wire::DrainAnswer::prompt_of(&d);
                 if !prompt.is_empty() {

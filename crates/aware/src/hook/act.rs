@@ -65,7 +65,7 @@ fn context(event: Event, prompt: String) -> Output {
 /// Drains the session and returns the drain's `prompt`; creates the session when it does not
 /// exist yet (a new session has nothing pending, so that costs no second drain).
 fn drain_or_create(http: &Http, target: &Target) -> Result<String, String> {
-    match http.post(&target.path("drain"), &json!({})) {
+    match http.post(&target.path("drain"), &super::common::drain_body()) {
         Ok(v) => Ok(prompt_of(&v)),
         Err(e) if e.code() == "session_not_found" => {
             create(http, target)?;
@@ -133,7 +133,7 @@ fn user_prompt(
     // A prompt the gateway refused (e.g. over the size limit) must not hide the notices that
     // are waiting: they are still drained and handed over, and the refusal is the warning.
     let drained = http
-        .post(&target.path("drain"), &json!({}))
+        .post(&target.path("drain"), &super::common::drain_body())
         .map_err(|e| format!("cannot drain: {}", said(&e)))?;
     let prompt = prompt_of(&drained);
     if let Err(m) = recorded {

@@ -18,6 +18,8 @@ mod lineage;
 mod slot;
 mod wait;
 
+pub(crate) use common::drain_body;
+
 use crate::context::Conn;
 // The input parser lives in aware-client (a library) so the `hook_stdin` fuzz target can call
 // it; `input` keeps its name here.

@@ -212,6 +212,12 @@ fn mid_run_delivery(cli: Cli) {
     // Shown in the request right after the tool call, once; not before. Later requests repeat
     // the conversation, so "once across the run" is "once in the last request".
     assert_shown(&model, &n, &[0, 1]);
+    // In the same read, after the notice: who changed what, with the human's words.
+    assert_shown(
+        &model,
+        "human_direct_message by human via slack: \"use the staging database\"",
+        &[0, 1],
+    );
     assert_eq!(model.unscripted(), 0, "{}", model.summary());
     assert_nothing_pending(&hub.s);
 }

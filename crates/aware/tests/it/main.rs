@@ -34,6 +34,7 @@ mod metrics;
 mod metrics_spec;
 mod model_cluster;
 mod model_http;
+mod preview;
 mod scenarios_lifecycle_and_api;
 mod scenarios_log_and_watchers;
 mod scenarios_notices_wakes_retention;
