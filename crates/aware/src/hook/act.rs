@@ -125,8 +125,10 @@ fn user_prompt(
                 .map(|_| ())
                 .map_err(|e| format!("cannot record the prompt: {}", said(&e)))
         }
-        Err(e) if e.is_unavailable() => {
-            return Err(format!("cannot record the prompt: {}", said(&e)))
+        // The gateway is down: the prompt is kept and replayed, with the time it was typed,
+        // when the gateway answers again; the human hears of the outage once.
+        Err(e) if super::spool::retryable(&e) => {
+            return Ok(keep_prompt(http, target, cli, turn, &e))
         }
         Err(e) => Err(format!("cannot record the prompt: {}", said(&e))),
     };
@@ -145,6 +147,53 @@ fn user_prompt(
         Cli::ClaudeCode => Output::Text(prompt),
         Cli::Codex => context(Event::UserPromptSubmit, prompt),
     })
+}
+
+/// Keeps a prompt the gateway could not take (`spool.rs`), stamped with the time it was typed
+/// and an idempotency key, so a replay records it once; tells the human of the outage the first
+/// time (Claude Code shows a hook's `systemMessage`; Codex gets the warning line).
+fn keep_prompt(
+    http: &Http,
+    target: &Target,
+    cli: Cli,
+    mut turn: serde_json::Value,
+    e: &aware_client::ClientError,
+) -> Output {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    turn["occurredAt"] = (now.as_millis() as u64).into();
+    turn["idempotencyKey"] =
+        format!("hook-prompt-{}-{}", now.as_nanos(), std::process::id()).into();
+    let spool = match super::spool::Spool::of(http.gw.base(), &target.key) {
+        Ok(s) => s,
+        Err(m) => {
+            warn(&format!(
+                "cannot record the prompt ({}), nor keep it: {m}",
+                said(e)
+            ));
+            return Output::Nothing;
+        }
+    };
+    if let Err(m) = spool.put(&target.path("turns"), &turn) {
+        warn(&m);
+        return Output::Nothing;
+    }
+    if !spool.first_notice_of_outage() {
+        return Output::Nothing;
+    }
+    let msg = format!(
+        "aware: the gateway at {} is not answering ({}); your prompts are kept and recorded when          it is back (start it with `aware serve`). Notices from other sessions wait until then.",
+        http.gw.base(),
+        said(e)
+    );
+    match cli {
+        Cli::ClaudeCode => Output::Json(json!({ "systemMessage": msg })),
+        Cli::Codex => {
+            warn(&msg);
+            Output::Nothing
+        }
+    }
 }
 
 /// A prompt Claude Code writes itself when a background task ends.
