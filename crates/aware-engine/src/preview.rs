@@ -136,7 +136,9 @@ impl PreviewEvent {
 impl Preview {
     /// The lines that follow a notice line: as many events as fit in `budget` bytes, then a
     /// pointer to the rest and the history gap. Empty when there is nothing to show.
-    pub fn render(&self, target: &str, after: i64, budget: usize) -> String {
+    /// `status_tool` is the status tool as the model's CLI names it (`session_status`, or
+    /// `mcp__aware__session_status` in Claude Code and Codex).
+    pub fn render(&self, target: &str, after: i64, budget: usize, status_tool: &str) -> String {
         if budget == 0 || (self.events.is_empty() && !self.history_gap) {
             return String::new();
         }
@@ -167,7 +169,7 @@ impl Preview {
                 left.to_string()
             };
             out.push(format!(
-                "… {n} more: session_status sessionKey \"{}\" changesSince {}",
+                "… {n} more: {status_tool} sessionKey \"{}\" changesSince {}",
                 quote_key(target),
                 last.unwrap_or(after)
             ));
@@ -205,24 +207,24 @@ mod tests {
             history_gap: false,
         };
         assert_eq!(
-            p.render("agent:main:w", 11, 1024),
+            p.render("agent:main:w", 11, 1024, "session_status"),
             "#12 human_direct_message by human via slack: \"use the staging database\"\n\
              #13 human_direct_message by human via slack: human message via slack"
         );
         // Room for one line: the rest is pointed at from the last one shown.
         assert_eq!(
-            p.render("agent:main:w", 11, 80),
+            p.render("agent:main:w", 11, 80, "session_status"),
             "#12 human_direct_message by human via slack: \"use the staging database\"\n\
              … 1 more: session_status sessionKey \"agent:main:w\" changesSince 12"
         );
-        assert_eq!(p.render("agent:main:w", 11, 0), "");
+        assert_eq!(p.render("agent:main:w", 11, 0, "session_status"), "");
         let gap = Preview {
             events: vec![],
             more: false,
             history_gap: true,
         };
         assert_eq!(
-            gap.render("w", 3, 1024),
+            gap.render("w", 3, 1024, "session_status"),
             "(historyGap: events after 3 were pruned; the delta is not exact)"
         );
     }

@@ -334,7 +334,10 @@ impl ServerHandler for AwareMcp {
             .with_server_info(Implementation::new("aware", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "Session tools of the aware hub. A tool result may end with notices about \
-                 sessions you watch; reconcile with session_status changesSince before acting.",
+                 sessions you watch, each followed by a preview of what changed (who, how, a \
+                 human's words); reconcile with session_status changesSince before acting (in \
+                 Claude Code and Codex the tools are named mcp__aware__session_status and \
+                 mcp__aware__sessions_history).",
             )
     }
 

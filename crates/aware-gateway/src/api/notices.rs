@@ -33,6 +33,16 @@ pub(crate) async fn drain(req: &Req, t: SessionRef, mut q: Query) -> ApiResult<R
             "previewBytes must be an integer between 0 and 16384",
         )?
         .unwrap_or(0) as usize;
+    let tool_prefix = b.opt_str("toolPrefix")?.unwrap_or_default();
+    if tool_prefix.len() > 32
+        || !tool_prefix
+            .bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_')
+    {
+        return Err(ApiError::invalid(
+            "toolPrefix must be at most 32 characters of [a-z0-9_], e.g. mcp__aware__",
+        ));
+    }
     b.finish()?;
     if in_query.is_some() && in_body.is_some() {
         return Err(ApiError::invalid(
@@ -52,7 +62,13 @@ pub(crate) async fn drain(req: &Req, t: SessionRef, mut q: Query) -> ApiResult<R
         .map(|n| may_see(req, Some(&viewer), &n.target_agent))
         .collect();
     let previews = engine_call(&req.state, move |e| {
-        Ok(crate::wire::previews(&e, &d, &visible, preview_bytes))
+        Ok(crate::wire::previews(
+            &e,
+            &d,
+            &visible,
+            preview_bytes,
+            &tool_prefix,
+        ))
     })
     .await?;
     wire::ok(previews)

@@ -334,7 +334,9 @@ pub fn previews(
     d: &Drain,
     visible: &[bool],
     budget: usize,
+    tool_prefix: &str,
 ) -> aware_wire::DrainAnswer {
+    let status_tool = format!("{tool_prefix}session_status");
     let mut answer = drain(d);
     let mut items: Vec<(i64, String)> = d
         .system_events
@@ -349,7 +351,7 @@ pub fn previews(
         let preview = match target {
             Some(t) if visible.get(i).copied().unwrap_or(false) => e
                 .preview(&t, n.last_seen)
-                .map(|p| p.render(&n.target_key, n.last_seen, budget))
+                .map(|p| p.render(&n.target_key, n.last_seen, budget, &status_tool))
                 .unwrap_or_default(),
             _ => String::new(),
         };
@@ -362,8 +364,17 @@ pub fn previews(
             }
         }
     }
-    answer.prompt =
+    let mut prompt =
         aware_core::notice::render_prompt(items.iter().map(|(at, t)| (*at, t.as_str())));
+    // The tools the notices name, as the model's CLI names them, once after them: the notice
+    // lines keep the spec's `session_status`.
+    if !tool_prefix.is_empty() {
+        prompt.push_str(&format!(
+            "\nSystem: (In this session the tools are {status_tool} for the exact delta and \
+             {tool_prefix}sessions_history for the words.)"
+        ));
+    }
+    answer.prompt = prompt;
     answer
 }
 

@@ -141,5 +141,10 @@ pub(crate) fn drain_body() -> serde_json::Value {
         .and_then(|v| v.trim().parse::<u64>().ok())
         .filter(|b| *b <= 16 * 1024)
         .unwrap_or(DEFAULT_PREVIEW_BYTES);
-    serde_json::json!({ "previewBytes": bytes })
+    // Claude Code and Codex name the MCP server's tools `mcp__<server>__<tool>`, and `aware
+    // init` names the server `aware`.
+    if bytes == 0 {
+        return serde_json::json!({ "previewBytes": 0 });
+    }
+    serde_json::json!({ "previewBytes": bytes, "toolPrefix": "mcp__aware__" })
 }

@@ -45,6 +45,10 @@ fn post_tool_use(base: &str, preview_bytes: Option<&str>) -> String {
         .to_string()
 }
 
+/// The line after the notices that names the tools as Claude Code and Codex show them.
+const TOOLS: &str = "System: (In this session the tools are mcp__aware__session_status for the \
+                     exact delta and mcp__aware__sessions_history for the words.)";
+
 fn human_turn(s: &Server, text: &str) -> i64 {
     let r = s.post(
         &format!("/v1/sessions/{}/turns", seg(C)),
@@ -64,7 +68,7 @@ fn the_hook_shows_who_changed_what_next_to_the_notice_once() {
         shown,
         format!(
             "{peeked}\nSystem: #{seq} human_direct_message by human via slack: \"use the \
-             staging database\""
+             staging database\"\n{TOOLS}"
         )
     );
     // The notice line itself is the spec's, byte for byte; handed over once.
@@ -88,18 +92,17 @@ fn a_delta_longer_than_the_budget_ends_with_where_to_read_the_rest() {
         lines[1],
         format!("System: #{first} human_direct_message by human via slack: \"one\"")
     );
+    // The pointer names the tool as the CLI shows it, and the tools line closes the hand-over.
     assert_eq!(
-        lines.last().copied(),
-        Some(
-            format!(
-                "System: … 2 more: session_status sessionKey \"{C}\" changesSince {}",
-                first + 1
-            )
-            .as_str()
+        lines[lines.len() - 2],
+        format!(
+            "System: … 2 more: mcp__aware__session_status sessionKey \"{C}\" changesSince {}",
+            first + 1
         ),
         "{shown}"
     );
-    assert_eq!(lines.len(), 4, "{shown}");
+    assert_eq!(lines.last().copied(), Some(TOOLS), "{shown}");
+    assert_eq!(lines.len(), 5, "{shown}");
 }
 
 #[test]
