@@ -26,6 +26,28 @@ fn one<'a>(all: &'a [Value], event: &str) -> &'a Value {
     found[0]
 }
 
+/// One PostToolBatch per response with tool calls (one call each here), naming its calls:
+/// `tools`, sorted.
+fn one_batch_per_tool_call_response(all: &[Value], tools: &[&str]) {
+    let batches = of_event(all, "PostToolBatch");
+    let mut batch_tools: Vec<String> = batches
+        .iter()
+        .flat_map(|v| {
+            field(v, "tool_calls")
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .map(|c| {
+            field(&c, "tool_use_id");
+            c["tool_name"].as_str().unwrap_or("").to_string()
+        })
+        .collect();
+    batch_tools.sort_unstable();
+    assert_eq!(batch_tools, tools, "{batches:?}");
+    assert_eq!(batches.len(), tools.len(), "{batches:?}");
+}
+
 #[test]
 fn claude_code_hook_payloads_carry_what_the_hook_reads() {
     let home = AgentHome::new();
@@ -87,6 +109,7 @@ fn claude_code_hook_payloads_carry_what_the_hook_reads() {
         field(v, "tool_use_id");
         field(v, "tool_response");
     }
+    one_batch_per_tool_call_response(&all, &["Agent", "Bash"]);
     let stop = one(&all, "Stop");
     assert_eq!(field(stop, "stop_hook_active"), false);
     assert_eq!(field(stop, "last_assistant_message"), "All done.");
@@ -118,18 +141,24 @@ fn claude_code_hook_payloads_carry_what_the_hook_reads() {
     assert_eq!(field(one(&all, "PostCompact"), "trigger"), "manual");
     assert_eq!(of_event(&all, "SessionEnd").len(), 2, "one per run");
 
-    let mut named: Vec<(String, &Value)> = Vec::new();
-    for v in &all {
-        let event = v["hook_event_name"].as_str().unwrap_or("unknown");
-        let name = match event {
-            "SessionStart" => format!("SessionStart-{}", v["source"].as_str().unwrap_or("")),
-            "SubagentStop" if v["agent_type"] == "" => "SubagentStop-compaction-fork".to_string(),
-            "PostToolUse" => format!("PostToolUse-{}", v["tool_name"].as_str().unwrap_or("")),
-            _ => event.to_string(),
-        };
-        named.push((name, v));
-    }
+    let named: Vec<(String, &Value)> = all.iter().map(|v| (claude_payload_name(v), v)).collect();
     save_payloads("claude-code", &named);
+}
+
+/// The file name a captured Claude Code payload is saved under: its event, told apart where
+/// one run has several.
+fn claude_payload_name(v: &Value) -> String {
+    let event = v["hook_event_name"].as_str().unwrap_or("unknown");
+    match event {
+        "SessionStart" => format!("SessionStart-{}", v["source"].as_str().unwrap_or("")),
+        "SubagentStop" if v["agent_type"] == "" => "SubagentStop-compaction-fork".to_string(),
+        "PostToolUse" => format!("PostToolUse-{}", v["tool_name"].as_str().unwrap_or("")),
+        "PostToolBatch" => format!(
+            "PostToolBatch-{}",
+            v["tool_calls"][0]["tool_name"].as_str().unwrap_or("")
+        ),
+        _ => event.to_string(),
+    }
 }
 
 #[test]

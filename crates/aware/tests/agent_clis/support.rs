@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 pub use aware_testkit::agent_cli::*;
 pub use aware_testkit::model_server::*;
 
-/// Every hook event Claude Code 2.1.328 accepts in its settings (from its settings schema).
+/// Every hook event Claude Code 2.1.332 accepts in its settings (from its settings schema;
+/// `PreSkillShellCommand` is new there).
 pub const CLAUDE_EVENTS: &[&str] = &[
     "PreToolUse",
     "PostToolUse",
@@ -43,6 +44,7 @@ pub const CLAUDE_EVENTS: &[&str] = &[
     "FileChanged",
     "DirectoryAdded",
     "MessageDisplay",
+    "PreSkillShellCommand",
 ];
 
 /// Every hook event Codex CLI 0.169.0 accepts in `hooks.json` (from its hook input schemas).
