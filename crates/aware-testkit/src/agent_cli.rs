@@ -5,6 +5,9 @@
 //! - [`installed_bin_dir`] finds `clients/agent-clis/node_modules/.bin`. When the pinned
 //!   packages are not installed there it runs `npm ci` once (under a file lock, so parallel test
 //!   processes install once); without `npm` it fails with the fix.
+//! - [`claude_bin`] / [`codex_bin`]: the executable each runner starts: the pinned one, or the
+//!   one `AWARE_CLAUDE_CODE_BIN` / `AWARE_CODEX_BIN` names (another release to check, installed
+//!   elsewhere: `scripts/check-cli-release`); the version run is printed once per process.
 //! - [`AgentHome`]: a temp dir with `home/` (the CLIs' `$HOME`), `project/` (their working
 //!   directory) and `tmp/`; it trusts the project for each CLI as that CLI requires
 //!   ([`AgentHome::trust_claude`], [`AgentHome::trust_codex`]).
@@ -62,6 +65,64 @@ pub fn installed_bin_dir() -> &'static Path {
         Ok(p) => p,
         Err(e) => panic!("{e}"),
     }
+}
+
+/// The environment variables that name another executable of each CLI than the pinned one.
+pub const CLAUDE_BIN_VAR: &str = "AWARE_CLAUDE_CODE_BIN";
+pub const CODEX_BIN_VAR: &str = "AWARE_CODEX_BIN";
+
+/// The Claude Code executable the runners start: `$AWARE_CLAUDE_CODE_BIN`, else the pinned one.
+pub fn claude_bin() -> &'static Path {
+    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    chosen(&BIN, CLAUDE_BIN_VAR, "claude")
+}
+
+/// The Codex CLI executable the runners start: `$AWARE_CODEX_BIN`, else the pinned one.
+pub fn codex_bin() -> &'static Path {
+    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    chosen(&BIN, CODEX_BIN_VAR, "codex")
+}
+
+fn chosen(
+    cell: &'static OnceLock<Result<PathBuf, String>>,
+    var: &str,
+    name: &str,
+) -> &'static Path {
+    let found = cell.get_or_init(|| {
+        let Some(given) = std::env::var_os(var).filter(|v| !v.is_empty()) else {
+            return Ok(installed_bin_dir().join(name));
+        };
+        // The override replaces the pinned CLI for every test of this process: say which ran,
+        // so a report of "the tests pass" names the release they passed on.
+        let path = PathBuf::from(given);
+        let version = version_of(&path).map_err(|e| format!("{var}={}: {e}", path.display()))?;
+        eprintln!(
+            "aware-testkit: {name} from {var}={}: {version}",
+            path.display()
+        );
+        Ok(path)
+    });
+    match found {
+        Ok(p) => p,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// `BIN --version`, trimmed; an error when it does not run and say so within a minute.
+fn version_of(bin: &Path) -> Result<String, String> {
+    let out = tempfile::NamedTempFile::new().map_err(|e| format!("temp file: {e}"))?;
+    let file = out.reopen().map_err(|e| format!("temp file: {e}"))?;
+    let mut cmd = Command::new(bin);
+    cmd.arg("--version")
+        .stdin(Stdio::null())
+        .stdout(file)
+        .stderr(Stdio::null());
+    let status = run_with_deadline(cmd, Duration::from_secs(60))?;
+    let text = std::fs::read_to_string(out.path()).map_err(|e| format!("its output: {e}"))?;
+    if !status.success() || text.trim().is_empty() {
+        return Err(format!("`--version` failed ({status}): {}", text.trim()));
+    }
+    Ok(text.trim().to_string())
 }
 
 /// The version of each pinned package as `package.json` asks for it, and whether
@@ -314,7 +375,7 @@ impl AgentHome {
 
     /// `claude -p PROMPT --output-format json ARGS…` against `model`; panics on the deadline.
     pub fn claude_print(&self, model: &ModelServer, prompt: &str, args: &[&str]) -> CliRun {
-        let mut cmd = self.command(installed_bin_dir().join("claude"));
+        let mut cmd = self.command(claude_bin());
         cmd.env_clear()
             .envs(self.claude_env(model))
             .args(["-p", prompt, "--output-format", "json"])
@@ -363,7 +424,7 @@ impl AgentHome {
     /// `codex ARGS…` with the model key in its environment (the offline settings are the
     /// caller's: [`AgentHome::codex_offline_args`]); panics on the deadline.
     pub fn codex(&self, model: &ModelServer, args: &[String]) -> CliRun {
-        let mut cmd = self.command(installed_bin_dir().join("codex"));
+        let mut cmd = self.command(codex_bin());
         cmd.env("AWARE_TEST_MODEL_KEY", API_KEY).args(args);
         self.run("codex", cmd, model)
     }

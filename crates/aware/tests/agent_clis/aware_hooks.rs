@@ -790,10 +790,7 @@ fn claude_code_idle_session_is_woken_by_a_change() {
         }),
         Step::text("Reconciled."),
     ]));
-    let mut argv = vec![installed_bin_dir()
-        .join("claude")
-        .to_string_lossy()
-        .into_owned()];
+    let mut argv = vec![claude_bin().to_string_lossy().into_owned()];
     argv.push("start".to_string());
     let _tmux = Tmux::start(
         hub.home.tmp.join("tmux.sock"),
