@@ -238,8 +238,8 @@ fn stop_gate(cli: Cli) {
     ]));
     let run = hub.run(&model, "do the task");
     let n = notice(&seen);
-    // Sent back once with the notice as the reason, then allowed to stop. Claude Code 2.1.328
-    // renders one Stop block twice in its next request: a user message "Stop hook
+    // Sent back once with the notice as the reason, then allowed to stop. Claude Code 2.1.332
+    // (as 2.1.328) renders one Stop block twice in its next request: a user message "Stop hook
     // feedback:\n<reason>" and a system message "Stop hook blocking error from command:
     // \"<cmd>\": <reason>" (seen with a plain script hook too); Codex once, as
     // `<hook_prompt …><reason></hook_prompt>`.
@@ -561,10 +561,10 @@ fn assert_one_child_with_its_run(s: &Server, typed: &[&str]) {
 #[test]
 fn claude_code_background_subagent_becomes_a_child_and_its_notification_is_no_human_turn() {
     let hub = Hub::new(Cli::Claude, true);
-    // `Agent` without run_in_background runs in the background in 2.1.328; its end comes back
-    // as a `<task-notification>` prompt (UserPromptSubmit), which the main model answers. How
-    // many main requests that takes depends on whether the subagent ends before the tool
-    // result is sent, so the script ends early and the unscripted answer ends the turn.
+    // `Agent` without run_in_background runs in the background in 2.1.332 (as in 2.1.328); its
+    // end comes back as a `<task-notification>` prompt (UserPromptSubmit), which the main model
+    // answers. How many main requests that takes depends on whether the subagent ends before
+    // the tool result is sent, so the script ends early and the unscripted answer ends the turn.
     let model = ModelServer::start(
         Script::new(vec![
             Step::tool(
