@@ -77,6 +77,9 @@ pub struct HookInput {
     pub trigger: Option<String>,
     /// The transcript file (Claude Code) or rollout (Codex): its size tells compactions apart.
     pub transcript_path: Option<String>,
+    /// `Stop`: the text the agent ended its turn with (Claude Code and Codex send it); it
+    /// answers the messages handed over to the agent.
+    pub last_assistant_message: Option<String>,
 }
 
 /// Reads stdin to its end, refusing more than [`MAX_INPUT`] bytes.
@@ -123,6 +126,7 @@ pub fn parse(bytes: &[u8], forced: Option<Event>) -> Result<Option<(Event, HookI
         agent_type: text(&o, "agent_type")?,
         trigger: text(&o, "trigger")?.or(text(&o, "reason")?),
         transcript_path: text(&o, "transcript_path")?,
+        last_assistant_message: text(&o, "last_assistant_message")?,
         ..HookInput::default()
     };
     if event == Event::UserPromptSubmit {

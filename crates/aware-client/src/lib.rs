@@ -101,7 +101,7 @@ impl Client {
             agent: None,
             timeout: DEFAULT_TIMEOUT,
             tls: None,
-            http: ureq::AgentBuilder::new().build(),
+            http: no_redirects().build(),
         })
     }
 
@@ -121,7 +121,7 @@ impl Client {
     }
 
     fn agent_builder(&self) -> ureq::AgentBuilder {
-        let b = ureq::AgentBuilder::new();
+        let b = no_redirects();
         match &self.tls {
             Some(t) => b.tls_config(t.clone()),
             None => b,
@@ -286,10 +286,11 @@ impl Request<'_> {
         }
     }
 
-    /// Sends the request; an answer with status 400 or above is [`ClientError::Status`].
+    /// Sends the request; an answer with status 300 or above is [`ClientError::Status`] (a
+    /// redirect is not followed, see [`no_redirects`]).
     pub fn send(self, body: Option<&str>) -> Result<Response, ClientError> {
         let resp = self.send_any(body)?;
-        if resp.status() >= 400 {
+        if resp.status() >= 300 {
             return Err(resp.into_error());
         }
         Ok(resp)
@@ -312,6 +313,7 @@ impl Request<'_> {
             .timeout_read(read_timeout)
             .build();
         match self.build(&agent).call() {
+            Ok(r) if r.status() >= 300 => Err(Response(r).into_error()),
             Ok(r) => Ok(Response(r)),
             Err(ureq::Error::Status(_, r)) => Err(Response(r).into_error()),
             Err(ureq::Error::Transport(t)) => {
@@ -319,6 +321,13 @@ impl Request<'_> {
             }
         }
     }
+}
+
+/// An agent that follows no redirects: a gateway URL names the one host that may get the token,
+/// the prompts and the drains, and a 3xx from it (or from whatever answers on its port) must
+/// not send a request to another host. ureq 2 then hands the 3xx back as an answer.
+fn no_redirects() -> ureq::AgentBuilder {
+    ureq::AgentBuilder::new().redirects(0)
 }
 
 /// An answer of the gateway.
@@ -359,6 +368,18 @@ impl Response {
     /// `{"error": {...}}` body when it has one.
     pub fn into_error(self) -> ClientError {
         let status = self.status();
+        if (300..400).contains(&status) {
+            let to = self.0.header("Location").unwrap_or("").to_string();
+            return ClientError::Status {
+                status,
+                code: Some("redirect_not_followed".into()),
+                message: Some(format!(
+                    "the gateway answered {status} with a redirect to {to:?}; aware follows no \
+                     redirects (they could send the request elsewhere): give the final URL"
+                )),
+                body: String::new(),
+            };
+        }
         let mut raw = String::new();
         let _ = self
             .0

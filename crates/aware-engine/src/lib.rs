@@ -18,6 +18,7 @@ mod error;
 mod fifo;
 mod links;
 mod lookup;
+mod messages;
 mod metrics;
 mod reads;
 mod retention;

@@ -106,11 +106,13 @@ impl Engine {
         );
         let watched = self.write(move |tx, ctx| {
             load_session(tx, &c)?;
-            load_session(tx, &t)?;
+            let target_row = load_session(tx, &t)?;
             let mut turn = NewTurn::user(m.clone());
             turn.provenance = Some(Provenance::inter_session(c.key.clone(), Some("sessions_send")));
             turn.run_id = Some(r.clone());
             post_turn_in(tx, ctx, &t, turn)?;
+            // A CLI hears only what its hook hands over: queue the message for its next drain.
+            crate::messages::queue_in(tx, ctx, &target_row, c.key.as_str(), &r, &m)?;
             let watched = if watch {
                 // A failed registration does not undo the send.
                 tx.savepoint("register")?;

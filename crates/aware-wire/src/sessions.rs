@@ -207,6 +207,14 @@ pub struct Compaction {
     pub duplicate: Option<bool>,
 }
 
+/// `POST …/replies`: the run ids of the messages the text answered (oldest first; empty when
+/// none was open).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Replied {
+    pub replied: Vec<String>,
+}
+
 /// `POST …/system-events`: the new entry's id, or `deduped: true` when an equal entry was
 /// already queued.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

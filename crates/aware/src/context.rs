@@ -58,19 +58,14 @@ pub struct ClientFile {
     pub ca_file: Option<PathBuf>,
 }
 
-/// `$XDG_CONFIG_HOME/aware` (else `~/.config/aware`).
-pub fn config_dir() -> PathBuf {
-    if let Some(x) = std::env::var_os("XDG_CONFIG_HOME").filter(|v| !v.is_empty()) {
-        return PathBuf::from(x).join("aware");
-    }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("."));
-    home.join(".config/aware")
+/// `$XDG_CONFIG_HOME/aware` (else `~/.config/aware`); never relative ([`crate::home`]).
+pub fn config_dir() -> Result<PathBuf, Failure> {
+    crate::home::xdg_dir("XDG_CONFIG_HOME", ".config")
+        .map_err(|e| Failure::Usage(format!("cannot find the client context: {e}")))
 }
 
-pub fn client_file_path() -> PathBuf {
-    config_dir().join("client.toml")
+pub fn client_file_path() -> Result<PathBuf, Failure> {
+    Ok(config_dir()?.join("client.toml"))
 }
 
 fn env(name: &str) -> Option<String> {
@@ -79,7 +74,7 @@ fn env(name: &str) -> Option<String> {
 
 /// Reads `client.toml` when it exists; a broken file is a usage error naming it.
 pub fn read_client_file() -> Result<ClientFile, Failure> {
-    let path = client_file_path();
+    let path = client_file_path()?;
     match std::fs::read_to_string(&path) {
         Ok(text) => toml::from_str(&text)
             .map_err(|e| Failure::Usage(format!("{}: {}", path.display(), e.message()))),

@@ -67,9 +67,10 @@ pub fn run(args: DoctorArgs, outer: &Conn) -> Result<()> {
             std::process::exit(1);
         }
     };
-    let path = context::client_file_path();
-    if path.exists() {
-        r.ok(&format!("client context {} read", path.display()));
+    if let Ok(path) = context::client_file_path() {
+        if path.exists() {
+            r.ok(&format!("client context {} read", path.display()));
+        }
     }
     let reachable = gateway(&mut r, &c);
     if reachable {
@@ -295,12 +296,16 @@ fn sessions_exist(r: &mut Report, c: &Client, resolved: &context::Resolved, sess
 
 /// 5. The Claude projects directory exists.
 fn claude_root(r: &mut Report, root: Option<PathBuf>) {
-    let root = root.unwrap_or_else(|| {
-        std::env::var_os("HOME")
-            .map(PathBuf::from)
-            .unwrap_or_default()
-            .join(".claude/projects")
-    });
+    let root = match root.map_or_else(
+        || crate::home::home_dir().map(|h| h.join(".claude/projects")),
+        Ok,
+    ) {
+        Ok(root) => root,
+        Err(e) => {
+            r.warn(&format!("Claude root: {e}"), "set HOME");
+            return;
+        }
+    };
     if root.is_dir() {
         r.ok(&format!("Claude root {} exists", root.display()));
     } else {
@@ -314,7 +319,13 @@ fn claude_root(r: &mut Report, root: Option<PathBuf>) {
 /// Codex: each hooks.json with aware hooks (the project's and `$CODEX_HOME`'s) has a trust
 /// entry per aware handler (Codex skips an untrusted hook silently), and the project is trusted.
 fn codex(r: &mut Report, project: &std::path::Path, sessions: &mut Vec<String>) {
-    let home = codex_home();
+    let home = match codex_home() {
+        Ok(h) => h,
+        Err(e) => {
+            r.fail(&format!("Codex: {e}"), "set HOME or CODEX_HOME");
+            return;
+        }
+    };
     let config_path = home.join("config.toml");
     let config: toml_edit::DocumentMut = match std::fs::read_to_string(&config_path) {
         Ok(t) => match t.parse() {

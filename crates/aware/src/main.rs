@@ -21,6 +21,7 @@ mod demo;
 mod docgen;
 mod doctor;
 mod failure;
+mod home;
 mod hook;
 mod init;
 mod mcp;

@@ -232,12 +232,14 @@ fn load_config(
         .clone()
         .unwrap_or_else(aware_gateway::config::default_data_dir);
     let config_file = args.config.clone().or_else(|| {
-        [
-            data_dir_hint.join("config.toml"),
-            crate::context::config_dir().join("config.toml"),
-        ]
-        .into_iter()
-        .find(|p| p.exists())
+        // Without a home (HOME unset and none in the password database) only the data dir's.
+        std::iter::once(data_dir_hint.join("config.toml"))
+            .chain(
+                crate::context::config_dir()
+                    .ok()
+                    .map(|d| d.join("config.toml")),
+            )
+            .find(|p| p.exists())
     });
     // A command line is readable by every local user (`ps`, /proc): a password there is
     // public. The config file's [store] url, AWARE_STORE_URL and password_file are not.

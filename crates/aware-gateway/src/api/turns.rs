@@ -124,6 +124,17 @@ pub(crate) async fn compaction(req: &Req, t: SessionRef, q: Query) -> ApiResult<
     }
 }
 
+/// `POST …/replies` (the hook at a stop): the agent's last text answers every message handed
+/// over to it and not yet answered (`aware_engine::messages`).
+pub(crate) async fn replies(req: &Req, t: SessionRef, q: Query) -> ApiResult<Response> {
+    q.finish()?;
+    let mut b = Obj::parse(&req.body, false)?;
+    let text = b.req_str("text")?;
+    b.finish()?;
+    let replied = engine_call(&req.state, move |e| e.reply_handed_over(&t, &text)).await?;
+    wire::ok(aware_wire::sessions::Replied { replied })
+}
+
 pub fn parse_turn(body: &[u8]) -> ApiResult<NewTurn> {
     let mut b = Obj::parse(body, false)?;
     let role = b.req_str("role")?;

@@ -305,6 +305,7 @@ async fn session_route(
         S::StartRun => turns::start_run(req, t, q).await,
         S::EndRun(run) => turns::end_run(req, t, q, &run).await,
         S::Compaction => turns::compaction(req, t, q).await,
+        S::Replies => turns::replies(req, t, q).await,
         S::Drain => notices::drain(req, t, q).await,
         S::Pending => notices::pending(req, t, q).await,
         S::Ack => notices::ack(req, t, q).await,

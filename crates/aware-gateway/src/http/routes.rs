@@ -53,6 +53,7 @@ pub enum SessionRoute {
     /// The raw `{runId}`.
     EndRun(String),
     Compaction,
+    Replies,
     ListWatches,
     Watch,
     Watchers,
@@ -147,6 +148,7 @@ pub fn parse(method: &Method, s: &[&str], test_mode: bool) -> Parsed {
                     S::EndRun(run.to_string()),
                 ),
                 ["compaction"] => ("/v1/sessions/{key}/compaction", &[POST], S::Compaction),
+                ["replies"] => ("/v1/sessions/{key}/replies", &[POST], S::Replies),
                 ["watches"] => (
                     "/v1/sessions/{key}/watches",
                     &[GET, POST],

@@ -57,7 +57,10 @@ impl NodeClient {
             catalog: NodeCatalog::Claude,
             url: url.trim_end_matches('/').to_string(),
             token: token.filter(|t| !t.is_empty()).map(str::to_string),
+            // No redirects: a node's 3xx must not make the gateway request another host (SSRF);
+            // ureq 2 then returns the 3xx as an answer, refused below.
             agent: ureq::AgentBuilder::new()
+                .redirects(0)
                 .timeout_connect(NODE_TIMEOUT)
                 .timeout(NODE_TIMEOUT)
                 .build(),
@@ -93,6 +96,7 @@ impl NodeClient {
 
     fn build_agent(&self) -> ureq::Agent {
         let b = ureq::AgentBuilder::new()
+            .redirects(0)
             .timeout_connect(self.request_timeout)
             .timeout(self.request_timeout);
         match &self.tls {
@@ -123,6 +127,14 @@ impl NodeClient {
             req = req.set("Authorization", &format!("Bearer {t}"));
         }
         let resp = match req.call() {
+            // A redirect is not followed: the node is unavailable (`node_unavailable`).
+            Ok(r) if (300..400).contains(&r.status()) => {
+                return Err(NodeError::Other(format!(
+                    "node {} answered {} with a redirect; redirects are not followed",
+                    self.id,
+                    r.status()
+                )));
+            }
             Ok(r) => r,
             Err(ureq::Error::Status(code, r)) => {
                 let body: Value = r.into_json().unwrap_or(Value::Null);

@@ -158,6 +158,7 @@ fn is_task_notification(prompt: &str) -> bool {
 /// twice in a row (`stop_hook_active`: the CLI is continuing because of a stop hook), so it
 /// cannot loop; what arrives after that is for the waiting hook (`--wait`) to deliver.
 fn stop_gate(http: &Http, target: &Target, input: &HookInput) -> Result<Output, String> {
+    answer_messages(http, target, input);
     if input.stop_hook_active {
         return Ok(Output::Nothing);
     }
@@ -166,6 +167,36 @@ fn stop_gate(http: &Http, target: &Target, input: &HookInput) -> Result<Output, 
         return Ok(Output::Nothing);
     }
     Ok(Output::Json(json!({"decision": "block", "reason": prompt})))
+}
+
+/// The text the agent stopped with answers the messages handed over to it (`…/replies`: each
+/// message answered once, whichever stop comes first; none open costs one small write). A
+/// failure is a warning: the stop itself goes on.
+fn answer_messages(http: &Http, target: &Target, input: &HookInput) {
+    let Some(text) = input
+        .last_assistant_message
+        .as_deref()
+        .filter(|t| !t.trim().is_empty())
+    else {
+        return;
+    };
+    // A turn's text is at most 256 KiB (the gateway's limit); a longer answer is cut on a
+    // character boundary, and the sender reads the rest in the transcript.
+    const MAX_REPLY_BYTES: usize = 200 * 1024;
+    let mut end = text.len().min(MAX_REPLY_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let text = if end < text.len() {
+        format!("{} …[cut]", &text[..end])
+    } else {
+        text.to_string()
+    };
+    match http.post(&target.path("replies"), &json!({ "text": text })) {
+        Ok(_) => {}
+        Err(e) if e.code() == "session_not_found" => {}
+        Err(e) => warn(&format!("cannot record the reply: {}", said(&e))),
+    }
 }
 
 /// The child session of a native subagent: `agent:<agent>:subagent:claude-<agent_id>`.

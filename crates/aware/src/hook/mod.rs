@@ -15,6 +15,8 @@
 
 mod act;
 mod common;
+mod lineage;
+mod slot;
 mod wait;
 
 use crate::context::Conn;
@@ -70,7 +72,8 @@ pub struct HookArgs {
     pub conn: Conn,
     /// The whole hook finishes within this many milliseconds (then it gives up with a warning).
     /// With --wait it bounds each request, not the wait.
-    #[arg(long, default_value_t = 3000, value_name = "MS")]
+    #[arg(long, default_value_t = 3000, value_name = "MS",
+          value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_MS))]
     pub timeout_ms: u64,
     /// The CLI that runs the hook: decides the answer's format and the channel of prompts.
     #[arg(long, value_enum, default_value_t = Cli::ClaudeCode)]
@@ -84,10 +87,17 @@ pub struct HookArgs {
     /// waiter per session: a new one replaces the old.
     #[arg(long)]
     pub wait: bool,
-    /// With --wait: give up silently (exit 0) after this many seconds.
-    #[arg(long, default_value_t = 3600, value_name = "SECS", requires = "wait")]
+    /// With --wait: give up silently (exit 0) after this many seconds, from 1 to 604800 (a week).
+    #[arg(long, default_value_t = 3600, value_name = "SECS", requires = "wait",
+          value_parser = clap::value_parser!(u64).range(1..=MAX_WAIT_SECS))]
     pub wait_secs: u64,
 }
+
+/// Bounds of `--wait-secs` and `--timeout-ms`: both are added to the clock, and a larger value
+/// overflowed `Instant` (a panic, exit 101, where the hook promises exit 0 or 1). clap's refusal
+/// names the accepted range.
+pub const MAX_WAIT_SECS: u64 = 7 * 24 * 3600;
+const MAX_TIMEOUT_MS: u64 = 24 * 3600 * 1000;
 
 /// The message of a panic on the work thread, for the warning line.
 static PANIC: Mutex<Option<String>> = Mutex::new(None);
@@ -171,8 +181,16 @@ fn work(gw: &Client, cli: Cli, forced: Option<Event>, deadline: Instant) -> Resu
     let Some((event, hook)) = input::parse(&bytes, forced)? else {
         return Ok(Output::Nothing);
     };
-    // Nothing to do, so no target to resolve and no request to make.
-    if event == Event::SessionEnd || (event == Event::Stop && hook.stop_hook_active) {
+    // Nothing to do, so no target to resolve and no request to make. (A stop that continues
+    // because of a stop hook, the turn an idle wake started included, still has a text that may
+    // answer a message handed over in it.)
+    let nothing_to_answer = hook
+        .last_assistant_message
+        .as_deref()
+        .is_none_or(|t| t.trim().is_empty());
+    if event == Event::SessionEnd
+        || (event == Event::Stop && hook.stop_hook_active && nothing_to_answer)
+    {
         return Ok(Output::Nothing);
     }
     let target = Target::resolve(gw, hook.session_id.as_deref())?;

@@ -5,16 +5,19 @@
 //! stderr, which makes Claude Code call the model again with it. With nothing to deliver it
 //! exits 0 silently (an exit 2 with nothing would loop: every stop starts the hook again).
 //!
-//! - One waiter per session: a new one stops the old one (SIGTERM, after checking that the pid in
-//!   the session's pid file is an `aware hook --wait` process), which exits 0.
+//! - One waiter per session: a new one stops the old one, which exits 0 ([`slot`]: a locked pid
+//!   file, a checked signal through a pidfd).
 //! - It survives gateway restarts: a lost stream reconnects with a doubling backoff, and the
 //!   catch-up on connect finds what was missed.
-//! - It never outlives its CLI: before a drain (which acknowledges) and on every stream line, it
-//!   checks that the CLI process that started it is still there; an orphan exits 0 without
-//!   draining, so a notice is never taken by a waiter nobody listens to.
+//! - It never outlives its CLI: the lineage is taken first thing ([`Lineage`]), and before a
+//!   drain (which acknowledges) and on every stream line it checks that the CLI process that
+//!   started it is still there; an orphan exits 0 without draining, so a notice is never taken
+//!   by a waiter nobody listens to.
 //! - It gives up silently after `--wait-secs`.
 
 use super::common::{said, warn, Target};
+use super::lineage::Lineage;
+use super::slot;
 use aware_client::hook_input as input;
 use aware_client::{Client, ClientError};
 use serde_json::json;
@@ -43,25 +46,48 @@ pub fn run(gw: Client, timeout_ms: u64, wait_secs: u64, forced: Option<input::Ev
     if std::env::var("CLAUDE_CODE_SESSION_ATTENDED").is_ok_and(|v| v == "0") {
         return;
     }
+    // First, before anything that can block: the CLI may be gone by the time stdin is read.
+    let lineage = match Lineage::of_this_process() {
+        Ok(l) => l,
+        Err(msg) => return warn(&msg),
+    };
     let per_request = Duration::from_millis(timeout_ms.max(1));
+    // `--wait-secs` is bounded by clap (a week): this cannot overflow.
     let until = Instant::now() + Duration::from_secs(wait_secs);
+    // The stop signals are watched before the slot can be taken, so a replacing waiter's
+    // SIGTERM (or a hangup, an interrupt) always ends this one through `release`, never by the
+    // default action, which would leave the pid file behind.
+    let watched = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the signal runtime: {e}"))
+        .and_then(|rt| {
+            let stops = rt.block_on(async { Stops::watch() });
+            stops.map(|s| (rt, s))
+        });
+    let (rt, stops) = match watched {
+        Ok(w) => w,
+        Err(msg) => return warn(&msg),
+    };
     let (tx, rx) = mpsc::channel();
     let spawned = std::thread::Builder::new()
         .name("aware-hook-wait".into())
         .spawn(move || {
-            let _ = tx.send(waiter(&gw, forced, per_request, until));
+            let _ = tx.send(waiter(&gw, forced, &lineage, per_request, until));
         });
     if let Err(e) = spawned {
         warn(&format!("cannot start the waiting thread: {e}"));
         return;
     }
-    let end = match wait_or_term(rx, until) {
+    let end = match wait_or_stop(&rt, stops, rx, until) {
         Ok(end) => end,
         Err(msg) => {
             warn(&msg);
             End::Quiet
         }
     };
+    // Every exit frees the slot and removes its file (`exit` runs no destructors).
+    slot::release();
     if let End::Deliver(prompt) = end {
         eprintln!("{prompt}");
         std::process::exit(2);
@@ -70,16 +96,36 @@ pub fn run(gw: Client, timeout_ms: u64, wait_secs: u64, forced: Option<input::Ev
     std::process::exit(0);
 }
 
-/// The waiter's result, SIGTERM (a newer waiter replaced this one) or the end of `--wait-secs`,
-/// whichever comes first.
-fn wait_or_term(rx: mpsc::Receiver<Result<End, String>>, until: Instant) -> Result<End, String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the signal runtime: {e}"))?;
+/// The signals that end a waiter quietly: SIGTERM (a newer waiter replaced this one), SIGHUP
+/// and SIGINT (its terminal went away).
+struct Stops {
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Stops {
+    fn watch() -> Result<Stops, String> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let watch = |kind: SignalKind, name: &str| {
+            signal(kind).map_err(|e| format!("cannot watch {name}: {e}"))
+        };
+        Ok(Stops {
+            term: watch(SignalKind::terminate(), "SIGTERM")?,
+            hup: watch(SignalKind::hangup(), "SIGHUP")?,
+            int: watch(SignalKind::interrupt(), "SIGINT")?,
+        })
+    }
+}
+
+/// The waiter's result, a stop signal or the end of `--wait-secs`, whichever comes first.
+fn wait_or_stop(
+    rt: &tokio::runtime::Runtime,
+    mut stops: Stops,
+    rx: mpsc::Receiver<Result<End, String>>,
+    until: Instant,
+) -> Result<End, String> {
     rt.block_on(async move {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
         let (otx, orx) = tokio::sync::oneshot::channel();
         std::thread::spawn(move || {
             if let Ok(r) = rx.recv() {
@@ -88,7 +134,9 @@ fn wait_or_term(rx: mpsc::Receiver<Result<End, String>>, until: Instant) -> Resu
         });
         tokio::select! {
             r = orx => r.unwrap_or(Ok(End::Quiet)),
-            _ = term.recv() => Ok(End::Quiet),
+            _ = stops.term.recv() => Ok(End::Quiet),
+            _ = stops.hup.recv() => Ok(End::Quiet),
+            _ = stops.int.recv() => Ok(End::Quiet),
             _ = tokio::time::sleep_until(tokio::time::Instant::from_std(until)) => Ok(End::Quiet),
         }
     })
@@ -97,6 +145,7 @@ fn wait_or_term(rx: mpsc::Receiver<Result<End, String>>, until: Instant) -> Resu
 fn waiter(
     gw: &Client,
     forced: Option<input::Event>,
+    lineage: &Lineage,
     per_request: Duration,
     until: Instant,
 ) -> Result<End, String> {
@@ -107,8 +156,9 @@ fn waiter(
         None => None,
     };
     let target = Target::resolve(gw, session_id.as_deref())?;
-    let lineage = Lineage::of_this_process();
-    let _slot = Slot::take(gw.base(), &target.key)?;
+    if !lineage.alive() || !slot::take(&state_dir()?.join("waiters"), gw.base(), &target.key)? {
+        return Ok(End::Quiet);
+    }
     let stream_path = match &target.agent {
         Some(a) => format!(
             "/v1/wakes?session={}&agent={}",
@@ -127,6 +177,16 @@ fn waiter(
         match stream {
             Ok(resp) => {
                 backoff = BACKOFF_FIRST;
+                // The catch-up on connect covers notices, not the FIFO's lines (a message sent
+                // while no stream was open, e.g. across a gateway restart): one drain now takes
+                // what is already queued; the stream brings the rest.
+                if !lineage.alive() {
+                    return Ok(End::Quiet);
+                }
+                let queued = drain(gw, &target, per_request)?;
+                if !queued.is_empty() {
+                    return Ok(End::Deliver(queued));
+                }
                 // Every frame, the 15 s keep-alive comments included, re-checks the agent.
                 for frame in aware_client::sse::frames(resp.into_reader()) {
                     if !lineage.alive() {
@@ -177,137 +237,8 @@ fn drain(gw: &Client, target: &Target, per_request: Duration) -> Result<String, 
     }
 }
 
-/// The processes that started this one: the CLI, and the shell it may run the command in.
-struct Lineage(Vec<(u32, u64)>);
-
-impl Lineage {
-    /// The CLI that started this process (Claude Code names itself in `CLAUDE_PID`), else the
-    /// parent, and its parent too when the parent is a shell (hooks run as `sh -c …`), each with
-    /// its start time so a reused pid is not taken for the same process.
-    fn of_this_process() -> Lineage {
-        let mut chain = Vec::new();
-        if let Some(pid) = std::env::var("CLAUDE_PID")
-            .ok()
-            .and_then(|p| p.parse().ok())
-        {
-            if let Some(st) = Stat::read(pid) {
-                chain.push((pid, st.start));
-                return Lineage(chain);
-            }
-        }
-        let mut pid = std::os::unix::process::parent_id();
-        for _ in 0..2 {
-            let Some(st) = Stat::read(pid) else { break };
-            chain.push((pid, st.start));
-            if !st.is_shell() {
-                break;
-            }
-            pid = st.ppid;
-        }
-        Lineage(chain)
-    }
-
-    /// False once any of them has exited (or the pid now names another process).
-    fn alive(&self) -> bool {
-        self.0
-            .iter()
-            .all(|(pid, start)| Stat::read(*pid).is_some_and(|s| s.start == *start))
-    }
-}
-
-/// The fields of `/proc/<pid>/stat` the lineage check needs.
-struct Stat {
-    comm: String,
-    ppid: u32,
-    start: u64,
-}
-
-impl Stat {
-    fn read(pid: u32) -> Option<Stat> {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // `comm` is in parentheses and may itself hold spaces and parentheses: split at the last.
-        let open = text.find('(')?;
-        let close = text.rfind(')')?;
-        let comm = text.get(open + 1..close)?.to_string();
-        let rest: Vec<&str> = text.get(close + 2..)?.split(' ').collect();
-        // After comm: state(0) ppid(1) … starttime is field 22 of the line, index 19 here.
-        Some(Stat {
-            comm,
-            ppid: rest.get(1)?.parse().ok()?,
-            start: rest.get(19)?.parse().ok()?,
-        })
-    }
-
-    fn is_shell(&self) -> bool {
-        matches!(self.comm.as_str(), "sh" | "bash" | "dash" | "zsh" | "ash")
-    }
-}
-
-/// The session's waiter slot: a pid file in the user's state directory (mode 0700). Taking it
-/// stops the waiter that held it.
-struct Slot(PathBuf);
-
-impl Slot {
-    fn take(url: &str, key: &str) -> Result<Slot, String> {
-        use sha2::{Digest, Sha256};
-        use std::os::unix::fs::DirBuilderExt;
-        let dir = state_dir().join("waiters");
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let digest = Sha256::digest(format!("{url}\0{key}").as_bytes());
-        let name = aware_core::hex::lower(&digest[..16]);
-        let path = dir.join(format!("{name}.pid"));
-        if let Ok(old) = std::fs::read_to_string(&path) {
-            if let Ok(pid) = old.trim().parse::<i32>() {
-                stop_waiter(pid);
-            }
-        }
-        std::fs::write(&path, std::process::id().to_string())
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        Ok(Slot(path))
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        // Only our own pid file: a newer waiter has already written its pid over ours.
-        if std::fs::read_to_string(&self.0)
-            .is_ok_and(|p| p.trim() == std::process::id().to_string())
-        {
-            let _ = std::fs::remove_file(&self.0);
-        }
-    }
-}
-
-/// SIGTERM to `pid` if it is another `aware hook --wait` of this user (its command line says
-/// so); anything else is left alone.
-fn stop_waiter(pid: i32) {
-    if pid <= 0 || pid as u32 == std::process::id() {
-        return;
-    }
-    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-        return;
-    };
-    let words: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-    let ours = words.iter().any(|w| *w == b"hook") && words.iter().any(|w| *w == b"--wait");
-    if !ours {
-        return;
-    }
-    if let Some(pid) = rustix::process::Pid::from_raw(pid) {
-        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-    }
-}
-
-/// `$XDG_STATE_HOME/aware`, else `~/.local/state/aware`.
-fn state_dir() -> PathBuf {
-    if let Some(x) = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
-        return PathBuf::from(x).join("aware");
-    }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("."));
-    home.join(".local/state/aware")
+/// `$XDG_STATE_HOME/aware`, else `~/.local/state/aware`; never relative ([`crate::home`]).
+fn state_dir() -> Result<PathBuf, String> {
+    crate::home::xdg_dir("XDG_STATE_HOME", ".local/state")
+        .map_err(|e| format!("cannot find the state directory: {e}"))
 }

@@ -1,6 +1,7 @@
 //! `aware init claude-code`: `.claude/settings.json` (the hook on every event it acts on, and
 //! the waiting hook that wakes an idle session) and `.mcp.json` (the MCP server).
 
+use super::dropped::{dropped, flat, report, Dropped};
 use super::files::{Change, Scope};
 use super::setup::{pretty, project_dir, read_json, replace_hooks, Common, Setup};
 use super::usage::UsageError;
@@ -42,8 +43,10 @@ pub struct ClaudeCodeArgs {
     /// Do not install the waiting Stop hook that wakes an idle session when a notice arrives.
     #[arg(long)]
     pub no_wake: bool,
-    /// How long the waiting hook waits after each stop before it gives up silently.
-    #[arg(long, default_value_t = WAKE_SECS, value_name = "SECS")]
+    /// How long the waiting hook waits after each stop before it gives up silently, from 1 to
+    /// 604800 seconds (a week).
+    #[arg(long, default_value_t = WAKE_SECS, value_name = "SECS",
+          value_parser = clap::value_parser!(u64).range(1..=crate::hook::MAX_WAIT_SECS))]
     pub wake_secs: u64,
 }
 
@@ -54,6 +57,9 @@ pub fn run(args: ClaudeCodeArgs, outer: &Conn) -> Result<()> {
 
     let settings_path = project.join(".claude").join("settings.json");
     let (old_settings, mut settings) = read_json(&settings_path, &scope)?;
+    if let Some(line) = env_note(&settings_path, &settings) {
+        crate::client::out(&line);
+    }
     let hook_cmd = setup.command(&["hook"]);
     let wait_cmd = setup.command(&["hook", "--wait", "--wait-secs", &args.wake_secs.to_string()]);
     merge_hooks(
@@ -66,8 +72,11 @@ pub fn run(args: ClaudeCodeArgs, outer: &Conn) -> Result<()> {
 
     let mcp_path = project.join(".mcp.json");
     let (old_mcp, mut mcp) = read_json(&mcp_path, &scope)?;
-    merge_mcp(&mut mcp, &setup.exe, &setup.mcp_args())
+    let gone = merge_mcp(&mut mcp, &setup.exe, &setup.mcp_args())
         .map_err(|m| UsageError(format!("{}: {m}; fix or move it", mcp_path.display())))?;
+    for line in report(&mcp_path, "mcpServers.aware", &gone) {
+        crate::client::out(&line);
+    }
 
     let changes = [
         Change {
@@ -94,6 +103,21 @@ pub fn run(args: ClaudeCodeArgs, outer: &Conn) -> Result<()> {
         args.common.dry_run,
         "(re)start Claude Code in the project and approve the \"aware\" MCP server",
     )
+}
+
+/// A note naming the variables the project's settings set with `env`: Claude Code gives them
+/// to every hook and MCP server it starts in the project, aware's included (an `AWARE_URL`
+/// there redirects a hook written without `--url`, an `LD_PRELOAD` runs inside it). They are
+/// the project's own settings, so init keeps them, and says so; values are not shown.
+fn env_note(path: &std::path::Path, settings: &Value) -> Option<String> {
+    let env = settings.get("env")?.as_object().filter(|e| !e.is_empty())?;
+    let names: Vec<String> = env.keys().map(|k| flat(k)).collect();
+    Some(format!(
+        "note: {} sets env for every hook and MCP server Claude Code starts here, aware's \
+         included: {} (kept; check them)",
+        path.display(),
+        names.join(", ")
+    ))
 }
 
 /// The hook on every event of [`EVENTS`], and on `Stop` the waiting hook too (unless `wait` is
@@ -128,8 +152,9 @@ fn merge_hooks(
     Ok(())
 }
 
-/// Sets `mcpServers.aware`, keeping the other servers and any `env` already given to aware.
-fn merge_mcp(mcp: &mut Value, exe: &str, args: &[String]) -> Result<(), String> {
+/// Sets `mcpServers.aware` to exactly this binary and its arguments, keeping the other servers;
+/// returns the keys of a former `aware` entry that were dropped ([`dropped`]).
+fn merge_mcp(mcp: &mut Value, exe: &str, args: &[String]) -> Result<Vec<Dropped>, String> {
     let servers = mcp
         .as_object_mut()
         .ok_or("not a JSON object")?
@@ -138,13 +163,11 @@ fn merge_mcp(mcp: &mut Value, exe: &str, args: &[String]) -> Result<(), String> 
     let servers = servers
         .as_object_mut()
         .ok_or("\"mcpServers\" is not an object")?;
-    let entry = servers.entry("aware").or_insert_with(|| json!({}));
-    if !entry.is_object() {
-        *entry = json!({});
-    }
-    entry["command"] = exe.into();
-    entry["args"] = json!(args);
-    Ok(())
+    let ours = json!({"command": exe, "args": args});
+    let old = servers.insert("aware".into(), ours);
+    Ok(old
+        .map(|o| dropped(&o, &["command", "args"]))
+        .unwrap_or_default())
 }
 
 #[cfg(test)]
@@ -212,5 +235,19 @@ mod tests {
         }
         merge_hooks(&mut s, "/x/aware hook --session k", None, 60).unwrap();
         assert_eq!(s["hooks"]["Stop"].as_array().unwrap().len(), 3);
+    }
+
+    #[test]
+    fn the_aware_server_is_written_whole_and_the_others_kept() {
+        let mut m = json!({"mcpServers": {"other": {"command": "o", "env": {"A": "1"}},
+            "aware": {"command": "old", "args": [], "env": {"LD_PRELOAD": "/x.so"}}}});
+        let gone = merge_mcp(&mut m, "/x/aware", &["mcp".into()]).unwrap();
+        assert_eq!(
+            m["mcpServers"]["aware"],
+            json!({"command": "/x/aware", "args": ["mcp"]})
+        );
+        assert_eq!(m["mcpServers"]["other"]["env"]["A"], "1");
+        assert_eq!(gone.len(), 1);
+        assert_eq!(gone[0].key, "env.LD_PRELOAD");
     }
 }

@@ -11,8 +11,9 @@
 //! user's decision (it also lets the project's own `.codex/config.toml` start programs), so init
 //! only says so, unless `--trust-project` asks it to.
 
+use super::dropped::{dropped, flat, report, toml_json, Dropped};
 use super::files::{self, Change, Scope};
-use super::setup::{pretty, project_dir, read_json, replace_hooks, Common, Setup};
+use super::setup::{pretty, project_dir, read_json, replace_hooks, shell_quote, Common, Setup};
 use super::usage::UsageError;
 use crate::context::Conn;
 use anyhow::{bail, Result};
@@ -45,28 +46,34 @@ pub struct CodexArgs {
     #[arg(long)]
     pub global: bool,
     /// Also mark the project as trusted in $CODEX_HOME/config.toml (Codex reads a project's
-    /// .codex/ only in a trusted project).
+    /// .codex/ only in a trusted project), after listing the other MCP servers its
+    /// .codex/config.toml declares, which the trust lets Codex start.
     #[arg(long, conflicts_with = "global")]
     pub trust_project: bool,
     #[command(flatten)]
     pub common: Common,
 }
 
-/// `$CODEX_HOME`, else `~/.codex`.
-pub fn codex_home() -> PathBuf {
+/// `$CODEX_HOME`, else `~/.codex`; never a relative path (a relative one would put the trust
+/// entries into whatever directory init runs in, a repository).
+pub fn codex_home() -> Result<PathBuf, crate::home::HomeError> {
     if let Some(h) = std::env::var_os("CODEX_HOME").filter(|v| !v.is_empty()) {
-        return PathBuf::from(h);
+        let h = PathBuf::from(h);
+        if !h.is_absolute() {
+            return Err(crate::home::HomeError::new(format!(
+                "CODEX_HOME is a relative path ({}); set it to an absolute one",
+                h.display()
+            )));
+        }
+        return Ok(h);
     }
-    std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("."))
-        .join(".codex")
+    Ok(crate::home::home_dir()?.join(".codex"))
 }
 
 pub fn run(args: CodexArgs, outer: &Conn) -> Result<()> {
     let project = project_dir(args.project.as_ref())?;
     let setup = Setup::new(&args.common, &project, outer)?;
-    let home = codex_home();
+    let home = codex_home().map_err(|e| UsageError(e.to_string()))?;
     let user_config = home.join("config.toml");
     let (dir, scope) = if args.global {
         (home.clone(), Scope::User)
@@ -107,8 +114,12 @@ pub fn run(args: CodexArgs, outer: &Conn) -> Result<()> {
 
     // config.toml of the project (or the global one): the MCP server.
     let (old_config, mut config) = read_toml(&config_path, &scope)?;
-    set_mcp(&mut config, &setup.exe, &setup.mcp_args())
+    let gone = set_mcp(&mut config, &setup.exe, &setup.mcp_args(), !args.global)
         .map_err(|m| UsageError(format!("{}: {m}; fix or move it", config_path.display())))?;
+    for line in report(&config_path, "mcp_servers.aware", &gone) {
+        crate::client::out(&line);
+    }
+    let (others, settings) = (other_servers(&config), other_settings(&config));
 
     // $CODEX_HOME/config.toml: the trust entries (and the project's trust when asked). With
     // --global it is the same file as above.
@@ -125,6 +136,9 @@ pub fn run(args: CodexArgs, outer: &Conn) -> Result<()> {
     }
     let project_trusted = args.global || is_trusted(trust_doc, &project);
     if args.trust_project && !project_trusted {
+        // Trusting lets the project's own config start programs: say which, before the trust
+        // is written (a dry run says it too).
+        say_what_trust_allows(&project, &others, &settings);
         set_project_trust(trust_doc, &project)
             .map_err(|m| UsageError(format!("{}: {m}; fix or move it", user_config.display())))?;
     }
@@ -203,9 +217,22 @@ fn table<'a>(parent: &'a mut Table, name: &str) -> Result<&'a mut Table, String>
     ))
 }
 
-/// `[mcp_servers.aware]`: command and args; the table's other keys (e.g. `env`) are kept.
-fn set_mcp(doc: &mut DocumentMut, exe: &str, args: &[String]) -> Result<(), String> {
+/// `[mcp_servers.aware]`: command and args. `whole` (a project's file) writes the whole table
+/// and returns the keys of the former one that were dropped ([`dropped`]); otherwise (the
+/// user's own `$CODEX_HOME/config.toml`) the table's other keys, e.g. the user's `env`, are kept.
+fn set_mcp(
+    doc: &mut DocumentMut,
+    exe: &str,
+    args: &[String],
+    whole: bool,
+) -> Result<Vec<Dropped>, String> {
     let servers = table(doc.as_table_mut(), "mcp_servers")?;
+    let mut gone = Vec::new();
+    if whole {
+        if let Some(old) = servers.remove("aware") {
+            gone = dropped(&toml_json(&old), &["command", "args"]);
+        }
+    }
     let aware = servers
         .entry("aware")
         .or_insert_with(|| Item::Table(Table::new()));
@@ -218,7 +245,83 @@ fn set_mcp(doc: &mut DocumentMut, exe: &str, args: &[String]) -> Result<(), Stri
         list.push(a.as_str());
     }
     aware["args"] = toml_edit::value(list);
-    Ok(())
+    Ok(gone)
+}
+
+/// The lines of [`other_servers`] under a heading (or that there are none), then the names of
+/// the project config's other top-level settings: a trusted project's `.codex/config.toml` acts
+/// with all of them (e.g. `notify` runs a program, a model provider's `base_url` receives the
+/// conversation), and init writes none of them.
+fn say_what_trust_allows(project: &Path, others: &[String], settings: &[String]) {
+    if others.is_empty() {
+        crate::client::out(&format!(
+            "trusting {}: its .codex/config.toml declares no MCP server but aware",
+            project.display()
+        ));
+    } else {
+        crate::client::out(&format!(
+            "trusting {} lets Codex start the MCP servers its .codex/config.toml declares \
+             (check them):",
+            project.display()
+        ));
+        for line in others {
+            crate::client::out(line);
+        }
+    }
+    if !settings.is_empty() {
+        crate::client::out(&flat(&format!(
+            "  its .codex/config.toml also sets (check them too): {}",
+            settings.join(", ")
+        )));
+    }
+}
+
+/// The top-level keys of `doc` other than `mcp_servers`.
+fn other_settings(doc: &DocumentMut) -> Vec<String> {
+    doc.iter()
+        .map(|(k, _)| k.to_string())
+        .filter(|k| k != "mcp_servers")
+        .collect()
+}
+
+/// `  <name>: <command and arguments>` (or `url <URL>`) for each MCP server of `doc` but
+/// aware's: what a trusted project's `.codex/config.toml` lets Codex start.
+fn other_servers(doc: &DocumentMut) -> Vec<String> {
+    let Some(servers) = doc.get("mcp_servers").map(toml_json) else {
+        return Vec::new();
+    };
+    let Some(servers) = servers.as_object() else {
+        return Vec::new();
+    };
+    servers
+        .iter()
+        .filter(|(name, _)| name.as_str() != "aware")
+        .map(|(name, v)| {
+            let what = match (v["command"].as_str(), v["url"].as_str()) {
+                (Some(c), _) => std::iter::once(c.to_string())
+                    .chain(
+                        v["args"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .map(|a| a.as_str().map_or_else(|| a.to_string(), str::to_string)),
+                    )
+                    .map(|w| shell_quote(&w))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                (None, Some(u)) => format!("url {}", super::setup::redact(u)),
+                (None, None) => "(no command)".into(),
+            };
+            let env = v["env"]
+                .as_object()
+                .map(|e| {
+                    let names: Vec<&str> = e.keys().map(String::as_str).collect();
+                    format!(" (env: {})", names.join(", "))
+                })
+                .unwrap_or_default();
+            flat(&format!("  {name}: {what}{env}"))
+        })
+        .collect()
 }
 
 fn set_trust(doc: &mut DocumentMut, key: &str, hash: &str) -> Result<(), String> {
@@ -278,7 +381,7 @@ mod tests {
             "# mine\nmodel = \"o3\"\n\n[mcp_servers.aware]\nenv = { A = \"1\" }\n"
                 .parse()
                 .unwrap();
-        set_mcp(&mut doc, "/x/aware", &["mcp".into()]).unwrap();
+        set_mcp(&mut doc, "/x/aware", &["mcp".into()], false).unwrap();
         set_trust(&mut doc, "/p/.codex/hooks.json:stop:0:0", "sha256:ab").unwrap();
         let text = doc.to_string();
         assert!(text.starts_with("# mine\nmodel = \"o3\""), "{text}");

@@ -4,12 +4,13 @@
 //! gateway.
 //!
 //! Merging never clobbers: other keys, other hooks and other MCP servers are kept; aware's own
-//! entries (a command running `… hook` of an `aware` binary) are replaced, so a second run
-//! changes nothing. A file that is not valid JSON or TOML, repeats a key, is read-only, or leads
+//! entries (a command running `… hook` of an `aware` binary, and the `aware` MCP server, written
+//! whole in a project's files: [`dropped`]) are replaced, so a second run changes nothing. A file that is not valid JSON or TOML, repeats a key, is read-only, or leads
 //! out of the project through a symlink is left alone and reported ([`files`]).
 
 pub(crate) mod claude;
 pub(crate) mod codex;
+mod dropped;
 mod files;
 pub(crate) mod setup;
 mod usage;

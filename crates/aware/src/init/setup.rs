@@ -133,7 +133,15 @@ impl Setup {
         }
         let has_token = self.resolved.token.is_some();
         let created = Client::new(self.resolved.clone(), false)
-            .and_then(|c| c.call("POST", "/v1/sessions", Some(json!({"key": self.key}))));
+            // Created for the CLI's hook, as the hook would create it: a session a CLI runs
+            // takes messages through its hook's drains (aware_engine's `messages`).
+            .and_then(|c| {
+                c.call(
+                    "POST",
+                    "/v1/sessions",
+                    Some(json!({"key": self.key, "createdVia": "hook"})),
+                )
+            });
         let up = match created {
             Ok(_) => {
                 out(&format!("session {} is ready at {}", self.key, self.url));

@@ -846,3 +846,124 @@ fn claude_code_idle_session_is_woken_by_a_change() {
     assert_shown(&model, &n, &[0, 1]);
     assert_nothing_pending(&hub.s);
 }
+
+/// The session that sends messages to KEY.
+const SENDER: &str = "agent:main:other";
+const MESSAGE: &str = "please rebase on main";
+
+/// A `sessions_send` from SENDER to KEY that waits for the reply, on its own thread; returns
+/// once the message's hand-over line is queued for KEY (peeked), with that line and the wait.
+fn send_waiting(s: &Arc<Server>) -> (String, std::thread::JoinHandle<Resp>) {
+    let s2 = s.clone();
+    let waiter = std::thread::spawn(move || {
+        s2.tool(
+            SENDER,
+            "sessions_send",
+            json!({"sessionKey": KEY, "message": MESSAGE, "timeoutSeconds": 120}),
+        )
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let p = pending_prompt(s);
+        if let Some(line) = p.lines().find(|l| l.contains(MESSAGE)) {
+            let line = line.to_string();
+            assert!(
+                line.contains(&format!("Message from session \"{SENDER}\"")),
+                "{line}"
+            );
+            return (line, waiter);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the message was never queued for KEY: {p}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The message's words and its sender, as the model reads them (the `System: [time]` prefix
+/// left out: the woken request of an idle session may carry the line in a different wrapper).
+fn message_text() -> String {
+    format!("Message from session \"{SENDER}\" (another agent, by sessions_send): {MESSAGE}")
+}
+
+fn message_mid_run(cli: Cli) {
+    let hub = Hub::new(cli, true);
+    hub.s.create(SENDER);
+    let sent = Arc::new(Mutex::new(None));
+    let model = ModelServer::start(Script::new(vec![
+        Step::shell("call_1", "echo working").before({
+            let (s, sent) = (hub.s.clone(), sent.clone());
+            move |_| *sent.lock().unwrap() = Some(send_waiting(&s))
+        }),
+        Step::text("Rebased on main."),
+    ]));
+    hub.run(&model, "do the task");
+    let (line, waiter) = sent.lock().unwrap().take().expect("the message was sent");
+    assert!(line.starts_with("System: ["), "{line}");
+    // Handed over right after the tool call, once, with its sender and how to answer.
+    assert_shown(&model, &line, &[0, 1]);
+    assert_shown(&model, &message_text(), &[0, 1]);
+    // The text the agent stopped with ended the sender's wait.
+    let r = waiter.join().unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["status"], "ok", "{}", r.body);
+    assert_eq!(r.body["reply"], "Rebased on main.", "{}", r.body);
+    assert_eq!(model.unscripted(), 0, "{}", model.summary());
+    assert_nothing_pending(&hub.s);
+}
+
+#[test]
+fn claude_code_gets_a_message_after_its_tool_call_once_and_its_answer_reaches_the_sender() {
+    message_mid_run(Cli::Claude);
+}
+
+#[test]
+fn codex_gets_a_message_after_its_tool_call_once_and_its_answer_reaches_the_sender() {
+    message_mid_run(Cli::Codex);
+}
+
+#[test]
+fn claude_code_idle_session_is_woken_by_a_message_and_its_answer_reaches_the_sender() {
+    let hub = Hub::new(Cli::Claude, false);
+    hub.s.create(SENDER);
+    let model = ModelServer::start(Script::new(vec![
+        Step::text("Ready."),
+        Step::text("Rebased on main."),
+    ]));
+    let mut argv = vec![installed_bin_dir()
+        .join("claude")
+        .to_string_lossy()
+        .into_owned()];
+    argv.push("start".to_string());
+    let _tmux = Tmux::start(
+        hub.home.tmp.join("tmux.sock"),
+        &hub.home.project,
+        &hub.home.claude_env(&model),
+        &argv,
+    );
+    model.wait_for("the first answer", Duration::from_secs(60), |r| {
+        r.iter().filter(|x| x.lane == Lane::Main).count() == 1
+    });
+    // Idle: the turn ended and the waiting hook is on the wake stream.
+    wait_for_wake_streams(&hub.s, 1.0, Duration::from_secs(60));
+    // The message may be taken by the waiter before the peek sees it: send it on a thread
+    // and wait for the woken request instead of peeking.
+    let s2 = hub.s.clone();
+    let waiter = std::thread::spawn(move || {
+        s2.tool(
+            SENDER,
+            "sessions_send",
+            json!({"sessionKey": KEY, "message": MESSAGE, "timeoutSeconds": 120}),
+        )
+    });
+    model.wait_for("the woken request", Duration::from_secs(60), |r| {
+        r.iter().filter(|x| x.lane == Lane::Main).count() >= 2
+    });
+    assert_shown(&model, &message_text(), &[0, 1]);
+    let r = waiter.join().unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["status"], "ok", "{}", r.body);
+    assert_eq!(r.body["reply"], "Rebased on main.", "{}", r.body);
+    assert_nothing_pending(&hub.s);
+}

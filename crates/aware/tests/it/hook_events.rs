@@ -361,7 +361,11 @@ fn wait_for_slot(state: &Path, pid: u32) {
             .into_iter()
             .flatten()
             .flatten()
-            .any(|e| std::fs::read_to_string(e.path()).is_ok_and(|p| p.trim() == pid.to_string()));
+            .any(|e| {
+                // The record is `<pid> <start time>`.
+                std::fs::read_to_string(e.path())
+                    .is_ok_and(|p| p.split_whitespace().next() == Some(&pid.to_string()))
+            });
         if found {
             return;
         }

@@ -1111,3 +1111,41 @@ fn a_node_started_with_no_codex_has_no_codex_routes() {
     let (status, _) = node.get("/v1/node/codex/threads", None);
     assert_eq!(status, 401, "the token is checked first");
 }
+
+/// A node answering 302 to another host (here a real node that needs no token, which would
+/// answer) is `node_unavailable`: the gateway follows no redirect of a node (SSRF).
+#[test]
+fn a_node_redirect_is_not_followed() {
+    let root = tempfile::tempdir().unwrap();
+    let file = root.path().join("p1").join(format!("{T}.jsonl"));
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, initial_transcript()).unwrap();
+    let elsewhere = Node::start(root.path(), None);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let to = elsewhere.url();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+                head.push(byte[0]);
+            }
+            let head = String::from_utf8_lossy(&head).into_owned();
+            let path = head.split(' ').nth(1).unwrap_or("/").to_string();
+            let _ = write!(
+                stream,
+                "HTTP/1.1 302 Found\r\nLocation: {to}{path}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+        }
+    });
+    let s = Server::with_config(&config(&format!("http://127.0.0.1:{port}"), ""));
+    let r = s.get("/v1/catalog?hostId=node:laptop");
+    assert_eq!(
+        (r.status, r.code()),
+        (502, "node_unavailable"),
+        "{}",
+        r.body
+    );
+}
