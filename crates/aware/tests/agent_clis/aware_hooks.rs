@@ -392,6 +392,41 @@ fn claude_code_install_on_post_tool_use_still_shows_a_notice_once() {
     claude_code_batch(MidRun::PerTool, 2.0);
 }
 
+/// Claude Code 2.1.332's `PreSkillShellCommand` (the gate before a shell command a slash
+/// command or skill embeds, run before the prompt's own hooks) with aware's hook on it: the
+/// hook ignores it, so the command runs and the notice pending at the start is not taken
+/// there (that event has no context to hand it to) but reaches the first request, once.
+#[test]
+fn claude_code_skill_shell_commands_run_with_the_hook_on_their_gate() {
+    let hub = Hub::new(Cli::Claude, true);
+    let settings_path = hub.home.project.join(".claude/settings.json");
+    let mut settings: Value =
+        serde_json::from_str(&std::fs::read_to_string(&settings_path).expect("settings.json"))
+            .expect("settings.json is JSON");
+    let ours = settings["hooks"]["UserPromptSubmit"].clone();
+    settings["hooks"]["PreSkillShellCommand"] = ours;
+    std::fs::write(&settings_path, settings.to_string()).expect("write settings.json");
+    let commands = hub.home.project.join(".claude/commands");
+    std::fs::create_dir_all(&commands).expect(".claude/commands");
+    std::fs::write(
+        commands.join("greet.md"),
+        "---\nallowed-tools: Bash(echo:*)\n---\nSay this: !`echo skill-output-42`\n",
+    )
+    .expect("write the slash command");
+    let n = human_turn_now(&hub.s);
+    let model = ModelServer::start(Script::new(vec![Step::text("Done.")]));
+    hub.run(&model, "/greet");
+    let main = model.lane(Lane::Main);
+    assert!(
+        main[0].contains("skill-output-42"),
+        "the embedded command ran: {}",
+        model.summary()
+    );
+    assert_shown(&model, &n, &[1]);
+    assert_eq!(model.unscripted(), 0, "{}", model.summary());
+    assert_nothing_pending(&hub.s);
+}
+
 /// The JSON object a CLI shows the model as an MCP tool's result. Both show the tool's
 /// structured content as JSON text (not its text content blocks); Codex puts a
 /// "Wall time: … Output:" header before it.
