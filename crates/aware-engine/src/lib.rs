@@ -20,6 +20,7 @@ mod links;
 mod lookup;
 mod messages;
 mod metrics;
+mod preview;
 mod reads;
 mod retention;
 mod sessions;
@@ -41,6 +42,7 @@ pub use links::{
     LinkInput, Settlement,
 };
 pub use metrics::EngineMetrics;
+pub use preview::{Preview, PreviewEvent};
 pub use types::*;
 /// The records the engine's answers carry and the filters its lists take. Callers above the
 /// engine (the gateway, the upstream monitor) name them from here and do not depend on

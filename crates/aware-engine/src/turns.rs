@@ -314,7 +314,9 @@ pub(crate) fn post_turn_in(
         index,
         role: turn.role.as_str().into(),
         text: turn.text,
-        at: ctx.now,
+        // A turn recorded late (a prompt the hook kept while the gateway was down) keeps the
+        // time it happened, clamped as its event's is (01 §4 step 4).
+        at: aware_core::event::clamp_occurred_at(turn.occurred_at, ctx.now),
         actor_type,
         actor_id: actor_id.clone(),
         provenance_json: serde_json::Value::Object(prov).to_string(),

@@ -121,6 +121,24 @@ pub const CLUSTER_OPT_OUT: &[(&str, &str)] = &[
          one gateway's /metrics and /health",
     ),
     (
+        "security::the_token_is_needed_on_every_route_but_health",
+        "wrong tokens are counted per gateway process, and the test moves one gateway's test \
+         clock to earn them back",
+    ),
+    (
+        "gateway_boundaries::wrong_tokens_from_one_peer_are_slowed_and_other_peers_are_not",
+        "the wrong-token limit is per process and the test moves that gateway's test clock",
+    ),
+    (
+        "gateway_boundaries::one_agent_cannot_take_every_reply_wait_and_streams_and_waits_share_one_budget",
+        "the budget of long-held requests is per process, read from one gateway's /metrics",
+    ),
+    (
+        "outage::",
+        "restarts the gateway on its old port (the hook's spool is kept per gateway URL), which \
+         a set of gateways does not keep",
+    ),
+    (
         "webhook_faults::",
         "reads the first gateway's log and counters; the gateway that produced the wake \
          delivers its webhook",

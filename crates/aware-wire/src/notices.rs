@@ -25,6 +25,10 @@ pub struct NoticeItem {
     pub context_key: String,
     pub opened_at: i64,
     pub text: String,
+    /// The reconcile preview of a drain that asked for one (`previewBytes`): the delta the
+    /// notice points at, one line per event, within the budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview: Option<String>,
 }
 
 /// `POST /v1/sessions/{key}/drain` and `GET …/pending`.

@@ -307,11 +307,7 @@ impl Http {
         };
         // Appending the notices is their consumption, so this drains (and acks), not peeks.
         let drain = format!("/v1/sessions/{}/drain", seg(&self.session));
-        match self.post(
-            &drain,
-            &Value::Object(Default::default()),
-            self.client.timeout(),
-        ) {
+        match self.post(&drain, &crate::hook::drain_body(), self.client.timeout()) {
             Answer::Ok(d) => {
                 let prompt = aware_wire::DrainAnswer::prompt_of(&d);
                 if !prompt.is_empty() {
@@ -338,7 +334,10 @@ impl ServerHandler for AwareMcp {
             .with_server_info(Implementation::new("aware", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "Session tools of the aware hub. A tool result may end with notices about \
-                 sessions you watch; reconcile with session_status changesSince before acting.",
+                 sessions you watch, each followed by a preview of what changed (who, how, a \
+                 human's words); reconcile with session_status changesSince before acting (in \
+                 Claude Code and Codex the tools are named mcp__aware__session_status and \
+                 mcp__aware__sessions_history).",
             )
     }
 

@@ -1,6 +1,7 @@
 //! A session's inbox (02 §8–§9, 03 §5.4): drain and peek its notices and system events, ack
 //! them, and enqueue system events.
 
+use crate::http::access::may_see;
 use crate::http::body::{Obj, Query};
 use crate::http::error::{ApiError, ApiResult};
 use crate::http::request::{parse_agent, Req};
@@ -25,6 +26,23 @@ pub(crate) async fn drain(req: &Req, t: SessionRef, mut q: Query) -> ApiResult<R
     q.finish()?;
     let mut b = Obj::parse(&req.body, true)?;
     let in_body = b.opt_int("limit", 1..=MAX_DRAIN_LIMIT, DRAIN_LIMIT_MSG)?;
+    let preview_bytes = b
+        .opt_int(
+            "previewBytes",
+            0..=MAX_PREVIEW_BYTES,
+            "previewBytes must be an integer between 0 and 16384",
+        )?
+        .unwrap_or(0) as usize;
+    let tool_prefix = b.opt_str("toolPrefix")?.unwrap_or_default();
+    if tool_prefix.len() > 32
+        || !tool_prefix
+            .bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_')
+    {
+        return Err(ApiError::invalid(
+            "toolPrefix must be at most 32 characters of [a-z0-9_], e.g. mcp__aware__",
+        ));
+    }
     b.finish()?;
     if in_query.is_some() && in_body.is_some() {
         return Err(ApiError::invalid(
@@ -32,9 +50,32 @@ pub(crate) async fn drain(req: &Req, t: SessionRef, mut q: Query) -> ApiResult<R
         ));
     }
     let limit = in_query.or(in_body).unwrap_or(DEFAULT_DRAIN_LIMIT) as u32;
+    let viewer = t.clone();
     let d = engine_call(&req.state, move |e| e.drain_up_to(&t, Some(limit))).await?;
-    wire::ok(wire::drain(&d))
+    if preview_bytes == 0 || d.notices.is_empty() {
+        return wire::ok(wire::drain(&d));
+    }
+    // The targets this session may read, as for `sessions_history`; the others get no preview.
+    let visible: Vec<bool> = d
+        .notices
+        .iter()
+        .map(|n| may_see(req, Some(&viewer), &n.target_agent))
+        .collect();
+    let previews = engine_call(&req.state, move |e| {
+        Ok(crate::wire::previews(
+            &e,
+            &d,
+            &visible,
+            preview_bytes,
+            &tool_prefix,
+        ))
+    })
+    .await?;
+    wire::ok(previews)
 }
+
+/// The largest reconcile preview a drain may ask for, per notice.
+const MAX_PREVIEW_BYTES: i64 = 16 * 1024;
 
 pub(crate) async fn pending(req: &Req, t: SessionRef, mut q: Query) -> ApiResult<Response> {
     let limit = drain_limit_query(&mut q)?.unwrap_or(DEFAULT_DRAIN_LIMIT) as u32;

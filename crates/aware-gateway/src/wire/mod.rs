@@ -299,6 +299,7 @@ pub fn notice(n: &Notice) -> aware_wire::NoticeItem {
         context_key: n.context_key.clone(),
         opened_at: n.opened_at,
         text: n.text.clone(),
+        preview: None,
     }
 }
 
@@ -322,6 +323,59 @@ pub fn drain(d: &Drain) -> aware_wire::DrainAnswer {
         // Only when a limit left items out, so answers without one keep their shape.
         has_more: d.has_more.then_some(true),
     }
+}
+
+/// A drain answer with the reconcile preview of each notice whose target the session may see
+/// (`visible`, in notice order): the preview in the notice's `preview`, and after the notice's
+/// line in `prompt` (the notice line itself unchanged). A failed read leaves that notice
+/// without a preview: the notice was handed over all the same.
+pub fn previews(
+    e: &aware_engine::Engine,
+    d: &Drain,
+    visible: &[bool],
+    budget: usize,
+    tool_prefix: &str,
+) -> aware_wire::DrainAnswer {
+    let status_tool = format!("{tool_prefix}session_status");
+    let mut answer = drain(d);
+    let mut items: Vec<(i64, String)> = d
+        .system_events
+        .iter()
+        .map(|s| (s.enqueued_at, s.text.clone()))
+        .collect();
+    for (i, n) in d.notices.iter().enumerate() {
+        let target = aware_core::SessionKey::parse(&n.target_key)
+            .ok()
+            .zip(aware_core::AgentId::parse(&n.target_agent).ok())
+            .map(|(key, agent)| aware_core::SessionRef { key, agent });
+        let preview = match target {
+            Some(t) if visible.get(i).copied().unwrap_or(false) => e
+                .preview(&t, n.last_seen)
+                .map(|p| p.render(&n.target_key, n.last_seen, budget, &status_tool))
+                .unwrap_or_default(),
+            _ => String::new(),
+        };
+        if preview.is_empty() {
+            items.push((n.opened_at, n.text.clone()));
+        } else {
+            items.push((n.opened_at, format!("{}\n{preview}", n.text)));
+            if let Some(item) = answer.notices.get_mut(i) {
+                item.preview = Some(preview);
+            }
+        }
+    }
+    let mut prompt =
+        aware_core::notice::render_prompt(items.iter().map(|(at, t)| (*at, t.as_str())));
+    // The tools the notices name, as the model's CLI names them, once after them: the notice
+    // lines keep the spec's `session_status`.
+    if !tool_prefix.is_empty() {
+        prompt.push_str(&format!(
+            "\nSystem: (In this session the tools are {status_tool} for the exact delta and \
+             {tool_prefix}sessions_history for the words.)"
+        ));
+    }
+    answer.prompt = prompt;
+    answer
 }
 
 pub fn wake(wake: &Wake) -> aware_wire::Wake {

@@ -66,7 +66,7 @@ fn context(event: Event, prompt: String) -> Output {
 /// Drains the session and returns the drain's `prompt`; creates the session when it does not
 /// exist yet (a new session has nothing pending, so that costs no second drain).
 fn drain_or_create(http: &Http, target: &Target) -> Result<String, String> {
-    match http.post(&target.path("drain"), &json!({})) {
+    match http.post(&target.path("drain"), &super::common::drain_body()) {
         Ok(v) => Ok(prompt_of(&v)),
         Err(e) if e.code() == "session_not_found" => {
             create(http, target)?;
@@ -126,15 +126,17 @@ fn user_prompt(
                 .map(|_| ())
                 .map_err(|e| format!("cannot record the prompt: {}", said(&e)))
         }
-        Err(e) if e.is_unavailable() => {
-            return Err(format!("cannot record the prompt: {}", said(&e)))
+        // The gateway is down: the prompt is kept and replayed, with the time it was typed,
+        // when the gateway answers again; the human hears of the outage once.
+        Err(e) if super::spool::retryable(&e) => {
+            return Ok(keep_prompt(http, target, cli, turn, &e))
         }
         Err(e) => Err(format!("cannot record the prompt: {}", said(&e))),
     };
     // A prompt the gateway refused (e.g. over the size limit) must not hide the notices that
     // are waiting: they are still drained and handed over, and the refusal is the warning.
     let drained = http
-        .post(&target.path("drain"), &json!({}))
+        .post(&target.path("drain"), &super::common::drain_body())
         .map_err(|e| format!("cannot drain: {}", said(&e)))?;
     let prompt = prompt_of(&drained);
     if let Err(m) = recorded {
@@ -146,6 +148,53 @@ fn user_prompt(
         Cli::ClaudeCode => Output::Text(prompt),
         Cli::Codex => context(Event::UserPromptSubmit, prompt),
     })
+}
+
+/// Keeps a prompt the gateway could not take (`spool.rs`), stamped with the time it was typed
+/// and an idempotency key, so a replay records it once; tells the human of the outage the first
+/// time (Claude Code shows a hook's `systemMessage`; Codex gets the warning line).
+fn keep_prompt(
+    http: &Http,
+    target: &Target,
+    cli: Cli,
+    mut turn: serde_json::Value,
+    e: &aware_client::ClientError,
+) -> Output {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    turn["occurredAt"] = (now.as_millis() as u64).into();
+    turn["idempotencyKey"] =
+        format!("hook-prompt-{}-{}", now.as_nanos(), std::process::id()).into();
+    let spool = match super::spool::Spool::of(http.gw.base(), &target.key) {
+        Ok(s) => s,
+        Err(m) => {
+            warn(&format!(
+                "cannot record the prompt ({}), nor keep it: {m}",
+                said(e)
+            ));
+            return Output::Nothing;
+        }
+    };
+    if let Err(m) = spool.put(&target.path("turns"), &turn) {
+        warn(&m);
+        return Output::Nothing;
+    }
+    if !spool.first_notice_of_outage() {
+        return Output::Nothing;
+    }
+    let msg = format!(
+        "aware: the gateway at {} is not answering ({}); your prompts are kept and recorded when          it is back (start it with `aware serve`). Notices from other sessions wait until then.",
+        http.gw.base(),
+        said(e)
+    );
+    match cli {
+        Cli::ClaudeCode => Output::Json(json!({ "systemMessage": msg })),
+        Cli::Codex => {
+            warn(&msg);
+            Output::Nothing
+        }
+    }
 }
 
 /// A prompt Claude Code writes itself when a background task ends.

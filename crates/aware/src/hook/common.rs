@@ -128,3 +128,23 @@ pub fn said(e: &ClientError) -> String {
         e.to_string()
     }
 }
+
+/// The reconcile preview each hand-over asks for, in bytes per notice (the delta the notice
+/// points at, next to it: one read for the model instead of three tool calls).
+/// `AWARE_PREVIEW_BYTES` sets it, 0 turns it off; a value that is not 0..=16384 is ignored.
+pub const DEFAULT_PREVIEW_BYTES: u64 = 1024;
+
+/// The body of every drain that hands notices to a model: the hooks' and the MCP server's.
+pub(crate) fn drain_body() -> serde_json::Value {
+    let bytes = std::env::var("AWARE_PREVIEW_BYTES")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|b| *b <= 16 * 1024)
+        .unwrap_or(DEFAULT_PREVIEW_BYTES);
+    // Claude Code and Codex name the MCP server's tools `mcp__<server>__<tool>`, and `aware
+    // init` names the server `aware`.
+    if bytes == 0 {
+        return serde_json::json!({ "previewBytes": 0 });
+    }
+    serde_json::json!({ "previewBytes": bytes, "toolPrefix": "mcp__aware__" })
+}

@@ -17,7 +17,10 @@ mod act;
 mod common;
 mod lineage;
 mod slot;
+mod spool;
 mod wait;
+
+pub(crate) use common::drain_body;
 
 use crate::context::Conn;
 // The input parser lives in aware-client (a library) so the `hook_stdin` fuzz target can call
@@ -195,5 +198,10 @@ fn work(gw: &Client, cli: Cli, forced: Option<Event>, deadline: Instant) -> Resu
     }
     let target = Target::resolve(gw, hook.session_id.as_deref())?;
     let http = Http { gw, deadline };
+    // What was kept while the gateway was down goes first, in order (a directory listing when
+    // nothing is kept).
+    if let Ok(spool) = spool::Spool::of(gw.base(), &target.key) {
+        spool.replay(&http, &target);
+    }
     act::act(&http, &target, cli, event, &hook)
 }

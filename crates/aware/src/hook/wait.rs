@@ -20,7 +20,6 @@ use super::lineage::Lineage;
 use super::slot;
 use aware_client::hook_input as input;
 use aware_client::{Client, ClientError};
-use serde_json::json;
 use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -228,7 +227,7 @@ fn drain(gw: &Client, target: &Target, per_request: Duration) -> Result<String, 
         .request("POST", &target.path("drain"))
         .operator()
         .timeout(per_request)
-        .json(Some(&json!({})))
+        .json(Some(&super::common::drain_body()))
     {
         Ok(v) => Ok(aware_wire::DrainAnswer::prompt_of(&v).to_string()),
         // Not created yet: nothing can be pending.

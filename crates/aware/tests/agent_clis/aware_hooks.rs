@@ -37,12 +37,17 @@ impl Hub {
     /// `no_wake`: Claude Code's waiting Stop hook left out (`--no-wake`), for print-mode runs
     /// that test something else; Codex has no such hook.
     fn new(cli: Cli, no_wake: bool) -> Self {
+        Self::on(cli, no_wake, Server::start())
+    }
+
+    /// [`Hub::new`] on a gateway the test started.
+    fn on(cli: Cli, no_wake: bool, server: Server) -> Self {
         let init_args: &[&str] = if no_wake && cli == Cli::Claude {
             &["--no-wake"]
         } else {
             &[]
         };
-        let s = Arc::new(Server::start());
+        let s = Arc::new(server);
         let home = AgentHome::new();
         match cli {
             Cli::Claude => home.trust_claude(),
@@ -212,6 +217,12 @@ fn mid_run_delivery(cli: Cli) {
     // Shown in the request right after the tool call, once; not before. Later requests repeat
     // the conversation, so "once across the run" is "once in the last request".
     assert_shown(&model, &n, &[0, 1]);
+    // In the same read, after the notice: who changed what, with the human's words.
+    assert_shown(
+        &model,
+        "human_direct_message by human via slack: \"use the staging database\"",
+        &[0, 1],
+    );
     assert_eq!(model.unscripted(), 0, "{}", model.summary());
     assert_nothing_pending(&hub.s);
 }
@@ -1001,4 +1012,47 @@ fn claude_code_idle_session_is_woken_by_a_message_and_its_answer_reaches_the_sen
     assert_eq!(r.body["status"], "ok", "{}", r.body);
     assert_eq!(r.body["reply"], "Rebased on main.", "{}", r.body);
     assert_nothing_pending(&hub.s);
+}
+
+/// User turns of KEY, oldest first.
+fn prompts_of_key(s: &Server) -> Vec<String> {
+    s.get(&format!("/v1/sessions/{}/turns", seg(KEY))).body["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["role"] == "user")
+        .map(|t| t["text"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn claude_code_prompts_typed_while_the_gateway_is_down_reach_the_log_once_when_it_is_back() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let server = Server::with_args(DEFAULT_CONFIG, &["--bind", &format!("127.0.0.1:{port}")]);
+    let mut hub = Hub::on(Cli::Claude, true, server);
+    let model = ModelServer::start(Script::new(vec![
+        Step::text("One."),
+        Step::text("Two."),
+        Step::text("Three."),
+    ]));
+    // The gateway goes down (its store and port are kept); two prompts are typed meanwhile.
+    Arc::get_mut(&mut hub.s)
+        .expect("the hub's server is not shared")
+        .stop();
+    hub.run(&model, "first while down");
+    hub.run(&model, "second while down");
+    let s = Arc::get_mut(&mut hub.s).expect("the hub's server is not shared");
+    s.restart();
+    assert_eq!(s.port, port);
+    assert_eq!(prompts_of_key(&hub.s), Vec::<String>::new());
+    // The next prompt's hook records what was kept first, in order, then its own.
+    hub.run(&model, "after");
+    assert_eq!(
+        prompts_of_key(&hub.s),
+        ["first while down", "second while down", "after"]
+    );
 }

@@ -4,7 +4,7 @@
 //! database held is dropped.
 
 use crate::common::*;
-use crate::security_round3::open_unread;
+use crate::node_edge_and_roles::open_unread;
 use aware_store_pg::postgres::{Client, NoTls};
 use serde_json::json;
 use std::io::BufRead;

@@ -67,6 +67,8 @@ pub(crate) fn hook_with(url: &str, args: &[&str], input: Vec<u8>, close_stdin: b
     let start = Instant::now();
     let mut child = Command::new(bin())
         .arg("hook")
+        // The spec's exact prompt; the reconcile preview has its own tests (preview.rs).
+        .env("AWARE_PREVIEW_BYTES", "0")
         .arg("--url")
         .arg(url)
         .args(args)

@@ -298,6 +298,8 @@ fn spawn_waiter(url: &str, state: &Path, extra: &[&str]) -> Child {
     let mut child = Command::new(bin())
         .args(["hook", "--url", url, "--session", W, "--wait"])
         .args(extra)
+        // The spec's exact prompt; the reconcile preview has its own tests (preview.rs).
+        .env("AWARE_PREVIEW_BYTES", "0")
         .env_remove("AWARE_URL")
         .env_remove("AWARE_TOKEN")
         .env_remove("AWARE_SESSION")

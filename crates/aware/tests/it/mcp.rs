@@ -29,6 +29,8 @@ impl Mcp {
 
     fn spawn(args: &[&str]) -> Self {
         let mut child = Command::new(bin())
+            // The spec's exact prompt; the reconcile preview has its own tests (preview.rs).
+            .env("AWARE_PREVIEW_BYTES", "0")
             .arg("mcp")
             .args(args)
             .env_remove("AWARE_SESSION")

@@ -750,7 +750,7 @@ fn s146_a_public_bind_needs_a_token() {
     );
 
     // With a token a public address starts. Of at least 16 bytes, as the gateway's (decision D35:
-    // a shorter one is refused off loopback, security_round3.rs).
+    // a shorter one is refused off loopback, node_edge_and_roles.rs).
     let dir = tempfile::tempdir().unwrap();
     let port_file = dir.path().join("port");
     let mut child = Command::new(bin())

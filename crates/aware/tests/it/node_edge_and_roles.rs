@@ -1,4 +1,5 @@
-//! Security, round three (decisions D33-D39), black box against the real binary: `aware node serve`
+//! The paired node's edge and PostgreSQL roles (decisions D33-D39), black box against the real
+//! binary: `aware node serve`
 //! behind the gateway's edge (Host, Origin, `Sec-Fetch-Site`, token, deadlines, open-file
 //! limit), agent scope of `sessions_spawn`, wake streams that cannot take every connection,
 //! PostgreSQL roles, and the low findings.
