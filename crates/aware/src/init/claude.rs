@@ -106,8 +106,9 @@ pub fn run(args: ClaudeCodeArgs, outer: &Conn) -> Result<()> {
 }
 
 /// A note naming the variables the project's settings set with `env`: Claude Code gives them
-/// to every hook and MCP server it starts in the project, aware's included (an `AWARE_URL`
-/// there redirects a hook written without `--url`, an `LD_PRELOAD` runs inside it). They are
+/// to every hook and MCP server it starts in the project, aware's included (init writes
+/// `--url` into every command so an `AWARE_URL` there redirects nothing, but an `LD_PRELOAD`
+/// runs inside them). They are
 /// the project's own settings, so init keeps them, and says so; values are not shown.
 fn env_note(path: &std::path::Path, settings: &Value) -> Option<String> {
     let env = settings.get("env")?.as_object().filter(|e| !e.is_empty())?;

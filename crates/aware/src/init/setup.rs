@@ -5,7 +5,7 @@
 use super::files::{self, Change, Scope};
 use super::usage::UsageError;
 use crate::client::{out, Client, Failure};
-use crate::context::{self, Conn, DEFAULT_URL};
+use crate::context::{self, Conn};
 use anyhow::{bail, Context as _, Result};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -35,7 +35,7 @@ pub(crate) struct Setup {
     pub exe: String,
     pub key: String,
     pub url: String,
-    /// `--url URL` when it is not the default, for every written command line.
+    /// `--url URL`, for every written command line.
     pub extra: Vec<String>,
     pub resolved: context::Resolved,
 }
@@ -66,11 +66,11 @@ impl Setup {
                 redact(&url)
             )));
         }
-        let mut extra: Vec<String> = Vec::new();
-        if url.trim_end_matches('/') != DEFAULT_URL {
-            extra.push("--url".into());
-            extra.push(url.clone());
-        }
+        // Always written, the default URL too: a hook or MCP server without `--url` reads
+        // `AWARE_URL`, which a cloned repository can set for the CLI's children
+        // (`.claude/settings.json` `env`) and so send the user's token and every prompt
+        // elsewhere. A moved gateway means running init again.
+        let extra: Vec<String> = vec!["--url".into(), url.trim_end_matches('/').to_string()];
         Ok(Setup {
             exe,
             key,
