@@ -20,10 +20,11 @@ use aware_client::hook_input::{parse, read, Event, HookInput};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Map, Value};
 
-const EVENTS: [Event; 8] = [
+const EVENTS: [Event; 9] = [
     Event::SessionStart,
     Event::UserPromptSubmit,
     Event::PostToolUse,
+    Event::PostToolBatch,
     Event::Stop,
     Event::SubagentStart,
     Event::SubagentStop,

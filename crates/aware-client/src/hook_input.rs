@@ -10,13 +10,18 @@ use std::io::Read;
 /// Largest hook input read from stdin (03 §8 step 1).
 pub const MAX_INPUT: usize = 1 << 20;
 
-/// The events the hook acts on. Every other event name is read and ignored silently, so one
-/// command line can be installed under any event without harm.
+/// The events the hook acts on. Every other event name (say Claude Code 2.1.332's
+/// `PreSkillShellCommand`, a permission gate with nothing for the hook to hand over) is read and
+/// ignored silently, so one command line can be installed under any event without harm, and a
+/// CLI's new event never breaks it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {
     SessionStart,
     UserPromptSubmit,
     PostToolUse,
+    /// Claude Code: once per batch of parallel tool calls, after all of them and before the
+    /// next model request; takes `additionalContext` like `PostToolUse`.
+    PostToolBatch,
     Stop,
     SubagentStart,
     SubagentStop,
@@ -31,6 +36,7 @@ impl Event {
             "SessionStart" => Event::SessionStart,
             "UserPromptSubmit" => Event::UserPromptSubmit,
             "PostToolUse" => Event::PostToolUse,
+            "PostToolBatch" => Event::PostToolBatch,
             "Stop" => Event::Stop,
             "SubagentStart" => Event::SubagentStart,
             "SubagentStop" => Event::SubagentStop,
@@ -45,6 +51,7 @@ impl Event {
             Event::SessionStart => "SessionStart",
             Event::UserPromptSubmit => "UserPromptSubmit",
             Event::PostToolUse => "PostToolUse",
+            Event::PostToolBatch => "PostToolBatch",
             Event::Stop => "Stop",
             Event::SubagentStart => "SubagentStart",
             Event::SubagentStop => "SubagentStop",
@@ -161,11 +168,39 @@ mod tests {
         assert!(parse(br#"{"hook_event_name":"PreToolUse"}"#, None)
             .unwrap()
             .is_none());
+        let (e, _) = parse(
+            br#"{"hook_event_name":"PostToolBatch","session_id":"s","tool_calls":[]}"#,
+            None,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(e, Event::PostToolBatch);
+        assert_eq!(Event::parse(e.name()), Some(e));
         let (e, _) = parse(br#"{"session_id":"s"}"#, Some(Event::PostToolUse))
             .unwrap()
             .unwrap();
         assert_eq!(e, Event::PostToolUse);
         assert!(parse(br#"{"session_id":"s"}"#, None).is_err());
+    }
+
+    /// A new event of a CLI is ignored whatever its fields hold: its fields are not the hook's
+    /// (Claude Code 2.1.332's PreSkillShellCommand, fields as its schema has them, and the same
+    /// with fields the hook would refuse on an event it acts on).
+    #[test]
+    fn an_event_the_hook_does_not_know_is_ignored_whatever_it_holds() {
+        for unknown in [
+            r#"{"hook_event_name":"PreSkillShellCommand","session_id":"s","tool_name":"Bash",
+                "tool_input":{"command":"git status"},"tool_use_id":"x","command_name":"review",
+                "invoked_by":"user"}"#,
+            r#"{"hook_event_name":"PreSkillShellCommand","session_id":7,"agent_id":[],
+                "stop_hook_active":"yes","prompt":{}}"#,
+            r#"{"hook_event_name":"","session_id":"s"}"#,
+        ] {
+            assert!(
+                parse(unknown.as_bytes(), None).unwrap().is_none(),
+                "{unknown}"
+            );
+        }
     }
 
     #[test]

@@ -198,11 +198,20 @@ fn claude_settings(r: &mut Report, project: &std::path::Path, sessions: &mut Vec
                     {
                         sessions.push(s);
                     }
+                    // An install from before PostToolBatch hands over mid-run on PostToolUse
+                    // (one drain per tool call, still exactly once): it works, so it counts.
+                    let superseded = !ours(crate::init::claude::SUPERSEDED).is_empty();
                     let missing: Vec<&str> = crate::init::claude::EVENTS
                         .into_iter()
                         .filter(|e| ours(e).is_empty())
+                        .filter(|e| !(*e == "PostToolBatch" && superseded))
                         .collect();
-                    if missing.is_empty() {
+                    if missing.is_empty() && superseded && ours("PostToolBatch").is_empty() {
+                        r.ok(
+                            "the hook is on every event it acts on (mid-run on PostToolUse: \
+                              `aware init claude-code` again makes it one run per tool batch)",
+                        );
+                    } else if missing.is_empty() {
                         r.ok("the hook is on every event it acts on");
                     } else {
                         r.warn(

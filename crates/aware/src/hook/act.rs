@@ -32,7 +32,8 @@ pub fn act(
         return Ok(Output::Nothing);
     }
     match event {
-        Event::SessionStart | Event::PostToolUse => {
+        // PostToolBatch is PostToolUse once per batch of parallel tool calls (Claude Code).
+        Event::SessionStart | Event::PostToolUse | Event::PostToolBatch => {
             Ok(context(event, drain_or_create(http, target)?))
         }
         Event::UserPromptSubmit => user_prompt(http, target, cli, input),

@@ -2,10 +2,11 @@
 //! running agent hear a change before its next action; docs/claude-code.md, docs/codex.md).
 //!
 //! One command line serves every event: the event comes from the input's `hook_event_name`
-//! (or `--event`). `UserPromptSubmit` records the prompt as a human turn; `SessionStart` and
-//! `PostToolUse` hand pending notices to the model as added context; `Stop` sends the agent back
-//! once when a notice is pending; `SubagentStart`/`SubagentStop` make native subagents child
-//! sessions; `PreCompact` records `compacted`. `--wait` is the idle wake ([`wait`]).
+//! (or `--event`). `UserPromptSubmit` records the prompt as a human turn; `SessionStart`,
+//! `PostToolUse` and `PostToolBatch` hand pending notices to the model as added context;
+//! `Stop` sends the agent back once when a notice is pending; `SubagentStart`/`SubagentStop`
+//! make native subagents child sessions; `PreCompact` records `compacted`; any other event is
+//! ignored. `--wait` is the idle wake ([`wait`]).
 //!
 //! Every failure is one warning line on stderr, nothing on stdout and exit 0: a hook must never
 //! block or break the CLI. The work runs on a thread; the main thread stops waiting at
@@ -34,33 +35,20 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// The hook events as `--event` accepts them.
-#[derive(clap::ValueEnum, Clone, Copy, Debug)]
-#[value(rename_all = "verbatim")]
-pub enum EventArg {
-    SessionStart,
-    UserPromptSubmit,
-    PostToolUse,
-    Stop,
-    SubagentStart,
-    SubagentStop,
-    PreCompact,
-    SessionEnd,
-}
+/// `--event NAME`: any event name of a CLI. The ones the hook acts on become an [`Event`]; any
+/// other (a CLI's newer event, such as Claude Code's `PreSkillShellCommand`) makes the hook do
+/// nothing, as an unknown `hook_event_name` does, so a command line installed under a new event
+/// never shows the user an error on every run.
+#[derive(Clone, Copy, Debug)]
+pub struct EventName(Option<Event>);
 
-impl From<EventArg> for Event {
-    fn from(e: EventArg) -> Event {
-        match e {
-            EventArg::SessionStart => Event::SessionStart,
-            EventArg::UserPromptSubmit => Event::UserPromptSubmit,
-            EventArg::PostToolUse => Event::PostToolUse,
-            EventArg::Stop => Event::Stop,
-            EventArg::SubagentStart => Event::SubagentStart,
-            EventArg::SubagentStop => Event::SubagentStop,
-            EventArg::PreCompact => Event::PreCompact,
-            EventArg::SessionEnd => Event::SessionEnd,
-        }
+/// An event name is letters and digits (`PostToolUse`); anything else is a typo of the command
+/// line, refused (exit 1) so it is seen.
+fn event_name(name: &str) -> Result<EventName, String> {
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return Err("an event name is letters and digits, such as PostToolUse".into());
     }
+    Ok(EventName(Event::parse(name)))
 }
 
 /// The hook of Claude Code and Codex CLI. Reads the hook JSON on stdin and acts on its event.
@@ -72,10 +60,12 @@ impl From<EventArg> for Event {
                   comes from its hook_event_name (or --event). UserPromptSubmit records the \
                   prompt as a human turn of the session (--session, else \
                   agent:<agent>:claude:<sha256 of session_id>) and hands pending notices over; \
-                  SessionStart and PostToolUse hand pending notices over as added context; Stop \
-                  and SubagentStop send the agent back once when a notice is pending; \
+                  SessionStart, PostToolUse and PostToolBatch hand pending notices over as added \
+                  context; Stop and SubagentStop send the agent back once when a notice is \
+                  pending; \
                   SubagentStart/SubagentStop make native subagents child sessions; PreCompact \
-                  records the compaction. With --wait (a Stop hook run with async and \
+                  records the compaction; other events do nothing. With --wait (a Stop hook \
+                  run with async and \
                   asyncRewake) it waits for a notice and exits 2 with it on stderr, which wakes \
                   an idle Claude Code session. Run-time failures are one warning line on stderr \
                   and exit 0, so the CLI is never blocked; argument errors exit 1."
@@ -91,9 +81,10 @@ pub struct HookArgs {
     /// The CLI that runs the hook: decides the answer's format and the channel of prompts.
     #[arg(long, value_enum, default_value_t = Cli::ClaudeCode)]
     pub cli: Cli,
-    /// The event, for a CLI whose input does not name it (else hook_event_name is read).
-    #[arg(long, value_enum)]
-    pub event: Option<EventArg>,
+    /// The event, for a CLI whose input does not name it (else hook_event_name is read). An
+    /// event the hook does not act on makes it do nothing.
+    #[arg(long, value_name = "EVENT", value_parser = event_name)]
+    pub event: Option<EventName>,
     /// Wait for a pending notice on the session's wake stream; when one arrives, drain it,
     /// print it on stderr and exit 2 (Claude Code's asyncRewake then wakes the session). One
     /// waiter per session: a new one replaces the old.
@@ -130,17 +121,19 @@ pub fn run(args: HookArgs, outer: &Conn) {
             *p = Some(info.to_string());
         }
     }));
+    let forced = match args.event {
+        // Nothing to do for this event (its input need not be read: a CLI copes with a hook
+        // that exits without reading, as most one-line hooks do).
+        Some(EventName(None)) => return,
+        Some(EventName(known)) => known,
+        None => None,
+    };
     if args.wait {
-        wait::run(
-            gw,
-            args.timeout_ms,
-            args.wait_secs,
-            args.event.map(Event::from),
-        );
+        wait::run(gw, args.timeout_ms, args.wait_secs, forced);
         return;
     }
     let deadline = Instant::now() + Duration::from_millis(args.timeout_ms);
-    let (cli, forced) = (args.cli, args.event.map(Event::from));
+    let cli = args.cli;
     let (tx, rx) = mpsc::channel();
     let spawned = std::thread::Builder::new()
         .name("aware-hook".into())

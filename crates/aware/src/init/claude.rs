@@ -11,16 +11,21 @@ use serde_json::{json, Value};
 use std::path::PathBuf;
 
 /// The events the hook is installed on, each with the same command; the hook reads the event
-/// from its input. (`SessionEnd` is left out: the hook has nothing to do there.)
+/// from its input. (`SessionEnd` is left out: the hook has nothing to do there.) The mid-run
+/// hand-over is on `PostToolBatch`: one hook run and one drain per batch of parallel tool calls,
+/// where `PostToolUse` ran one per call, and its context reaches the same next model request.
 pub const EVENTS: [&str; 7] = [
     "SessionStart",
     "UserPromptSubmit",
-    "PostToolUse",
+    "PostToolBatch",
     "Stop",
     "SubagentStart",
     "SubagentStop",
     "PreCompact",
 ];
+
+/// The event an earlier `aware init` installed the mid-run hand-over on; a re-run moves it.
+pub const SUPERSEDED: &str = "PostToolUse";
 
 /// Seconds Claude Code gives one hook run; the hook's own deadline (`--timeout-ms`, 3 s) ends it
 /// well before.
@@ -131,6 +136,8 @@ fn merge_hooks(
         .or_insert_with(|| json!({}))
         .as_object_mut()
         .ok_or("\"hooks\" is not an object")?;
+    // Installed there before PostToolBatch took its place; the hook still acts on it.
+    replace_hooks(hooks, SUPERSEDED, Vec::new())?;
     for event in EVENTS {
         let mut ours =
             vec![json!({"type": "command", "command": cmd, "timeout": HOOK_TIMEOUT_SECS})];
@@ -167,6 +174,32 @@ fn merge_mcp(mcp: &mut Value, exe: &str, args: &[String]) -> Result<Vec<Dropped>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An install from before PostToolBatch (aware on PostToolUse) moves: aware's PostToolUse
+    /// entry goes, the user's own PostToolUse hooks stay.
+    #[test]
+    fn a_rerun_moves_the_mid_run_hand_over_to_post_tool_batch() {
+        let mut s = json!({"hooks": {
+            "PostToolUse": [
+                {"hooks": [{"type": "command", "command": "/x/aware hook --session k"}]},
+                {"matcher": "Edit", "hooks": [{"type": "command", "command": "fmt"}]}]}});
+        merge_hooks(&mut s, "/x/aware hook --session k", None, 60).unwrap();
+        assert_eq!(
+            s["hooks"]["PostToolUse"],
+            json!([{"matcher": "Edit", "hooks": [{"type": "command", "command": "fmt"}]}])
+        );
+        assert_eq!(
+            s["hooks"]["PostToolBatch"][0]["hooks"][0]["command"],
+            "/x/aware hook --session k"
+        );
+        let mut only_ours = json!({"hooks": {"PostToolUse": [
+            {"hooks": [{"type": "command", "command": "/x/aware hook --session k"}]}]}});
+        merge_hooks(&mut only_ours, "/x/aware hook --session k", None, 60).unwrap();
+        assert!(
+            only_ours["hooks"].get("PostToolUse").is_none(),
+            "{only_ours}"
+        );
+    }
 
     #[test]
     fn a_rerun_replaces_only_its_own_entries() {

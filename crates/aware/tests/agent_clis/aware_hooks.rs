@@ -249,8 +249,8 @@ fn stop_gate(cli: Cli) {
     ]));
     let run = hub.run(&model, "do the task");
     let n = notice(&seen);
-    // Sent back once with the notice as the reason, then allowed to stop. Claude Code 2.1.328
-    // renders one Stop block twice in its next request: a user message "Stop hook
+    // Sent back once with the notice as the reason, then allowed to stop. Claude Code 2.1.332
+    // (as 2.1.328) renders one Stop block twice in its next request: a user message "Stop hook
     // feedback:\n<reason>" and a system message "Stop hook blocking error from command:
     // \"<cmd>\": <reason>" (seen with a plain script hook too); Codex once, as
     // `<hook_prompt …><reason></hook_prompt>`.
@@ -313,6 +313,129 @@ fn claude_code_parallel_tool_calls_show_a_notice_once() {
 #[test]
 fn codex_parallel_tool_calls_show_a_notice_once() {
     parallel_calls(Cli::Codex);
+}
+
+/// Where `aware init claude-code` put the mid-run hand-over: `PostToolBatch` (now), or
+/// `PostToolUse` (an install from before; the test moves init's entry there).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MidRun {
+    Batch,
+    PerTool,
+}
+
+/// Two parallel tool calls in one response; a human steps in when the model asks for them.
+/// The notice must reach the very next model request, once; `want_drains` is how many drains
+/// the hooks made between the two requests: one per hook run. Drains are counted by the
+/// gateway's `/metrics` when the answer's head is written, so before the hook can read it,
+/// exit and let Claude Code send its next request.
+fn claude_code_batch(mid_run: MidRun, want_drains: f64) {
+    let hub = Hub::new(Cli::Claude, true);
+    let settings_path = hub.home.project.join(".claude/settings.json");
+    let mut settings: Value =
+        serde_json::from_str(&std::fs::read_to_string(&settings_path).expect("settings.json"))
+            .expect("settings.json is JSON");
+    let batch = settings["hooks"]["PostToolBatch"].clone();
+    assert!(
+        batch[0]["hooks"][0]["command"]
+            .as_str()
+            .is_some_and(|c| c.contains(" hook ")),
+        "init installs the hook on PostToolBatch: {settings}"
+    );
+    assert!(
+        settings["hooks"].get("PostToolUse").is_none(),
+        "and not on PostToolUse: {settings}"
+    );
+    if mid_run == MidRun::PerTool {
+        let hooks = settings["hooks"].as_object_mut().expect("hooks");
+        hooks.remove("PostToolBatch");
+        hooks.insert("PostToolUse".into(), batch);
+        std::fs::write(&settings_path, settings.to_string()).expect("write settings.json");
+    }
+    let seen = Arc::new(Mutex::new(String::new()));
+    let drains = Arc::new(Mutex::new(Vec::new()));
+    let count = |drains: &Arc<Mutex<Vec<f64>>>| {
+        let (base, token, drains) = (hub.s.base.clone(), hub.s.token.clone(), drains.clone());
+        move |_: &Request| {
+            let n = drains_at(&base, token.as_deref());
+            drains.lock().expect("drain counts").push(n);
+        }
+    };
+    let (step_in, count_first) = (hub.human_steps_in(&seen), count(&drains));
+    let model = ModelServer::start(Script::new(vec![
+        Step::calls(vec![
+            Call::shell("call_a", "echo one"),
+            Call::shell("call_b", "echo two"),
+        ])
+        .before(move |r| {
+            count_first(r);
+            step_in(r);
+        }),
+        Step::text("All done.").before(count(&drains)),
+    ]));
+    hub.run(&model, "do two things");
+    let n = notice(&seen);
+    assert_shown(&model, &n, &[0, 1]);
+    let counts = drains.lock().expect("drain counts").clone();
+    assert_eq!(
+        counts.len(),
+        2,
+        "both steps ran: {counts:?}{}",
+        model.summary()
+    );
+    assert_eq!(
+        counts[1] - counts[0],
+        want_drains,
+        "drains by the hooks of one batch of two parallel tool calls ({mid_run:?}): {counts:?}"
+    );
+    assert_eq!(model.unscripted(), 0, "{}", model.summary());
+    assert_nothing_pending(&hub.s);
+}
+
+#[test]
+fn claude_code_runs_the_hook_once_per_batch_of_parallel_tool_calls() {
+    claude_code_batch(MidRun::Batch, 1.0);
+}
+
+/// An install from before PostToolBatch keeps working: one hook run per tool call, and the
+/// notice is still shown once.
+#[test]
+fn claude_code_install_on_post_tool_use_still_shows_a_notice_once() {
+    claude_code_batch(MidRun::PerTool, 2.0);
+}
+
+/// Claude Code 2.1.332's `PreSkillShellCommand` (the gate before a shell command a slash
+/// command or skill embeds, run before the prompt's own hooks) with aware's hook on it: the
+/// hook ignores it, so the command runs and the notice pending at the start is not taken
+/// there (that event has no context to hand it to) but reaches the first request, once.
+#[test]
+fn claude_code_skill_shell_commands_run_with_the_hook_on_their_gate() {
+    let hub = Hub::new(Cli::Claude, true);
+    let settings_path = hub.home.project.join(".claude/settings.json");
+    let mut settings: Value =
+        serde_json::from_str(&std::fs::read_to_string(&settings_path).expect("settings.json"))
+            .expect("settings.json is JSON");
+    let ours = settings["hooks"]["UserPromptSubmit"].clone();
+    settings["hooks"]["PreSkillShellCommand"] = ours;
+    std::fs::write(&settings_path, settings.to_string()).expect("write settings.json");
+    let commands = hub.home.project.join(".claude/commands");
+    std::fs::create_dir_all(&commands).expect(".claude/commands");
+    std::fs::write(
+        commands.join("greet.md"),
+        "---\nallowed-tools: Bash(echo:*)\n---\nSay this: !`echo skill-output-42`\n",
+    )
+    .expect("write the slash command");
+    let n = human_turn_now(&hub.s);
+    let model = ModelServer::start(Script::new(vec![Step::text("Done.")]));
+    hub.run(&model, "/greet");
+    let main = model.lane(Lane::Main);
+    assert!(
+        main[0].contains("skill-output-42"),
+        "the embedded command ran: {}",
+        model.summary()
+    );
+    assert_shown(&model, &n, &[1]);
+    assert_eq!(model.unscripted(), 0, "{}", model.summary());
+    assert_nothing_pending(&hub.s);
 }
 
 /// The JSON object a CLI shows the model as an MCP tool's result. Both show the tool's
@@ -484,10 +607,10 @@ fn assert_one_child_with_its_run(s: &Server, typed: &[&str]) {
 #[test]
 fn claude_code_background_subagent_becomes_a_child_and_its_notification_is_no_human_turn() {
     let hub = Hub::new(Cli::Claude, true);
-    // `Agent` without run_in_background runs in the background in 2.1.328; its end comes back
-    // as a `<task-notification>` prompt (UserPromptSubmit), which the main model answers. How
-    // many main requests that takes depends on whether the subagent ends before the tool
-    // result is sent, so the script ends early and the unscripted answer ends the turn.
+    // `Agent` without run_in_background runs in the background in 2.1.332 (as in 2.1.328); its
+    // end comes back as a `<task-notification>` prompt (UserPromptSubmit), which the main model
+    // answers. How many main requests that takes depends on whether the subagent ends before
+    // the tool result is sent, so the script ends early and the unscripted answer ends the turn.
     let model = ModelServer::start(
         Script::new(vec![
             Step::tool(
@@ -713,10 +836,7 @@ fn claude_code_idle_session_is_woken_by_a_change() {
         }),
         Step::text("Reconciled."),
     ]));
-    let mut argv = vec![installed_bin_dir()
-        .join("claude")
-        .to_string_lossy()
-        .into_owned()];
+    let mut argv = vec![claude_bin().to_string_lossy().into_owned()];
     argv.push("start".to_string());
     let _tmux = Tmux::start(
         hub.home.tmp.join("tmux.sock"),

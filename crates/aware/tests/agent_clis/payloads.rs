@@ -26,6 +26,28 @@ fn one<'a>(all: &'a [Value], event: &str) -> &'a Value {
     found[0]
 }
 
+/// One PostToolBatch per response with tool calls (one call each here), naming its calls:
+/// `tools`, sorted.
+fn one_batch_per_tool_call_response(all: &[Value], tools: &[&str]) {
+    let batches = of_event(all, "PostToolBatch");
+    let mut batch_tools: Vec<String> = batches
+        .iter()
+        .flat_map(|v| {
+            field(v, "tool_calls")
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .map(|c| {
+            field(&c, "tool_use_id");
+            c["tool_name"].as_str().unwrap_or("").to_string()
+        })
+        .collect();
+    batch_tools.sort_unstable();
+    assert_eq!(batch_tools, tools, "{batches:?}");
+    assert_eq!(batches.len(), tools.len(), "{batches:?}");
+}
+
 #[test]
 fn claude_code_hook_payloads_carry_what_the_hook_reads() {
     let home = AgentHome::new();
@@ -87,6 +109,7 @@ fn claude_code_hook_payloads_carry_what_the_hook_reads() {
         field(v, "tool_use_id");
         field(v, "tool_response");
     }
+    one_batch_per_tool_call_response(&all, &["Agent", "Bash"]);
     let stop = one(&all, "Stop");
     assert_eq!(field(stop, "stop_hook_active"), false);
     assert_eq!(field(stop, "last_assistant_message"), "All done.");
@@ -118,18 +141,24 @@ fn claude_code_hook_payloads_carry_what_the_hook_reads() {
     assert_eq!(field(one(&all, "PostCompact"), "trigger"), "manual");
     assert_eq!(of_event(&all, "SessionEnd").len(), 2, "one per run");
 
-    let mut named: Vec<(String, &Value)> = Vec::new();
-    for v in &all {
-        let event = v["hook_event_name"].as_str().unwrap_or("unknown");
-        let name = match event {
-            "SessionStart" => format!("SessionStart-{}", v["source"].as_str().unwrap_or("")),
-            "SubagentStop" if v["agent_type"] == "" => "SubagentStop-compaction-fork".to_string(),
-            "PostToolUse" => format!("PostToolUse-{}", v["tool_name"].as_str().unwrap_or("")),
-            _ => event.to_string(),
-        };
-        named.push((name, v));
-    }
+    let named: Vec<(String, &Value)> = all.iter().map(|v| (claude_payload_name(v), v)).collect();
     save_payloads("claude-code", &named);
+}
+
+/// The file name a captured Claude Code payload is saved under: its event, told apart where
+/// one run has several.
+fn claude_payload_name(v: &Value) -> String {
+    let event = v["hook_event_name"].as_str().unwrap_or("unknown");
+    match event {
+        "SessionStart" => format!("SessionStart-{}", v["source"].as_str().unwrap_or("")),
+        "SubagentStop" if v["agent_type"] == "" => "SubagentStop-compaction-fork".to_string(),
+        "PostToolUse" => format!("PostToolUse-{}", v["tool_name"].as_str().unwrap_or("")),
+        "PostToolBatch" => format!(
+            "PostToolBatch-{}",
+            v["tool_calls"][0]["tool_name"].as_str().unwrap_or("")
+        ),
+        _ => event.to_string(),
+    }
 }
 
 #[test]
@@ -320,4 +349,101 @@ fn codex_subagent_hook_payloads() {
             ("UserPromptSubmit-subagent".to_string(), *sub_prompt[0]),
         ],
     );
+}
+
+/// Tool calls inside Claude Code's native subagent: its PostToolUse and PostToolBatch carry the
+/// subagent's `agent_id` (with the parent's `session_id`), which is how the hook knows they are
+/// not the session's own and hands the manager's notices to neither.
+#[test]
+fn claude_code_subagent_tool_calls_carry_its_agent_id() {
+    let home = AgentHome::new();
+    home.trust_claude();
+    let (hook, dir) = dump_hook(&home);
+    claude_hooks(
+        &home,
+        &["SubagentStart", "PostToolUse", "PostToolBatch"],
+        &hook,
+    );
+    let model = ModelServer::start(
+        Script::new(vec![
+            Step::tool(
+                "toolu_agent",
+                "Agent",
+                json!({"description": "look around", "prompt": "Say what you see.",
+                    "subagent_type": "general-purpose", "run_in_background": false}),
+            ),
+            Step::text("All done."),
+        ])
+        .with_subagent(vec![
+            Step::shell("toolu_sub", "echo inside"),
+            Step::text("I see a project."),
+        ]),
+    );
+    let run = home.claude_print(&model, "delegate", &["--allowedTools", "Bash(echo:*)"]);
+    run.assert_success("claude -p", &model);
+    assert_eq!(model.unscripted(), 0, "{}", model.summary());
+    let all = dumps(&dir);
+    let agent_id = field(one(&all, "SubagentStart"), "agent_id").clone();
+    for event in ["PostToolUse", "PostToolBatch"] {
+        let payloads = of_event(&all, event);
+        let inside: Vec<&&Value> = payloads
+            .iter()
+            .filter(|v| v.to_string().contains("toolu_sub"))
+            .collect();
+        assert_eq!(inside.len(), 1, "{event}: {all:?}");
+        assert_eq!(inside[0]["agent_id"], agent_id, "{event}: {}", inside[0]);
+        let outside: Vec<&&Value> = payloads
+            .iter()
+            .filter(|v| v.to_string().contains("toolu_agent"))
+            .collect();
+        assert_eq!(outside.len(), 1, "{event}: {all:?}");
+        assert!(outside[0].get("agent_id").is_none(), "{}", outside[0]);
+    }
+}
+
+/// Which tool calls PostToolUse and PostToolBatch run for: a batch of an allowed call and a
+/// refused one (`ls` outside `--allowedTools`), then a response with only a refused call.
+/// PostToolUse runs for the allowed call only; PostToolBatch once per response, the refused
+/// calls included, so a hand-over there also reaches a model whose calls were all refused.
+#[test]
+fn claude_code_tool_batches_include_refused_calls() {
+    let home = AgentHome::new();
+    home.trust_claude();
+    let (hook, dir) = dump_hook(&home);
+    claude_hooks(&home, &["PostToolUse", "PostToolBatch"], &hook);
+    let model = ModelServer::start(Script::new(vec![
+        Step::calls(vec![
+            Call::shell("t_ok", "echo ok"),
+            Call::shell("t_refused", "ls /"),
+        ]),
+        Step::shell("t_only_refused", "ls /tmp"),
+        Step::text("All done."),
+    ]));
+    let run = home.claude_print(&model, "do it", &["--allowedTools", "Bash(echo:*)"]);
+    run.assert_success("claude -p", &model);
+    assert_eq!(model.unscripted(), 0, "{}", model.summary());
+    let all = dumps(&dir);
+    let ids = |v: &Value| -> Vec<String> {
+        let mut ids: Vec<String> = field(v, "tool_calls")
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["tool_use_id"].as_str().map(str::to_string))
+            .collect();
+        ids.sort_unstable();
+        ids
+    };
+    let mut batches: Vec<Vec<String>> = of_event(&all, "PostToolBatch")
+        .into_iter()
+        .map(ids)
+        .collect();
+    batches.sort_unstable();
+    assert_eq!(
+        batches,
+        [vec!["t_ok", "t_refused"], vec!["t_only_refused"]],
+        "{all:?}"
+    );
+    let per_tool: Vec<&Value> = of_event(&all, "PostToolUse");
+    assert_eq!(per_tool.len(), 1, "{per_tool:?}");
+    assert_eq!(per_tool[0]["tool_use_id"], "t_ok");
 }

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 pub use aware_testkit::agent_cli::*;
 pub use aware_testkit::model_server::*;
 
-/// Every hook event Claude Code 2.1.328 accepts in its settings (from its settings schema).
+/// Every hook event Claude Code 2.1.332 accepts in its settings (from its settings schema;
+/// `PreSkillShellCommand` is new there).
 pub const CLAUDE_EVENTS: &[&str] = &[
     "PreToolUse",
     "PostToolUse",
@@ -43,9 +44,11 @@ pub const CLAUDE_EVENTS: &[&str] = &[
     "FileChanged",
     "DirectoryAdded",
     "MessageDisplay",
+    "PreSkillShellCommand",
 ];
 
-/// Every hook event Codex CLI 0.169.0 accepts in `hooks.json` (from its hook input schemas).
+/// Every hook event Codex CLI 0.171.0 (as 0.169.0) accepts in `hooks.json` (from its hook input
+/// schemas).
 pub const CODEX_EVENTS: &[&str] = &[
     "PreToolUse",
     "PermissionRequest",
@@ -139,8 +142,9 @@ pub fn codex_label(event: &str) -> String {
     out
 }
 
-/// The `trusted_hash` Codex 0.169.0 wants for a handler: SHA-256 of the compact, key-sorted
-/// JSON of `{"event_name", "matcher"?, "hooks": [{"type","command","timeout","async"}]}`.
+/// The `trusted_hash` Codex 0.171.0 (as 0.169.0) wants for a handler: SHA-256 of the
+/// compact, key-sorted JSON of
+/// `{"event_name", "matcher"?, "hooks": [{"type","command","timeout","async"}]}`.
 pub fn codex_trust_hash(event: &str, matcher: Option<&str>, command: &str, timeout: u64) -> String {
     // serde_json's Map keeps insertion order here (preserve_order), so keys go in sorted.
     let mut handler = serde_json::Map::new();

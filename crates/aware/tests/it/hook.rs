@@ -228,6 +228,9 @@ fn s112_other_events_print_and_record_nothing() {
         "userpromptsubmit",
         "Notification",
         "SessionEnd",
+        // Claude Code 2.1.332's permission gate for a skill's shell command: nothing to hand
+        // over, and printing nothing lets the command run.
+        "PreSkillShellCommand",
     ] {
         hook(&s.base, &["--session", W], claude_input(event)).assert_silent();
         hook(&s.base, &[], claude_input(event)).assert_silent();
@@ -395,6 +398,8 @@ fn hook_help_and_argument_errors() {
     for args in [
         vec!["hook", "--bogus"],
         vec!["hook", "--timeout-ms", "soon"],
+        vec!["hook", "--event", "Post Tool Use"],
+        vec!["hook", "--event", ""],
     ] {
         let out = Command::new(bin())
             .args(&args)

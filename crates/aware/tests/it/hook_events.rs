@@ -501,3 +501,31 @@ fn the_waiting_hook_does_nothing_in_an_unattended_claude_code() {
         "left pending for the next prompt"
     );
 }
+
+/// Claude Code's PostToolBatch (once per batch of parallel tool calls) hands over like
+/// PostToolUse, answering under its own event name; `--event` with an event the hook does not
+/// act on (a CLI's newer one) does nothing, whatever the input says.
+#[test]
+fn post_tool_batch_hands_a_notice_over_and_unknown_events_do_nothing() {
+    let s = Server::family();
+    s.hdm(C);
+    let batch = json!({"tool_calls": [
+        {"tool_name": "Bash", "tool_input": {"command": "echo one"}, "tool_use_id": "a",
+         "tool_response": "one"},
+        {"tool_name": "Bash", "tool_input": {"command": "echo two"}, "tool_use_id": "b",
+         "tool_response": "two"}]});
+    for forced in [
+        &["--event", "PreSkillShellCommand"][..],
+        &["--event", "Elicitation"],
+    ] {
+        let mut args = vec!["--session", W];
+        args.extend_from_slice(forced);
+        hook(&s.base, &args, input("PostToolBatch", batch.clone())).assert_silent();
+    }
+    assert_eq!(s.notice_texts(W), vec![nt(C, 1)], "nothing drained");
+    let r = hook(&s.base, &["--session", W], input("PostToolBatch", batch));
+    assert_eq!(context_of(&r), line(1));
+    let v: Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    assert_eq!(v["hookSpecificOutput"]["hookEventName"], "PostToolBatch");
+    assert!(s.notice_texts(W).is_empty());
+}

@@ -178,6 +178,50 @@ fn doctor_checks_a_project_and_names_the_fix() {
     assert!(text(&out.stdout).contains("fix: start it with `aware serve`"));
 }
 
+/// An install from before PostToolBatch (the hook on PostToolUse) still hands over mid-run:
+/// doctor counts it and names the re-run; after the re-run it is on PostToolBatch only.
+#[test]
+fn doctor_accepts_an_install_on_post_tool_use_and_init_moves_it() {
+    let s = Server::family();
+    let project = tempfile::tempdir().unwrap();
+    let p = project.path().to_str().unwrap();
+    assert_eq!(init(&s, project.path(), &[]).status.code(), Some(0));
+    let path = project.path().join(".claude/settings.json");
+    let mut settings = read_json(&path);
+    let hooks = settings["hooks"].as_object_mut().unwrap();
+    let ours = hooks.remove("PostToolBatch").unwrap();
+    hooks.insert("PostToolUse".into(), ours);
+    std::fs::write(&path, settings.to_string()).unwrap();
+    let out = run(&["doctor", "--url", &s.base, "--project", p]);
+    let said = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("ok    the hook is on every event it acts on (mid-run on PostToolUse"),
+        "{said}"
+    );
+    assert_eq!(init(&s, project.path(), &[]).status.code(), Some(0));
+    let settings = read_json(&path);
+    assert!(settings["hooks"].get("PostToolUse").is_none(), "{settings}");
+    assert!(settings["hooks"]["PostToolBatch"].is_array(), "{settings}");
+    let said = text(&run(&["doctor", "--url", &s.base, "--project", p]).stdout);
+    assert!(
+        said.contains("ok    the hook is on every event it acts on\n"),
+        "{said}"
+    );
+    // Neither event: the warning names it.
+    let mut settings = read_json(&path);
+    settings["hooks"]
+        .as_object_mut()
+        .unwrap()
+        .remove("PostToolBatch");
+    std::fs::write(&path, settings.to_string()).unwrap();
+    let said = text(&run(&["doctor", "--url", &s.base, "--project", p]).stdout);
+    assert!(
+        said.contains("warn  the hook is not on PostToolBatch"),
+        "{said}"
+    );
+}
+
 /// The acceptance run of decision D12: after `aware init claude-code`, Claude Code's hook call and
 /// its MCP server start use exactly the written command lines.
 #[test]
@@ -305,7 +349,7 @@ fn init_installs_every_event_and_the_waiting_hook() {
     for event in [
         "SessionStart",
         "UserPromptSubmit",
-        "PostToolUse",
+        "PostToolBatch",
         "Stop",
         "SubagentStart",
         "SubagentStop",
@@ -316,6 +360,8 @@ fn init_installs_every_event_and_the_waiting_hook() {
             "{event}: {settings}"
         );
     }
+    // The mid-run hand-over runs once per batch of tool calls, not once per call.
+    assert!(settings["hooks"].get("PostToolUse").is_none(), "{settings}");
     let wait = &settings["hooks"]["Stop"][1]["hooks"][0];
     assert_eq!(wait["async"], true, "{wait}");
     assert_eq!(wait["asyncRewake"], true, "{wait}");
