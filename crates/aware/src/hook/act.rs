@@ -180,20 +180,23 @@ fn keep_prompt(
         warn(&m);
         return Output::Nothing;
     }
+    warn(&format!(
+        "the gateway did not take the prompt ({}); it is kept and recorded when the gateway answers",
+        said(e)
+    ));
     if !spool.first_notice_of_outage() {
         return Output::Nothing;
     }
     let msg = format!(
-        "aware: the gateway at {} is not answering ({}); your prompts are kept and recorded when          it is back (start it with `aware serve`). Notices from other sessions wait until then.",
+        "aware: the gateway at {} is not answering ({}); your prompts are kept and recorded when \
+         it is back (start it with `aware serve`). Notices from other sessions wait until then.",
         http.gw.base(),
         said(e)
     );
     match cli {
         Cli::ClaudeCode => Output::Json(json!({ "systemMessage": msg })),
-        Cli::Codex => {
-            warn(&msg);
-            Output::Nothing
-        }
+        // Codex shows the warning line above; one line per hook run.
+        Cli::Codex => Output::Nothing,
     }
 }
 

@@ -48,6 +48,22 @@ impl Run {
         assert!(self.stderr.ends_with('\n'), "{:?}", self.stderr);
     }
 
+    /// A prompt the gateway could not take: exit 0, one warning line, and the outage told to
+    /// the human once, as Claude Code shows a hook's `systemMessage` (the state is new per run).
+    pub(crate) fn assert_prompt_kept(&self) {
+        assert_eq!(self.code, Some(0), "stderr: {}", self.stderr);
+        assert_eq!(self.stderr.lines().count(), 1, "{:?}", self.stderr);
+        assert!(self.stderr.contains("it is kept"), "{:?}", self.stderr);
+        let v: serde_json::Value = serde_json::from_str(self.stdout.trim())
+            .unwrap_or_else(|e| panic!("{e}: {:?}", self.stdout));
+        assert!(
+            v["systemMessage"]
+                .as_str()
+                .is_some_and(|m| m.contains("is not answering")),
+            "{v}"
+        );
+    }
+
     /// Exit 0 and nothing on either stream.
     pub(crate) fn assert_silent(&self) {
         assert_eq!(self.code, Some(0), "stderr: {}", self.stderr);
@@ -65,8 +81,12 @@ pub(crate) fn hook(url: &str, args: &[&str], input: impl Into<Vec<u8>>) -> Run {
 /// has exited (or been killed at 30 s), so its end of input can never come.
 pub(crate) fn hook_with(url: &str, args: &[&str], input: Vec<u8>, close_stdin: bool) -> Run {
     let start = Instant::now();
+    // The hook's state (its spool of what a down gateway could not take) per run, never the
+    // user's own.
+    let state = tempfile::tempdir().unwrap();
     let mut child = Command::new(bin())
         .arg("hook")
+        .env("XDG_STATE_HOME", state.path())
         // The spec's exact prompt; the reconcile preview has its own tests (preview.rs).
         .env("AWARE_PREVIEW_BYTES", "0")
         .arg("--url")
@@ -247,10 +267,10 @@ fn s112_other_events_print_and_record_nothing() {
 #[test]
 fn s112_gateway_down_exits_0_with_one_warning_within_the_timeout() {
     let r = hook(&dead_url(), &["--timeout-ms", "2000"], INPUT);
-    r.assert_failed_quietly();
+    r.assert_prompt_kept();
     assert!(r.elapsed < Duration::from_millis(2000), "{:?}", r.elapsed);
     let r = hook(&dead_url(), &["--session", W], INPUT);
-    r.assert_failed_quietly();
+    r.assert_prompt_kept();
     assert!(r.elapsed < Duration::from_millis(3000), "{:?}", r.elapsed);
 }
 
@@ -271,7 +291,14 @@ fn slow_gateway_is_abandoned_at_the_timeout() {
         &["--session", W, "--timeout-ms", &timeout.to_string()],
         INPUT,
     );
-    r.assert_failed_quietly();
+    // The request's own timeout (the deadline less a margin) usually ends first, and the
+    // prompt is then kept; a hook that reaches the deadline itself gives up with its warning.
+    // Either is correct here: this test is about when the hook ends.
+    if r.stdout.is_empty() {
+        r.assert_failed_quietly();
+    } else {
+        r.assert_prompt_kept();
+    }
     assert!(
         r.elapsed < Duration::from_millis(timeout + 700),
         "took {:?} with --timeout-ms {timeout}",
