@@ -44,7 +44,49 @@ impl Client {
 
     /// Sends a request within the request timeout and returns the JSON answer.
     pub fn call(&self, method: &str, path: &str, body: Option<Value>) -> CliResult<Value> {
-        Ok(self.http.request(method, path).json(body.as_ref())?)
+        match self.http.request(method, path).json(body.as_ref()) {
+            Ok(v) => Ok(v),
+            Err(e) if e.code() == "session_not_found" => Err(self.not_found(e)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// A missing session said with the known keys nearest to it ("did you mean …"), so a typo
+    /// is not answered with "create it" (which would make the typo a session of its own).
+    fn not_found(&self, e: ClientError) -> Failure {
+        let message = e.message();
+        let Some(missing) = message
+            .strip_prefix("session ")
+            .and_then(|m| m.strip_suffix(" does not exist"))
+        else {
+            return e.into();
+        };
+        let listed = self
+            .http
+            .request("GET", "/v1/sessions?limit=500")
+            .operator()
+            .json(None)
+            .ok();
+        let keys: Vec<String> = listed
+            .as_ref()
+            .and_then(|v| v["sessions"].as_array())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s["key"].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let near = nearest(missing, &keys);
+        if near.is_empty() {
+            return e.into();
+        }
+        Failure::Server(format!(
+            "{e} (did you mean {}? `aware list` shows the sessions)",
+            near.iter()
+                .map(|k| format!("`{k}`"))
+                .collect::<Vec<_>>()
+                .join(" or ")
+        ))
     }
 
     /// [`Client::call`] with a typed body, the answer also read into `R` for the human rendering
@@ -474,4 +516,32 @@ pub fn human_history(messages: &[HistoryLine], has_more: bool) -> String {
         lines.push("(more messages follow: use --offset)".into());
     }
     lines.join("\n")
+}
+
+/// Up to three keys within a few edits of `missing` (the closest first).
+fn nearest(missing: &str, keys: &[String]) -> Vec<String> {
+    let bound = (missing.chars().count() / 4).clamp(2, 6);
+    let mut scored: Vec<(usize, &String)> = keys
+        .iter()
+        .map(|k| (strsim::levenshtein(missing, k), k))
+        .filter(|(d, _)| *d <= bound)
+        .collect();
+    scored.sort();
+    scored.into_iter().take(3).map(|(_, k)| k.clone()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_nearest_keys_are_a_few_edits_away() {
+        let keys: Vec<String> = ["agent:main:reviewer", "agent:main:worker", "agent:ops:main"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(
+            super::nearest("agent:main:reviwer", &keys),
+            ["agent:main:reviewer"]
+        );
+        assert!(super::nearest("something else entirely", &keys).is_empty());
+    }
 }
