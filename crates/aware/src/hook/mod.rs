@@ -13,6 +13,7 @@
 //! within the deadline even when the gateway accepts connections and never answers.
 
 mod act;
+mod codex_wake;
 mod common;
 mod lineage;
 mod slot;
@@ -72,10 +73,12 @@ impl From<EventArg> for Event {
                   SessionStart and PostToolUse hand pending notices over as added context; Stop \
                   and SubagentStop send the agent back once when a notice is pending; \
                   SubagentStart/SubagentStop make native subagents child sessions; PreCompact \
-                  records the compaction. With --wait (a Stop hook run with async and \
-                  asyncRewake) it waits for a notice and exits 2 with it on stderr, which wakes \
-                  an idle Claude Code session. Run-time failures are one warning line on stderr \
-                  and exit 0, so the CLI is never blocked; argument errors exit 1."
+                  records the compaction. With --wait (an async Stop hook) it waits for a \
+                  notice or a message and hands it over: for Claude Code (asyncRewake) it exits \
+                  2 with it on stderr, which wakes the idle session; for Codex (--cli codex) it \
+                  starts a turn with it through `codex queue` and exits 0. Run-time failures are \
+                  one warning line on stderr and exit 0, so the CLI is never blocked; argument \
+                  errors exit 1."
 )]
 pub struct HookArgs {
     #[command(flatten)]
@@ -91,8 +94,9 @@ pub struct HookArgs {
     /// The event, for a CLI whose input does not name it (else hook_event_name is read).
     #[arg(long, value_enum)]
     pub event: Option<EventArg>,
-    /// Wait for a pending notice on the session's wake stream; when one arrives, drain it,
-    /// print it on stderr and exit 2 (Claude Code's asyncRewake then wakes the session). One
+    /// Wait for a pending notice on the session's wake stream; when one arrives, drain it and
+    /// hand it over: print it on stderr and exit 2 (Claude Code's asyncRewake then wakes the
+    /// session), or with --cli codex queue it as a new turn (`codex queue`) and exit 0. One
     /// waiter per session: a new one replaces the old.
     #[arg(long)]
     pub wait: bool,
@@ -130,6 +134,7 @@ pub fn run(args: HookArgs, outer: &Conn) {
     if args.wait {
         wait::run(
             gw,
+            args.cli,
             args.timeout_ms,
             args.wait_secs,
             args.event.map(Event::from),
