@@ -90,32 +90,54 @@ fn mark(dir: &Path, key: &str, prompt: &str) -> Result<PathBuf, String> {
     }
 }
 
-/// The program that runs `codex`: the hook's `PATH` has no `codex`, but Codex started from its
-/// npm package names the package in `CODEX_MANAGED_PACKAGE_ROOT`, whose `bin/codex.js` (run by
-/// `node`, which started it) picks the platform binary as the user's own `codex` does.
-/// Otherwise `codex` from `PATH` (a standalone install).
-fn codex_command() -> Command {
+/// The programs that may run `codex`, best first: the hook's `PATH` has no `codex`, but Codex
+/// started from its npm package names the package in `CODEX_MANAGED_PACKAGE_ROOT`, whose
+/// `bin/codex.js` (run by `node`, which started it) picks the platform binary as the user's own
+/// `codex` does; then `codex` from `PATH` (a standalone install, or no `node` on `PATH`).
+fn codex_commands() -> Vec<Command> {
+    let mut all = Vec::new();
     if let Some(root) = std::env::var_os("CODEX_MANAGED_PACKAGE_ROOT").filter(|r| !r.is_empty()) {
         let script = PathBuf::from(root).join("bin").join("codex.js");
         if script.is_file() {
             let mut cmd = Command::new("node");
             cmd.arg(script);
-            return cmd;
+            all.push(cmd);
         }
     }
-    Command::new("codex")
+    all.push(Command::new("codex"));
+    all
+}
+
+/// Starts the first of [`codex_commands`] that exists with `args`, stderr piped.
+fn spawn_codex(args: &[&str]) -> Result<std::process::Child, String> {
+    let mut missing = Vec::new();
+    for mut cmd in codex_commands() {
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        match cmd.spawn() {
+            Ok(child) => return Ok(child),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                missing.push(cmd.get_program().to_string_lossy().into_owned());
+            }
+            Err(e) => {
+                return Err(format!(
+                    "cannot run `codex queue` ({:?}): {e}",
+                    cmd.get_program()
+                ))
+            }
+        }
+    }
+    Err(format!(
+        "cannot run `codex queue`: not found ({}); is Codex on PATH?",
+        missing.join(", ")
+    ))
 }
 
 /// `codex queue --thread THREAD --message PROMPT`, bounded by [`QUEUE_TIMEOUT`].
 fn queue(thread: &str, prompt: &str) -> Result<(), String> {
-    let mut cmd = codex_command();
-    cmd.args(["queue", "--thread", thread, "--message", prompt])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot run `codex queue` ({:?}): {e}", cmd.get_program()))?;
+    let child = spawn_codex(&["queue", "--thread", thread, "--message", prompt])?;
     let pid = child.id();
     let (tx, rx) = mpsc::channel();
     std::thread::Builder::new()
@@ -176,11 +198,24 @@ fn requeue(gw: &Client, target: &Target, prompt: &str, per_request: Duration, wh
     ));
 }
 
-/// `text` in pieces of at most `max` characters, cut at line ends where a line allows it.
+/// A drained line without its `System: [time] ` prefix: the gateway prefixes the requeued line
+/// again when it hands it over.
+fn bare(line: &str) -> &str {
+    let Some(rest) = line.strip_prefix("System: ") else {
+        return line;
+    };
+    match rest.strip_prefix('[').and_then(|r| r.split_once("] ")) {
+        Some((_, after)) => after,
+        None => rest,
+    }
+}
+
+/// `text` in pieces of at most `max` characters (lines without their `System:` prefix), cut at
+/// line ends where a line allows it.
 fn lines_within(text: &str, max: usize) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     let mut cur = String::new();
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+    for line in text.lines().map(bare).filter(|l| !l.trim().is_empty()) {
         let chars: Vec<char> = line.chars().collect();
         for piece in chars.chunks(max) {
             let piece: String = piece.iter().collect();
@@ -229,5 +264,12 @@ mod tests {
             format!("a{}b", "x".repeat(9))
         );
         assert_eq!(lines_within("one\ntwo", 4000), vec!["one\ntwo".to_string()]);
+        assert_eq!(
+            lines_within(
+                "System: [2026-01-01T00:00:00.000Z] a\nSystem: b\n[c] d",
+                4000
+            ),
+            vec!["a\nb\n[c] d".to_string()]
+        );
     }
 }
