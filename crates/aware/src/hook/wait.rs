@@ -56,7 +56,9 @@ pub fn run(gw: Client, cli: Cli, timeout_ms: u64, wait_secs: u64, forced: Option
         return;
     }
     // First, before anything that can block: the CLI may be gone by the time stdin is read.
-    let lineage = match Lineage::of_this_process() {
+    // CLAUDE_PID is Claude Code's: a Codex started from inside a Claude Code session inherits
+    // it, and its waiter answers to Codex all the same.
+    let lineage = match Lineage::of_this_process(cli == Cli::ClaudeCode) {
         Ok(l) => l,
         Err(msg) => return warn(&msg),
     };
@@ -109,14 +111,16 @@ pub fn run(gw: Client, cli: Cli, timeout_ms: u64, wait_secs: u64, forced: Option
     slot::release();
     if let End::Deliver(d) = end {
         match (cli, d.thread.as_deref()) {
-            (Cli::Codex, Some(thread)) => {
-                // Codex wakes on the queued turn, not on an exit code: exit 0 either way.
-                super::codex_wake::hand_over(&gw, &d.target, thread, &d.prompt, per_request);
-            }
-            _ => {
+            (Cli::ClaudeCode, _) => {
                 eprintln!("{}", d.prompt);
                 std::process::exit(2);
             }
+            // Codex wakes on the queued turn, not on an exit code: exit 0 either way.
+            (Cli::Codex, Some(thread)) => {
+                super::codex_wake::hand_over(&gw, &d.target, thread, &d.prompt, per_request);
+            }
+            // Not reached: `waiter` drains nothing for Codex without a thread.
+            (Cli::Codex, None) => warn("drained with no Codex thread to wake"),
         }
     }
     // Exit at once: the waiting thread may still be blocked in a read.

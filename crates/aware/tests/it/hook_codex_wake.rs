@@ -77,6 +77,9 @@ impl Fake {
             .env_remove("CODEX_MANAGED_PACKAGE_ROOT")
             .env("PATH", path)
             .env("XDG_STATE_HOME", self.state())
+            // Claude Code's, inherited by a Codex started inside it: the Codex waiter does not
+            // answer to it (a Claude Code waiter would refuse to wait: no such ancestor).
+            .env("CLAUDE_PID", "2147483646")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
