@@ -363,6 +363,15 @@ fn codex(r: &mut Report, project: &std::path::Path, sessions: &mut Vec<String>) 
         if found == 0 {
             continue;
         }
+        if !has_waiting_hook(&v) {
+            r.warn(
+                &format!(
+                    "no waiting Stop hook in {}: an idle Codex session is not woken by a change",
+                    path.display()
+                ),
+                "run `aware init codex` again (without --no-wake)",
+            );
+        }
         if untrusted.is_empty() {
             r.ok(&format!("Codex hooks in {} are trusted", path.display()));
         } else {
@@ -396,6 +405,22 @@ fn codex(r: &mut Report, project: &std::path::Path, sessions: &mut Vec<String>) 
     }
 }
 
+/// Does a Codex hooks.json run aware's waiting hook on Stop, asynchronously (a synchronous one
+/// would hold every turn's end until it gave up)?
+fn has_waiting_hook(v: &Value) -> bool {
+    v["hooks"]["Stop"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|g| g["hooks"].as_array().into_iter().flatten())
+        .any(|h| {
+            h["async"] == true
+                && h["command"].as_str().is_some_and(|c| {
+                    is_aware_hook(c) && c.split_whitespace().any(|w| w == "--wait")
+                })
+        })
+}
+
 /// The aware handlers of one Codex hooks.json `v` at `path`: how many there are, and the events
 /// of those without a matching trust entry in Codex's `config`. Each handler's `--session` joins
 /// `sessions`.
@@ -423,6 +448,7 @@ fn aware_handlers(
                     sessions.push(s);
                 }
                 let timeout = handler["timeout"].as_u64().unwrap_or(600);
+                let is_async = handler["async"].as_bool().unwrap_or(false);
                 let key = format!("{}:{label}:{g}:{h}", path.display());
                 let have = config
                     .get("hooks")
@@ -430,7 +456,7 @@ fn aware_handlers(
                     .and_then(|x| x.get(key.as_str()))
                     .and_then(|x| x.get("trusted_hash"))
                     .and_then(|x| x.as_str());
-                if have != Some(trust_hash(label, cmd, timeout).as_str()) {
+                if have != Some(trust_hash(label, cmd, timeout, is_async).as_str()) {
                     untrusted.push(event);
                 }
             }

@@ -14,6 +14,7 @@ mod common;
 
 mod agent_clis {
     pub mod aware_hooks;
+    pub mod codex_wake;
     pub mod monitor;
     pub mod payloads;
     pub mod support;

@@ -97,9 +97,12 @@ fn user_prompt(
     cli: Cli,
     input: &HookInput,
 ) -> Result<Output, String> {
-    // Claude Code reports a background subagent's completion as a prompt of its own; nobody
-    // typed it, so it is no human turn. Its notices are still handed over.
-    if is_task_notification(&input.prompt) {
+    // Claude Code reports a background subagent's completion as a prompt of its own, and the
+    // waiting hook wakes an idle Codex with a queued prompt (super::codex_wake); nobody typed
+    // either, so neither is a human turn. Newer notices are still handed over.
+    if is_task_notification(&input.prompt)
+        || (cli == Cli::Codex && super::codex_wake::claim(&target.key, &input.prompt))
+    {
         return Ok(match cli {
             Cli::ClaudeCode => match drain_or_create(http, target)? {
                 p if p.is_empty() => Output::Nothing,

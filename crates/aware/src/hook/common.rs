@@ -6,6 +6,7 @@ use aware_client::{Client, ClientError};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::io::Write;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// Time kept back from the deadline for handing the answer over and printing it.
@@ -147,4 +148,10 @@ pub(crate) fn drain_body() -> serde_json::Value {
         return serde_json::json!({ "previewBytes": 0 });
     }
     serde_json::json!({ "previewBytes": bytes, "toolPrefix": "mcp__aware__" })
+}
+
+/// `$XDG_STATE_HOME/aware`, else `~/.local/state/aware`; never relative ([`crate::home`]).
+pub fn state_dir() -> Result<PathBuf, String> {
+    crate::home::xdg_dir("XDG_STATE_HOME", ".local/state")
+        .map_err(|e| format!("cannot find the state directory: {e}"))
 }

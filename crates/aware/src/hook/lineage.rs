@@ -49,8 +49,9 @@ impl Lineage {
     /// a CLAUDE_PID that is no ancestor means the waiter does not answer to it); without it, the
     /// parent, and its parent too when the parent is a shell (hooks run as `sh -c …`). An error
     /// (the hook does not wait) when the chain cannot be read, the parent is already init (the
-    /// CLI is gone), or CLAUDE_PID is not an ancestor.
-    pub fn of_this_process() -> Result<Lineage, String> {
+    /// CLI is gone), or CLAUDE_PID is not an ancestor. `claude_pid`: whether CLAUDE_PID is
+    /// read at all (the CLI is Claude Code).
+    pub fn of_this_process(claude_pid: bool) -> Result<Lineage, String> {
         let mut chain: Vec<(u32, Stat)> = Vec::new();
         let mut pid = std::os::unix::process::parent_id();
         while pid != 0 && chain.len() < MAX_DEPTH {
@@ -73,7 +74,7 @@ impl Lineage {
         }
         let claude = std::env::var("CLAUDE_PID")
             .ok()
-            .filter(|p| !p.trim().is_empty());
+            .filter(|p| claude_pid && !p.trim().is_empty());
         if let Some(claude) = claude {
             let found = claude
                 .trim()

@@ -14,6 +14,7 @@
 //! within the deadline even when the gateway accepts connections and never answers.
 
 mod act;
+mod codex_wake;
 mod common;
 mod lineage;
 mod slot;
@@ -64,11 +65,12 @@ fn event_name(name: &str) -> Result<EventName, String> {
                   context; Stop and SubagentStop send the agent back once when a notice is \
                   pending; \
                   SubagentStart/SubagentStop make native subagents child sessions; PreCompact \
-                  records the compaction; other events do nothing. With --wait (a Stop hook \
-                  run with async and \
-                  asyncRewake) it waits for a notice and exits 2 with it on stderr, which wakes \
-                  an idle Claude Code session. Run-time failures are one warning line on stderr \
-                  and exit 0, so the CLI is never blocked; argument errors exit 1."
+                  records the compaction; other events do nothing. With --wait (an async Stop \
+                  hook) it waits for a notice or a message and hands it over: for Claude Code \
+                  (asyncRewake) it exits 2 with it on stderr, which wakes the idle session; for \
+                  Codex (--cli codex) it starts a turn with it through `codex queue` and exits 0. \
+                  Run-time failures are one warning line on stderr and exit 0, so the CLI is \
+                  never blocked; argument errors exit 1."
 )]
 pub struct HookArgs {
     #[command(flatten)]
@@ -85,8 +87,9 @@ pub struct HookArgs {
     /// event the hook does not act on makes it do nothing.
     #[arg(long, value_name = "EVENT", value_parser = event_name)]
     pub event: Option<EventName>,
-    /// Wait for a pending notice on the session's wake stream; when one arrives, drain it,
-    /// print it on stderr and exit 2 (Claude Code's asyncRewake then wakes the session). One
+    /// Wait for a pending notice on the session's wake stream; when one arrives, drain it and
+    /// hand it over: print it on stderr and exit 2 (Claude Code's asyncRewake then wakes the
+    /// session), or with --cli codex queue it as a new turn (`codex queue`) and exit 0. One
     /// waiter per session: a new one replaces the old.
     #[arg(long)]
     pub wait: bool,
@@ -129,7 +132,7 @@ pub fn run(args: HookArgs, outer: &Conn) {
         None => None,
     };
     if args.wait {
-        wait::run(gw, args.timeout_ms, args.wait_secs, forced);
+        wait::run(gw, args.cli, args.timeout_ms, args.wait_secs, forced);
         return;
     }
     let deadline = Instant::now() + Duration::from_millis(args.timeout_ms);

@@ -1,9 +1,11 @@
 //! `aware hook --wait`: wakes an idle session. Installed as a `Stop` command hook with
-//! `async: true` and `asyncRewake: true`, it runs in the background after each stop, blocks on
-//! the session's wake stream (no polling: the gateway pushes a wake when a notice opens, and a
-//! catch-up wake on connect when one is already pending), drains, and exits 2 with the notice on
-//! stderr, which makes Claude Code call the model again with it. With nothing to deliver it
-//! exits 0 silently (an exit 2 with nothing would loop: every stop starts the hook again).
+//! `async: true` (and, for Claude Code, `asyncRewake: true`), it runs in the background after
+//! each stop, blocks on the session's wake stream (no polling: the gateway pushes a wake when a
+//! notice opens, and a catch-up wake on connect when one is already pending), drains, and hands
+//! the text over: Claude Code's waiter exits 2 with it on stderr, which makes Claude Code call
+//! the model again with it; Codex's starts a turn with it through `codex queue` and exits 0
+//! ([`super::codex_wake`]). With nothing to deliver it exits 0 silently (an exit 2 with nothing
+//! would loop: every stop starts the hook again).
 //!
 //! - One waiter per session: a new one stops the old one, which exits 0 ([`slot`]: a locked pid
 //!   file, a checked signal through a pidfd).
@@ -15,12 +17,11 @@
 //!   by a waiter nobody listens to.
 //! - It gives up silently after `--wait-secs`.
 
-use super::common::{said, warn, Target};
+use super::common::{said, warn, Cli, Target};
 use super::lineage::Lineage;
 use super::slot;
 use aware_client::hook_input as input;
 use aware_client::{Client, ClientError};
-use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -32,13 +33,21 @@ const BACKOFF_MAX: Duration = Duration::from_secs(10);
 
 /// How the wait ended.
 enum End {
-    /// A notice to hand over: stderr, exit 2.
-    Deliver(String),
+    /// A drained text to hand over.
+    Deliver(Delivery),
     /// Nothing to deliver (gave up, replaced, orphaned, or an error already warned about).
     Quiet,
 }
 
-pub fn run(gw: Client, timeout_ms: u64, wait_secs: u64, forced: Option<input::Event>) {
+/// What was drained, for whom.
+struct Delivery {
+    prompt: String,
+    target: Target,
+    /// The hook input's `session_id` (Codex: the thread to queue the turn on).
+    thread: Option<String>,
+}
+
+pub fn run(gw: Client, cli: Cli, timeout_ms: u64, wait_secs: u64, forced: Option<input::Event>) {
     // Claude Code in print mode (`claude -p`, the SDK) waits for an async Stop hook before it
     // exits and wakes nothing on its exit 2: waiting would only delay the exit, and a notice
     // drained then would be lost. Claude Code says so in the hook's environment.
@@ -46,7 +55,9 @@ pub fn run(gw: Client, timeout_ms: u64, wait_secs: u64, forced: Option<input::Ev
         return;
     }
     // First, before anything that can block: the CLI may be gone by the time stdin is read.
-    let lineage = match Lineage::of_this_process() {
+    // CLAUDE_PID is Claude Code's: a Codex started from inside a Claude Code session inherits
+    // it, and its waiter answers to Codex all the same.
+    let lineage = match Lineage::of_this_process(cli == Cli::ClaudeCode) {
         Ok(l) => l,
         Err(msg) => return warn(&msg),
     };
@@ -69,10 +80,18 @@ pub fn run(gw: Client, timeout_ms: u64, wait_secs: u64, forced: Option<input::Ev
         Err(msg) => return warn(&msg),
     };
     let (tx, rx) = mpsc::channel();
+    let gw_waiter = gw.clone();
     let spawned = std::thread::Builder::new()
         .name("aware-hook-wait".into())
         .spawn(move || {
-            let _ = tx.send(waiter(&gw, forced, &lineage, per_request, until));
+            let _ = tx.send(waiter(
+                &gw_waiter,
+                cli,
+                forced,
+                &lineage,
+                per_request,
+                until,
+            ));
         });
     if let Err(e) = spawned {
         warn(&format!("cannot start the waiting thread: {e}"));
@@ -85,11 +104,23 @@ pub fn run(gw: Client, timeout_ms: u64, wait_secs: u64, forced: Option<input::Ev
             End::Quiet
         }
     };
-    // Every exit frees the slot and removes its file (`exit` runs no destructors).
+    // Every exit frees the slot and removes its file (`exit` runs no destructors). Freed
+    // before a Codex hand-over too: the turn it starts ends in a stop whose new waiter must
+    // find the slot free.
     slot::release();
-    if let End::Deliver(prompt) = end {
-        eprintln!("{prompt}");
-        std::process::exit(2);
+    if let End::Deliver(d) = end {
+        match (cli, d.thread.as_deref()) {
+            (Cli::ClaudeCode, _) => {
+                eprintln!("{}", d.prompt);
+                std::process::exit(2);
+            }
+            // Codex wakes on the queued turn, not on an exit code: exit 0 either way.
+            (Cli::Codex, Some(thread)) => {
+                super::codex_wake::hand_over(&gw, &d.target, thread, &d.prompt, per_request);
+            }
+            // Not reached: `waiter` drains nothing for Codex without a thread.
+            (Cli::Codex, None) => warn("drained with no Codex thread to wake"),
+        }
     }
     // Exit at once: the waiting thread may still be blocked in a read.
     std::process::exit(0);
@@ -143,6 +174,7 @@ fn wait_or_stop(
 
 fn waiter(
     gw: &Client,
+    cli: Cli,
     forced: Option<input::Event>,
     lineage: &Lineage,
     per_request: Duration,
@@ -155,7 +187,27 @@ fn waiter(
         None => None,
     };
     let target = Target::resolve(gw, session_id.as_deref())?;
-    if !lineage.alive() || !slot::take(&state_dir()?.join("waiters"), gw.base(), &target.key)? {
+    // Codex is woken on its thread: without one nothing could be handed over, so nothing may
+    // be drained.
+    if cli == Cli::Codex && session_id.as_deref().is_none_or(|s| s.trim().is_empty()) {
+        return Err(
+            "the hook input has no session_id (the Codex thread to wake); not waiting".into(),
+        );
+    }
+    let deliver = |prompt: String| {
+        End::Deliver(Delivery {
+            prompt,
+            target: target.clone(),
+            thread: session_id.clone(),
+        })
+    };
+    if !lineage.alive()
+        || !slot::take(
+            &super::common::state_dir()?.join("waiters"),
+            gw.base(),
+            &target.key,
+        )?
+    {
         return Ok(End::Quiet);
     }
     let stream_path = match &target.agent {
@@ -184,7 +236,7 @@ fn waiter(
                 }
                 let queued = drain(gw, &target, per_request)?;
                 if !queued.is_empty() {
-                    return Ok(End::Deliver(queued));
+                    return Ok(deliver(queued));
                 }
                 // Every frame, the 15 s keep-alive comments included, re-checks the agent.
                 for frame in aware_client::sse::frames(resp.into_reader()) {
@@ -197,7 +249,7 @@ fn waiter(
                     if ev.name == "wake" || ev.name == "lagged" {
                         let prompt = drain(gw, &target, per_request)?;
                         if !prompt.is_empty() {
-                            return Ok(End::Deliver(prompt));
+                            return Ok(deliver(prompt));
                         }
                     }
                 }
@@ -234,10 +286,4 @@ fn drain(gw: &Client, target: &Target, per_request: Duration) -> Result<String, 
         Err(e) if e.code() == "session_not_found" => Ok(String::new()),
         Err(e) => Err(format!("cannot drain: {}", said(&e))),
     }
-}
-
-/// `$XDG_STATE_HOME/aware`, else `~/.local/state/aware`; never relative ([`crate::home`]).
-fn state_dir() -> Result<PathBuf, String> {
-    crate::home::xdg_dir("XDG_STATE_HOME", ".local/state")
-        .map_err(|e| format!("cannot find the state directory: {e}"))
 }

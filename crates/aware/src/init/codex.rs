@@ -35,6 +35,8 @@ pub const EVENTS: [(&str, &str); 7] = [
 
 /// Seconds Codex gives one hook run (the hook's own deadline, 3 s, ends it well before).
 const HOOK_TIMEOUT_SECS: u64 = 10;
+/// Default of `--wake-secs`.
+const WAKE_SECS: u64 = 3600;
 
 #[derive(clap::Args, Debug)]
 pub struct CodexArgs {
@@ -50,6 +52,15 @@ pub struct CodexArgs {
     /// .codex/config.toml declares, which the trust lets Codex start.
     #[arg(long, conflicts_with = "global")]
     pub trust_project: bool,
+    /// Do not install the waiting Stop hook (async) that wakes an idle session when a notice or
+    /// a message arrives (it starts a turn with `codex queue`).
+    #[arg(long)]
+    pub no_wake: bool,
+    /// How long the waiting hook waits after each stop before it gives up silently, from 1 to
+    /// 604800 seconds (a week).
+    #[arg(long, default_value_t = WAKE_SECS, value_name = "SECS",
+          value_parser = clap::value_parser!(u64).range(1..=crate::hook::MAX_WAIT_SECS))]
+    pub wake_secs: u64,
     #[command(flatten)]
     pub common: Common,
 }
@@ -83,34 +94,20 @@ pub fn run(args: CodexArgs, outer: &Conn) -> Result<()> {
     let hooks_path = dir.join("hooks.json");
     let config_path = dir.join("config.toml");
 
-    // hooks.json: the hook on every event, one group each.
+    // hooks.json: the hook on every event, one group each, and on Stop the waiting hook.
     let cmd = setup.command(&["hook", "--cli", "codex"]);
+    let wait_cmd = setup.command(&[
+        "hook",
+        "--cli",
+        "codex",
+        "--wait",
+        "--wait-secs",
+        &args.wake_secs.to_string(),
+    ]);
+    let wait = (!args.no_wake).then_some(&wait_cmd);
     let (old_hooks, mut hooks_doc) = read_json(&hooks_path, &scope)?;
-    let mut trusted = Vec::new();
-    {
-        let hooks = hooks_doc
-            .as_object_mut()
-            .and_then(|o| {
-                o.entry("hooks")
-                    .or_insert_with(|| json!({}))
-                    .as_object_mut()
-            })
-            .ok_or_else(|| {
-                UsageError(format!(
-                    "{}: \"hooks\" is not an object; fix or move it",
-                    hooks_path.display()
-                ))
-            })?;
-        for (event, label) in EVENTS {
-            let ours = json!({"type": "command", "command": cmd, "timeout": HOOK_TIMEOUT_SECS});
-            replace_hooks(hooks, event, vec![ours]).map_err(|m| {
-                UsageError(format!("{}: {m}; fix or move it", hooks_path.display()))
-            })?;
-            let group = hooks[event].as_array().map_or(0, |g| g.len()) - 1;
-            let key = format!("{}:{label}:{group}:0", hooks_path.display());
-            trusted.push((key, trust_hash(label, &cmd, HOOK_TIMEOUT_SECS)));
-        }
-    }
+    let trusted = install_hooks(&mut hooks_doc, &hooks_path, &cmd, wait, args.wake_secs)
+        .map_err(|m| UsageError(format!("{}: {m}; fix or move it", hooks_path.display())))?;
 
     // config.toml of the project (or the global one): the MCP server.
     let (old_config, mut config) = read_toml(&config_path, &scope)?;
@@ -167,6 +164,9 @@ pub fn run(args: CodexArgs, outer: &Conn) -> Result<()> {
     }
     if !args.common.dry_run {
         crate::client::out(&format!("hook command: {cmd}"));
+        if let Some(w) = wait {
+            crate::client::out(&format!("waiting hook (Stop, async): {w}"));
+        }
     }
     setup.finish(&changes, args.common.dry_run, "start Codex in the project")?;
     if !project_trusted && !args.trust_project {
@@ -179,13 +179,91 @@ pub fn run(args: CodexArgs, outer: &Conn) -> Result<()> {
     Ok(())
 }
 
+/// aware's handlers on every event of [`EVENTS`] in the hooks.json document `doc` at `path`;
+/// returns the trust entry (key, hash) of each.
+fn install_hooks(
+    doc: &mut serde_json::Value,
+    path: &Path,
+    cmd: &str,
+    wait: Option<&String>,
+    wake_secs: u64,
+) -> Result<Vec<(String, String)>, String> {
+    let hooks = doc
+        .as_object_mut()
+        .and_then(|o| {
+            o.entry("hooks")
+                .or_insert_with(|| json!({}))
+                .as_object_mut()
+        })
+        .ok_or("\"hooks\" is not an object")?;
+    let mut trusted = Vec::new();
+    for (event, label) in EVENTS {
+        let ours = handlers(event, cmd, wait, wake_secs);
+        let n = ours.len();
+        replace_hooks(hooks, event, ours.iter().map(Handler::json).collect())?;
+        // replace_hooks appends ours last, one group each.
+        let first = hooks[event]
+            .as_array()
+            .map_or(0, |g| g.len())
+            .saturating_sub(n);
+        for (i, h) in ours.iter().enumerate() {
+            let key = format!("{}:{label}:{}:0", path.display(), first + i);
+            trusted.push((key, trust_hash(label, h.command, h.timeout, h.is_async)));
+        }
+    }
+    Ok(trusted)
+}
+
+/// One command handler aware installs.
+struct Handler<'a> {
+    command: &'a str,
+    timeout: u64,
+    /// Codex does not await it: it keeps running after the turn ended (the waiting hook).
+    is_async: bool,
+}
+
+impl Handler<'_> {
+    fn json(&self) -> serde_json::Value {
+        let mut h = json!({"type": "command", "command": self.command, "timeout": self.timeout});
+        if self.is_async {
+            h["async"] = true.into();
+        }
+        h
+    }
+}
+
+/// aware's handlers of one event: the hook, and on Stop the waiting hook too (unless `wait` is
+/// None, which also removes one installed before).
+fn handlers<'a>(
+    event: &str,
+    cmd: &'a str,
+    wait: Option<&'a String>,
+    wake_secs: u64,
+) -> Vec<Handler<'a>> {
+    let mut ours = vec![Handler {
+        command: cmd,
+        timeout: HOOK_TIMEOUT_SECS,
+        is_async: false,
+    }];
+    if let (Some(w), "Stop") = (wait, event) {
+        // Codex runs it in the background after the turn; it wakes the session itself (`codex
+        // queue`). Its own --wait-secs ends it first; Codex's timeout is only a backstop.
+        ours.push(Handler {
+            command: w,
+            timeout: wake_secs + 60,
+            is_async: true,
+        });
+    }
+    ours
+}
+
 /// `sha256:<hex>` of the compact, key-sorted JSON Codex hashes for one command handler alone in
-/// its group (no matcher).
-pub fn trust_hash(label: &str, command: &str, timeout: u64) -> String {
+/// its group (no matcher). `is_async` is the handler's `async` (false when absent).
+pub fn trust_hash(label: &str, command: &str, timeout: u64, is_async: bool) -> String {
     // Keys in sorted order by construction (serde_json here keeps insertion order).
     let identity = json!({
         "event_name": label,
-        "hooks": [{"async": false, "command": command, "timeout": timeout, "type": "command"}],
+        "hooks": [{"async": is_async, "command": command, "timeout": timeout, "type": "command"}],
     });
     let digest = Sha256::digest(identity.to_string().as_bytes());
     format!("sha256:{}", aware_core::hex::lower(&digest))
@@ -369,10 +447,38 @@ mod tests {
             trust_hash(
                 "post_tool_use",
                 "/usr/local/bin/aware hook --session agent:main:main",
-                600
+                600,
+                false
             ),
             "sha256:e09e2aab6329d2e008db8814b85b0e3a135e48634593656b62f52cdc933db405"
         );
+    }
+
+    #[test]
+    fn the_waiting_hook_is_trusted_as_async_and_a_rerun_replaces_it() {
+        let path = Path::new("/p/.codex/hooks.json");
+        let mut doc =
+            json!({"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "mine"}]}]}});
+        let wait = "/x/aware hook --cli codex --wait".to_string();
+        let trusted =
+            install_hooks(&mut doc, path, "/x/aware hook --cli codex", Some(&wait), 60).unwrap();
+        let again =
+            install_hooks(&mut doc, path, "/x/aware hook --cli codex", Some(&wait), 60).unwrap();
+        assert_eq!(trusted, again);
+        let stop = doc["hooks"]["Stop"].as_array().unwrap();
+        assert_eq!(stop.len(), 3);
+        assert_eq!(stop[2]["hooks"][0]["async"], true);
+        assert_eq!(stop[2]["hooks"][0]["timeout"], 120);
+        assert_eq!(trusted.len(), EVENTS.len() + 1);
+        let waiting = trusted
+            .iter()
+            .find(|(k, _)| k.ends_with(":stop:2:0"))
+            .unwrap();
+        assert_eq!(waiting.1, trust_hash("stop", &wait, 120, true));
+        assert_ne!(waiting.1, trust_hash("stop", &wait, 120, false));
+        let none = install_hooks(&mut doc, path, "/x/aware hook --cli codex", None, 60).unwrap();
+        assert_eq!(none.len(), EVENTS.len());
+        assert_eq!(doc["hooks"]["Stop"].as_array().unwrap().len(), 2);
     }
 
     #[test]

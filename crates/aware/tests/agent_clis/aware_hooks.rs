@@ -16,37 +16,33 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The manager session `aware init` sets up for the CLI.
-const KEY: &str = "agent:main:main";
+pub(super) const KEY: &str = "agent:main:main";
 /// The session it watches, where the human steps in.
-const WORKER: &str = "agent:main:worker";
+pub(super) const WORKER: &str = "agent:main:worker";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Cli {
+pub(super) enum Cli {
     Claude,
     Codex,
 }
 
 /// A gateway, a CLI home set up by `aware init`, and KEY watching WORKER with nothing pending.
-struct Hub {
-    s: Arc<Server>,
-    home: AgentHome,
+pub(super) struct Hub {
+    pub(super) s: Arc<Server>,
+    pub(super) home: AgentHome,
     cli: Cli,
 }
 
 impl Hub {
-    /// `no_wake`: Claude Code's waiting Stop hook left out (`--no-wake`), for print-mode runs
-    /// that test something else; Codex has no such hook.
-    fn new(cli: Cli, no_wake: bool) -> Self {
+    /// `no_wake`: the waiting Stop hook left out (`--no-wake`), for headless runs that test
+    /// something else.
+    pub(super) fn new(cli: Cli, no_wake: bool) -> Self {
         Self::on(cli, no_wake, Server::start())
     }
 
     /// [`Hub::new`] on a gateway the test started.
-    fn on(cli: Cli, no_wake: bool, server: Server) -> Self {
-        let init_args: &[&str] = if no_wake && cli == Cli::Claude {
-            &["--no-wake"]
-        } else {
-            &[]
-        };
+    pub(super) fn on(cli: Cli, no_wake: bool, server: Server) -> Self {
+        let init_args: &[&str] = if no_wake { &["--no-wake"] } else { &[] };
         let s = Arc::new(server);
         let home = AgentHome::new();
         match cli {
@@ -114,7 +110,7 @@ impl Hub {
 }
 
 /// A human turn on WORKER (201), nothing more.
-fn post_human_turn(s: &Server) {
+pub(super) fn post_human_turn(s: &Server) {
     let r = s.post(
         &format!("/v1/sessions/{}/turns", seg(WORKER)),
         json!({"role": "user", "text": "use the staging database", "channel": "slack"}),
@@ -134,7 +130,7 @@ fn human_turn_now(s: &Server) -> String {
 }
 
 /// The drain prompt KEY has pending, as a peek (`""` when nothing is).
-fn pending_prompt(s: &Server) -> String {
+pub(super) fn pending_prompt(s: &Server) -> String {
     s.pending(KEY)["prompt"]
         .as_str()
         .unwrap_or_default()
@@ -175,7 +171,7 @@ fn escaped(text: &str) -> String {
 
 /// Asserts how often the model was shown `notice`, request by request (main lane); on a
 /// mismatch the message says where it was shown.
-fn assert_shown(model: &ModelServer, notice: &str, want: &[usize]) {
+pub(super) fn assert_shown(model: &ModelServer, notice: &str, want: &[usize]) {
     let got = shown(model, notice);
     if got != want {
         let places: Vec<String> = model
@@ -199,7 +195,7 @@ fn assert_shown(model: &ModelServer, notice: &str, want: &[usize]) {
 }
 
 /// Nothing left for KEY: the notice was handed over and acknowledged.
-fn assert_nothing_pending(s: &Server) {
+pub(super) fn assert_nothing_pending(s: &Server) {
     let p = s.pending(KEY);
     assert_eq!(p["notices"], json!([]), "{p}");
     assert_eq!(pending_prompt(s), "", "{p}");
@@ -773,7 +769,7 @@ fn codex_runs_normally_when_the_gateway_is_down() {
 
 /// Waits until `/metrics` shows at least `n` open wake streams: the idle session's waiting
 /// hook has subscribed. A bounded wait for an observable gauge (read every 50 ms).
-fn wait_for_wake_streams(s: &Server, n: f64, timeout: Duration) {
+pub(super) fn wait_for_wake_streams(s: &Server, n: f64, timeout: Duration) {
     let deadline = Instant::now() + timeout;
     loop {
         let open = s.metric("aware_wake_stream_subscribers").unwrap_or(0.0);
@@ -789,7 +785,7 @@ fn wait_for_wake_streams(s: &Server, n: f64, timeout: Duration) {
 }
 
 /// Drains answered 200 so far (`/metrics`).
-fn drains_at(base: &str, token: Option<&str>) -> f64 {
+pub(super) fn drains_at(base: &str, token: Option<&str>) -> f64 {
     let r = try_request(base, token, "GET", "/metrics", &[], None).expect("metrics");
     let line = "aware_http_requests_total{route=\"/v1/sessions/{key}/drain\",status=\"200\"}";
     r.body
@@ -894,8 +890,8 @@ fn claude_code_idle_session_is_woken_by_a_change() {
 }
 
 /// The session that sends messages to KEY.
-const SENDER: &str = "agent:main:other";
-const MESSAGE: &str = "please rebase on main";
+pub(super) const SENDER: &str = "agent:main:other";
+pub(super) const MESSAGE: &str = "please rebase on main";
 
 /// A `sessions_send` from SENDER to KEY that waits for the reply, on its own thread; returns
 /// once the message's hand-over line is queued for KEY (peeked), with that line and the wait.
@@ -929,7 +925,7 @@ fn send_waiting(s: &Arc<Server>) -> (String, std::thread::JoinHandle<Resp>) {
 
 /// The message's words and its sender, as the model reads them (the `System: [time]` prefix
 /// left out: the woken request of an idle session may carry the line in a different wrapper).
-fn message_text() -> String {
+pub(super) fn message_text() -> String {
     format!("Message from session \"{SENDER}\" (another agent, by sessions_send): {MESSAGE}")
 }
 

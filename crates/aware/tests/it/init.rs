@@ -551,6 +551,18 @@ fn init_codex_writes_config_hooks_and_trust() {
             "{event}"
         );
     }
+    // The waiting hook: on Stop, async (Codex does not await it), after the hook.
+    let wait = &hooks["hooks"]["Stop"][1]["hooks"][0];
+    assert_eq!(
+        wait["command"],
+        format!(
+            "{} hook --cli codex --wait --wait-secs 3600 --session {KEY} --url {}",
+            exe(),
+            s.base
+        ),
+        "{hooks}"
+    );
+    assert_eq!(wait["async"], true, "{hooks}");
     let config = std::fs::read_to_string(p.join(".codex/config.toml")).unwrap();
     assert!(config.contains("[mcp_servers.aware]"), "{config}");
     assert!(
@@ -570,9 +582,16 @@ fn init_codex_writes_config_hooks_and_trust() {
         )),
         "{user}"
     );
+    assert!(
+        user.contains(&format!(
+            "[hooks.state.\"{}:stop:1:0\"]",
+            hooks_path.display()
+        )),
+        "{user}"
+    );
     assert_eq!(
         user.matches("trusted_hash = \"sha256:").count(),
-        7,
+        8,
         "{user}"
     );
     assert!(
@@ -601,6 +620,7 @@ fn init_codex_writes_config_hooks_and_trust() {
     };
     let said = text(&doctor(codex_home.path()).stdout);
     assert!(said.contains("are trusted"), "{said}");
+    assert!(!said.contains("no waiting Stop hook"), "{said}");
     assert!(said.contains("--trust-project"), "{said}");
     let user = std::fs::read_to_string(&user_config).unwrap();
     let tampered = user.replacen("trusted_hash = \"sha256:", "trusted_hash = \"sha256:0", 1);
@@ -610,6 +630,25 @@ fn init_codex_writes_config_hooks_and_trust() {
     assert_eq!(d.status.code(), Some(1), "{said}");
     assert!(said.contains("skips the aware hooks"), "{said}");
     std::fs::write(&user_config, user).unwrap();
+
+    // Without the waiting hook (--no-wake), doctor says what is missing.
+    let mut no_wake = args.to_vec();
+    no_wake.push("--no-wake");
+    let out = cmd(&no_wake)
+        .env("CODEX_HOME", codex_home.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        read_json(&p.join(".codex/hooks.json"))["hooks"]["Stop"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    let said = text(&doctor(codex_home.path()).stdout);
+    assert!(said.contains("are trusted"), "{said}");
+    assert!(said.contains("no waiting Stop hook"), "{said}");
 
     let mut trust = args.to_vec();
     trust.push("--trust-project");

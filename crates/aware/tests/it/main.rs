@@ -24,6 +24,7 @@ mod gateway_boundaries;
 mod hardening;
 mod hook;
 mod hook_and_init_boundaries;
+mod hook_codex_wake;
 mod hook_events;
 mod http_smoke;
 mod init;
