@@ -202,7 +202,8 @@ enum Command {
     /// As operator without --session; with --session the creation is recorded as that
     /// session's act.
     Create {
-        /// Key of the new session, e.g. agent:main:reviewer (a bare key uses --agent-id).
+        /// Key of the new session, agent:<agentId>:<rest>, e.g. agent:main:reviewer (a bare key
+        /// is refused unless --agent-id names its agent).
         key: String,
         /// Parent session: it watches the new one from the start.
         #[arg(long, value_name = "KEY")]

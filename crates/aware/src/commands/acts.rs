@@ -162,6 +162,20 @@ pub(super) fn cmd_create(
     outer: &Conn,
     outer_json: bool,
 ) -> client::CliResult<()> {
+    // A bare key is legal but rarely meant: `aware create "not a key"` made a session of that
+    // name in the default agent, which every later typo then missed. A bare key needs its agent
+    // said with --agent-id.
+    let qualified = key
+        .trim()
+        .get(..6)
+        .is_some_and(|p| p.eq_ignore_ascii_case("agent:"));
+    if !qualified && agent_id.is_none() {
+        return Err(client::Failure::Usage(format!(
+            "{key:?} is not an agent-qualified session key: keys read agent:<agentId>:<rest> \
+             (agentId {}), e.g. agent:main:reviewer; a bare key needs its agent with --agent-id",
+            aware_core::key::AGENT_ID_PATTERN
+        )));
+    }
     // Not as client.toml's session: `aware create` is how that session comes to exist.
     let c = read_client(common, outer, outer_json)?;
     let args = CreateSessionArgs {

@@ -520,3 +520,30 @@ fn serve_finds_its_config_under_xdg_config_home() {
     );
     assert!(log.contains("Claude root disabled"), "{log}");
 }
+
+#[test]
+fn a_bare_key_is_refused_by_create_and_a_missing_key_gets_did_you_mean() {
+    let s = Server::start();
+    // `aware create "not a key"` made a session in the default agent; now the grammar is said.
+    let out = run(&["create", "not a key", "--url", &s.base]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("agent:<agentId>:<rest>") && err.contains("--agent-id"),
+        "{err}"
+    );
+    assert_eq!(
+        s.get("/v1/sessions").body["sessions"],
+        serde_json::json!([])
+    );
+    // A bare key with its agent said is what was meant.
+    let out = run(&["create", "reviewer", "--agent-id", "main", "--url", &s.base]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    s.create("agent:main:reviewer");
+    // A typo of a key that exists: the nearest keys, not "create it".
+    let out = run(&["status", "agent:main:reviwer", "--url", &s.base]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("did you mean `agent:main:reviewer`"), "{err}");
+    assert!(!err.contains("create it"), "{err}");
+}
