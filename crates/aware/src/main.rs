@@ -197,6 +197,20 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// Delete a session and everything it owns (DELETE /v1/sessions/KEY): its turns, runs,
+    /// queued lines, event log and the watches from and to it; its children stay, orphaned.
+    ///
+    /// Needs --yes, since nothing brings it back. As operator without --session; with an agent
+    /// token only that agent's sessions.
+    Delete {
+        /// Key of the session to delete.
+        key: String,
+        /// Delete without asking (required: the command never prompts).
+        #[arg(long)]
+        yes: bool,
+        #[command(flatten)]
+        common: Common,
+    },
     /// Create a session (POST /v1/sessions); nothing changes when it exists.
     ///
     /// As operator without --session; with --session the creation is recorded as that

@@ -149,6 +149,26 @@ pub(super) fn cmd_reply(
     Ok(())
 }
 
+/// `aware delete`.
+pub(super) fn cmd_delete(
+    key: String,
+    yes: bool,
+    common: Common,
+    outer: &Conn,
+    outer_json: bool,
+) -> client::CliResult<()> {
+    if !yes {
+        return Err(client::Failure::Usage(format!(
+            "aware delete removes {key} with its turns, runs, event log and watches, and nothing \
+             brings them back; run it again with --yes"
+        )));
+    }
+    let c = read_client(common, outer, outer_json)?;
+    let v = c.call("DELETE", &format!("/v1/sessions/{}", seg(&key)), None)?;
+    c.print(&v, |_| format!("deleted {key}"));
+    Ok(())
+}
+
 /// `aware create`.
 // The fields of its `Command` variant, one parameter each, as clap parsed them.
 #[allow(clippy::too_many_arguments)]

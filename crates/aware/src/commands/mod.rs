@@ -46,6 +46,9 @@ pub(crate) fn run(cmd: Command, outer: &Conn, outer_json: bool) -> client::CliRe
             run_id,
             common,
         } => acts::cmd_reply(key, text, run_id, common, outer, outer_json),
+        Command::Delete { key, yes, common } => {
+            acts::cmd_delete(key, yes, common, outer, outer_json)
+        }
         Command::Create {
             key,
             parent,

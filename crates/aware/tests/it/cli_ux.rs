@@ -547,3 +547,28 @@ fn a_bare_key_is_refused_by_create_and_a_missing_key_gets_did_you_mean() {
     assert!(err.contains("did you mean `agent:main:reviewer`"), "{err}");
     assert!(!err.contains("create it"), "{err}");
 }
+
+#[test]
+fn delete_needs_yes_then_removes_the_session() {
+    let s = Server::start();
+    s.create("agent:main:old");
+    let out = run(&["delete", "agent:main:old", "--url", &s.base]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("--yes"));
+    assert_eq!(
+        s.get(&format!("/v1/sessions/{}", seg("agent:main:old")))
+            .status,
+        200
+    );
+    let out = run(&["delete", "agent:main:old", "--yes", "--url", &s.base]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "deleted agent:main:old");
+    assert_eq!(
+        s.get(&format!("/v1/sessions/{}", seg("agent:main:old")))
+            .status,
+        404
+    );
+    // A key that is not there: the gateway's 404, exit 1.
+    let out = run(&["delete", "agent:main:old", "--yes", "--url", &s.base]);
+    assert_eq!(out.status.code(), Some(1));
+}
