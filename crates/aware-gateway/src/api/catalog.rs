@@ -231,6 +231,12 @@ async fn adopt_source(
     let info = match info {
         Ok(i) => Some(i),
         Err(e) if !exists => return Err(searched(req, &catalog_id, &host_id, &thread_id, e)),
+        // A thread with no transcript cannot be adopted, whatever the session: adopting would
+        // turn the session `adopted` with nothing to watch (and `aware adopt` said "adopted"
+        // while nothing typed there could ever be noticed). Nothing is changed.
+        Err(e) if e.code == "thread_not_found" => {
+            return Err(searched(req, &catalog_id, &host_id, &thread_id, e))
+        }
         Err(_) => None,
     };
     let source = UpstreamSource {

@@ -432,8 +432,8 @@ fn adopt_names_the_root_it_searched_and_fails_when_nothing_is_linked() {
     assert!(err.contains("transcript unavailable"), "{err}");
     assert!(err.contains(root.path().to_str().unwrap()), "{err}");
     assert!(err.contains("aware catalog"), "{err}");
-    // A session under the adopted key exists (the hook made it) but no transcript: adopted,
-    // not linked, and the exit status says it did not work.
+    // A session under the adopted key exists (the hook made it) but no transcript: one clear
+    // error, exit 1, nothing on stdout, and the session is left as it was (not `adopted`).
     let key = aware_engine::adopted_key(
         &aware_core::AgentId::parse("main").unwrap(),
         "gateway:local",
@@ -441,15 +441,19 @@ fn adopt_names_the_root_it_searched_and_fails_when_nothing_is_linked() {
     )
     .unwrap();
     s.create(key.as_str());
+    let before = s.get(&format!("/v1/sessions/{}", seg(key.as_str()))).body;
     let out = run(&["adopt", "t-hook", "--url", &s.base]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
-    assert!(text(&out.stdout).starts_with("adopted the existing session"));
-    assert!(!text(&out.stdout).contains("already adopted"));
+    assert_eq!(text(&out.stdout), "");
     let err = text(&out.stderr);
     assert!(
-        err.contains("is not linked") && err.contains("t-hook"),
+        err.contains("transcript unavailable") && err.contains("t-hook"),
         "{err}"
     );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let after = s.get(&format!("/v1/sessions/{}", seg(key.as_str()))).body;
+    assert_eq!(after["kind"], before["kind"], "{after}");
+    assert!(after.get("upstream").is_none(), "{after}");
 }
 
 #[test]
