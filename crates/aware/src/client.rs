@@ -253,19 +253,6 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     outl.join("\n")
 }
 
-/// Keys longer than this are shortened in `aware list` without --wide: an adopted session's key
-/// (`agent:main:claude:` and 64 hex digits) would push every row past 120 columns.
-const COMPACT_KEY_CHARS: usize = 40;
-
-/// `key`, or its first characters and `…` when it is longer than [`COMPACT_KEY_CHARS`].
-fn compact_key(key: &str) -> String {
-    if key.chars().count() <= COMPACT_KEY_CHARS {
-        return key.to_string();
-    }
-    let head: String = key.chars().take(COMPACT_KEY_CHARS - 1).collect();
-    format!("{head}…")
-}
-
 /// One row of the session table, from an operator's session object or a `sessions_list` row.
 pub struct SessionLine {
     pub key: String,
@@ -314,40 +301,30 @@ fn read_answer<R: serde::de::DeserializeOwned>(v: &Value, what: &str) -> CliResu
     })
 }
 
-/// The session table; `wide` prints every key whole.
-pub fn human_sessions(lines: &[SessionLine], wide: bool) -> String {
-    let mut shortened = false;
+/// The session table. The key is the last column and always whole: it is what a user copies
+/// (a subagent's or an adopted session's key runs to 60–82 characters), and as the last column
+/// its length pushes no other column. `_wide` is kept so `--wide` still parses.
+pub fn human_sessions(lines: &[SessionLine], _wide: bool) -> String {
     let rows: Vec<Vec<String>> = lines
         .iter()
         .map(|s| {
-            let shown = if wide {
-                s.key.clone()
-            } else {
-                compact_key(&s.key)
-            };
-            shortened |= shown != s.key;
             vec![
-                shown,
                 s.agent.clone(),
                 s.kind.clone(),
                 s.status.clone(),
                 s.version.map(|n| n.to_string()).unwrap_or_default(),
                 s.label.clone().unwrap_or_default(),
+                s.key.clone(),
             ]
         })
         .collect();
     if rows.is_empty() {
         return "no sessions".into();
     }
-    let t = table(
-        &["KEY", "AGENT", "KIND", "STATUS", "VERSION", "LABEL"],
+    table(
+        &["AGENT", "KIND", "STATUS", "VERSION", "LABEL", "KEY"],
         &rows,
-    );
-    if shortened {
-        format!("{t}\n(long keys end in …; --wide prints them whole)")
-    } else {
-        t
-    }
+    )
 }
 
 pub fn human_catalog(page: &aware_wire::catalog::CatalogPage) -> String {

@@ -128,9 +128,9 @@ enum Command {
         /// At most this many sessions.
         #[arg(long, value_name = "N")]
         limit: Option<i64>,
-        /// Print long keys whole (an adopted session's key is 82 characters; by default keys
-        /// over 40 characters are shortened with `…`).
-        #[arg(long)]
+        /// Accepted for scripts written before keys were always printed whole (the key is the
+        /// table's last column, never cut).
+        #[arg(long, hide = true)]
         wide: bool,
         #[command(flatten)]
         common: Common,
