@@ -16,6 +16,7 @@ macro_rules! say {
 
 mod client;
 mod commands;
+mod console;
 mod context;
 mod demo;
 mod docgen;
@@ -340,6 +341,15 @@ enum Command {
     },
     /// Check the gateway, token, session, a project's Claude Code configs and the Claude root.
     Doctor(doctor::DoctorArgs),
+    /// Print the web console's URL (the gateway's `/ui/`) and open it in a browser when this
+    /// machine has a display; the page asks for the token when the gateway has one.
+    Console {
+        /// Only print the URL.
+        #[arg(long)]
+        no_open: bool,
+        #[command(flatten)]
+        common: Common,
+    },
     /// Adopt a catalog thread (a Claude Code session; a Codex CLI session with `--catalog codex`)
     /// so a human typing into it is noticed.
     ///
@@ -426,6 +436,12 @@ fn main() {
         }
         Command::Init { command } => init::run(command, &cli.conn),
         Command::Doctor(args) => doctor::run(args, &cli.conn),
+        Command::Console { no_open, common } => {
+            if let Err(f) = console::run(no_open, common, &cli.conn) {
+                f.exit();
+            }
+            Ok(())
+        }
         Command::Completions { shell } => {
             let mut buf = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "aware", &mut buf);

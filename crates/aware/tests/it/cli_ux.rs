@@ -572,3 +572,23 @@ fn delete_needs_yes_then_removes_the_session() {
     let out = run(&["delete", "agent:main:old", "--yes", "--url", &s.base]);
     assert_eq!(out.status.code(), Some(1));
 }
+
+#[test]
+fn console_prints_its_url_and_says_when_the_gateway_is_not_up() {
+    let s = Server::start();
+    let out = cmd(&["console", "--no-open", "--url", &s.base])
+        .env_remove("DISPLAY")
+        .env_remove("WAYLAND_DISPLAY")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), format!("{}/ui/", s.base));
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let out = run(&["console", "--no-open", "--url", &dead]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("aware serve"),
+        "{}",
+        text(&out.stderr)
+    );
+}
