@@ -71,6 +71,8 @@ impl Fake {
         let mut child = Command::new(bin())
             .args(["hook", "--url", url, "--session", W, "--cli", "codex"])
             .args(args)
+            // The spec's exact prompt; the reconcile preview has its own tests (preview.rs).
+            .env("AWARE_PREVIEW_BYTES", "0")
             .env_remove("AWARE_URL")
             .env_remove("AWARE_TOKEN")
             .env_remove("AWARE_SESSION")
