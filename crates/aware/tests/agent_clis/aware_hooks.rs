@@ -818,8 +818,9 @@ fn claude_code_idle_session_is_woken_by_a_change() {
     let hub = Hub::new(Cli::Claude, false);
     // The drains answered before the first answer is sent: the Stop hooks have not run yet.
     // Once the turn ends, the synchronous Stop hook drains once (nothing pending: it lets the
-    // turn end) while the waiting one subscribes. The change must come after both, or the
-    // synchronous hook, not the waiter, would deliver it (a delivery all the same, but no wake).
+    // turn end) while the waiting one subscribes and drains once on connect. The change must
+    // come after all of that, or the synchronous hook, not the waiter, would deliver it (a
+    // delivery all the same, but no wake).
     let drains_before_stop = Arc::new(Mutex::new(None));
     let model = ModelServer::start(Script::new(vec![
         Step::text("Ready.").before({
@@ -851,10 +852,10 @@ fn claude_code_idle_session_is_woken_by_a_change() {
         .unwrap()
         .expect("the first answer was sent");
     let deadline = Instant::now() + Duration::from_secs(60);
-    while drains_at(&hub.s.base, hub.s.token.as_deref()) < before + 1.0 {
+    while drains_at(&hub.s.base, hub.s.token.as_deref()) < before + 2.0 {
         assert!(
             Instant::now() < deadline,
-            "the synchronous Stop hook never drained"
+            "the synchronous Stop hook and the waiter's connect never both drained"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -867,7 +868,7 @@ fn claude_code_idle_session_is_woken_by_a_change() {
     let n = if peeked.is_empty() {
         // The request is counted once its answer is written, a moment after its commit.
         let deadline = Instant::now() + Duration::from_secs(60);
-        while drains_at(&hub.s.base, hub.s.token.as_deref()) < before + 2.0 {
+        while drains_at(&hub.s.base, hub.s.token.as_deref()) < before + 3.0 {
             assert!(
                 Instant::now() < deadline,
                 "nothing pending after the human turn, and no drain took it"
@@ -969,8 +970,18 @@ fn codex_gets_a_message_after_its_tool_call_once_and_its_answer_reaches_the_send
 fn claude_code_idle_session_is_woken_by_a_message_and_its_answer_reaches_the_sender() {
     let hub = Hub::new(Cli::Claude, false);
     hub.s.create(SENDER);
+    // As in `claude_code_idle_session_is_woken_by_a_change`: the message goes out once the
+    // synchronous Stop hook and the waiter's connect have drained, so the wake delivers it.
+    let drains_before_stop = Arc::new(Mutex::new(None));
     let model = ModelServer::start(Script::new(vec![
-        Step::text("Ready."),
+        Step::text("Ready.").before({
+            let (base, token, at) = (
+                hub.s.base.clone(),
+                hub.s.token.clone(),
+                drains_before_stop.clone(),
+            );
+            move |_| *at.lock().unwrap() = Some(drains_at(&base, token.as_deref()))
+        }),
         Step::text("Rebased on main."),
     ]));
     let mut argv = vec![installed_bin_dir()
@@ -989,6 +1000,18 @@ fn claude_code_idle_session_is_woken_by_a_message_and_its_answer_reaches_the_sen
     });
     // Idle: the turn ended and the waiting hook is on the wake stream.
     wait_for_wake_streams(&hub.s, 1.0, Duration::from_secs(60));
+    let before = drains_before_stop
+        .lock()
+        .unwrap()
+        .expect("the first answer was sent");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while drains_at(&hub.s.base, hub.s.token.as_deref()) < before + 2.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the synchronous Stop hook and the waiter's connect never both drained"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // The message may be taken by the waiter before the peek sees it: send it on a thread
     // and wait for the woken request instead of peeking.
     let s2 = hub.s.clone();
