@@ -332,9 +332,10 @@ enum Command {
     },
     /// MCP server over stdio exposing the six agent tools (needs --session).
     Mcp(mcp::McpArgs),
-    /// Claude Code UserPromptSubmit hook: records the prompt, prints pending notices.
+    /// The hook of Claude Code and Codex: records prompts, hands notices and messages over,
+    /// wakes idle sessions (every event).
     Hook(hook::HookArgs),
-    /// Set up a Claude Code project: hook, MCP server and session.
+    /// Set up a project for an agent CLI (claude-code, codex): hooks, MCP server and session.
     Init {
         #[command(subcommand)]
         command: init::InitCommand,
