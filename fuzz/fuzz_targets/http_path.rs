@@ -126,6 +126,7 @@ fn serves(route: &Route) -> &'static [Method] {
             | S::StartRun
             | S::EndRun(_)
             | S::Compaction
+            | S::Replies
             | S::Watch => POST,
         },
     }
@@ -168,6 +169,7 @@ fn render(route: &Route, segs: &[&str]) -> String {
                 S::StartRun => "/runs".into(),
                 S::EndRun(run) => format!("/runs/{run}/end"),
                 S::Compaction => "/compaction".into(),
+                S::Replies => "/replies".into(),
                 S::ListWatches | S::Watch => "/watches".into(),
                 S::Watchers => "/watchers".into(),
                 S::Unwatch(t) => format!("/watches/{t}"),
