@@ -12,9 +12,10 @@ use std::sync::{mpsc, OnceLock};
 use std::time::Duration;
 
 /// The pinned packages and the binary each provides.
-const PINNED: [(&str, &str); 2] = [
+const PINNED: [(&str, &str); 3] = [
     ("@anthropic-ai/claude-code", "claude"),
     ("@openai/codex", "codex"),
+    ("@google/gemini-cli", "gemini"),
 ];
 
 /// `clients/agent-clis` of this repository.

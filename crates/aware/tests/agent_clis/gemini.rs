@@ -1,0 +1,260 @@
+//! `aware init gemini` + `aware hook --cli gemini` with the real Gemini CLI (decision D30), headless
+//! (`gemini -p … --approval-mode yolo`) against the scripted model server's Gemini API: a manager
+//! session KEY, set up by `aware init gemini`, watches a worker; a human steps into the worker
+//! while the agent works (a side effect of the model server at a known step), and the test
+//! asserts what the model was shown, request by request, and what the gateway holds afterwards.
+
+use super::support::*;
+use crate::common::*;
+use serde_json::{json, Value};
+use std::sync::{Arc, Mutex};
+
+const KEY: &str = "agent:main:main";
+const WORKER: &str = "agent:main:worker";
+
+/// A gateway and a Gemini CLI home set up by `aware init gemini`, KEY watching WORKER with
+/// nothing pending.
+struct Hub {
+    s: Arc<Server>,
+    home: AgentHome,
+}
+
+impl Hub {
+    fn new() -> Self {
+        let s = Arc::new(Server::start());
+        let home = AgentHome::new();
+        home.trust_gemini();
+        init(&home, &s.base);
+        s.create(WORKER);
+        let w = s.watch(KEY, WORKER);
+        assert!(w.status == 200 || w.status == 201, "watch: {}", w.body);
+        s.drain(KEY);
+        assert_eq!(pending_prompt(&s), "");
+        Hub { s, home }
+    }
+
+    fn run(&self, model: &ModelServer, prompt: &str) -> CliRun {
+        let run = self.home.gemini_print(model, prompt, &[]);
+        run.assert_success("gemini -p", model);
+        run
+    }
+
+    /// A side effect for a step: a human turn on WORKER; the notice KEY then has pending is
+    /// stored in `seen`.
+    fn human_steps_in(&self, seen: &Arc<Mutex<String>>) -> impl FnOnce(&Request) + Send + 'static {
+        let (s, seen) = (self.s.clone(), seen.clone());
+        move |_| {
+            let r = s.post(
+                &format!("/v1/sessions/{}/turns", seg(WORKER)),
+                json!({"role": "user", "text": "use the staging database", "channel": "slack"}),
+            );
+            assert_eq!(r.status, 201, "human turn: {}", r.body);
+            *seen.lock().expect("notice slot") = pending_prompt(&s);
+        }
+    }
+}
+
+/// `aware init gemini --project P --url URL --session KEY`, run as the user of this home.
+fn init(home: &AgentHome, url: &str) {
+    let out = home
+        .command(bin())
+        .args(["init", "gemini", "--project"])
+        .arg(&home.project)
+        .args(["--url", url, "--session", KEY])
+        .output()
+        .expect("run aware init gemini");
+    assert!(
+        out.status.success(),
+        "aware init gemini failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn pending_prompt(s: &Server) -> String {
+    s.pending(KEY)["prompt"]
+        .as_str()
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+fn notice(seen: &Arc<Mutex<String>>) -> String {
+    let n = seen.lock().expect("notice slot").clone();
+    assert!(
+        n.contains(&format!("Session \"{WORKER}\" changed (other actor)")),
+        "the side effect never ran, or saw no notice: {n:?}"
+    );
+    n
+}
+
+/// Gemini CLI escapes `<` and `>` of a hook's context (`&lt;`, `&gt;`) and wraps it in
+/// `<hook_context>`; the notices have neither, so they are shown verbatim.
+fn shown(model: &ModelServer, text: &str) -> Vec<usize> {
+    model
+        .lane(Lane::Main)
+        .iter()
+        .map(|r| r.count(text))
+        .collect()
+}
+
+fn assert_shown(model: &ModelServer, text: &str, want: &[usize]) {
+    let got = shown(model, text);
+    assert_eq!(
+        got,
+        want,
+        "{text:?} shown {got:?} times per request; where: {:?}\nrequests:{}",
+        model
+            .lane(Lane::Main)
+            .iter()
+            .map(|r| r.places(text))
+            .collect::<Vec<_>>(),
+        model.summary()
+    );
+}
+
+fn assert_nothing_pending(s: &Server) {
+    let p = s.pending(KEY);
+    assert_eq!(p["notices"], json!([]), "{p}");
+}
+
+/// User turns of KEY, oldest first, with their channel.
+fn prompts_of_key(s: &Server) -> Vec<(String, String)> {
+    s.get(&format!("/v1/sessions/{}/turns", seg(KEY))).body["turns"]
+        .as_array()
+        .expect("turns")
+        .iter()
+        .filter(|t| t["role"] == "user")
+        .map(|t| {
+            (
+                t["text"].as_str().unwrap_or_default().to_string(),
+                t["channel"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn gemini_cli_hears_a_change_right_after_its_tool_call_once() {
+    let hub = Hub::new();
+    let seen = Arc::new(Mutex::new(String::new()));
+    let model = ModelServer::start(Script::new(vec![
+        Step::shell("call_1", "echo working").before(hub.human_steps_in(&seen)),
+        Step::text("All done."),
+    ]));
+    hub.run(&model, "do the task");
+    let n = notice(&seen);
+    // In the request right after the tool call (appended to the tool's result), once.
+    assert_shown(&model, &n, &[0, 1]);
+    assert_shown(
+        &model,
+        "human_direct_message by human via slack: \"use the staging database\"",
+        &[0, 1],
+    );
+    let last = model.lane(Lane::Main).last().cloned().expect("requests");
+    assert!(
+        last.places(&n).iter().any(|p| p.contains("hook_context")),
+        "the notice arrives as the AfterTool hook's context: {:?}",
+        last.places(&n)
+    );
+    assert_eq!(model.unscripted(), 0, "{}", model.summary());
+    assert_nothing_pending(&hub.s);
+    // The prompt typed into Gemini CLI is the session's human turn, channel gemini-cli.
+    assert_eq!(
+        prompts_of_key(&hub.s),
+        [("do the task".to_string(), "gemini-cli".to_string())]
+    );
+    // Gemini CLI fires PreCompress before every compression check, also when it compresses
+    // nothing (as here): no compaction is recorded for it.
+    let events = hub.s.status(WORKER, KEY, 0);
+    assert!(
+        !events["stateChanges"]["events"]
+            .as_array()
+            .expect("events")
+            .iter()
+            .any(|e| e["kind"] == "compacted"),
+        "{events}"
+    );
+}
+
+#[test]
+fn gemini_cli_is_sent_back_once_when_a_change_lands_before_it_stops() {
+    let hub = Hub::new();
+    let seen = Arc::new(Mutex::new(String::new()));
+    // The change lands while the model writes its final answer: only the AfterAgent gate can
+    // deliver it.
+    let model = ModelServer::start(Script::new(vec![
+        Step::shell("call_1", "echo working"),
+        Step::text("All done.").before(hub.human_steps_in(&seen)),
+        Step::text("Reconciled, done."),
+    ]));
+    let run = hub.run(&model, "do the task");
+    let n = notice(&seen);
+    // Sent back once with the notice as a new prompt; the continuation's AfterAgent has
+    // stop_hook_active and is let go.
+    assert_shown(&model, &n, &[0, 0, 1]);
+    assert_eq!(model.unscripted(), 0, "{}", model.summary());
+    assert!(run.stdout.contains("Reconciled, done."), "{}", run.stdout);
+    assert_nothing_pending(&hub.s);
+    // The gate's reason, run through BeforeAgent as a prompt, is no human turn.
+    assert_eq!(
+        prompts_of_key(&hub.s),
+        [("do the task".to_string(), "gemini-cli".to_string())]
+    );
+}
+
+/// `aware init gemini` wrote what Gemini CLI reads: the hook on each event it acts on and the
+/// MCP server, and the trust key Gemini computes for that hook (`name:command`); a run then
+/// shows no untrusted-hook warning.
+#[test]
+fn gemini_cli_runs_the_hook_init_trusted_without_a_warning() {
+    let hub = Hub::new();
+    let model = ModelServer::start(Script::new(vec![Step::text("Hello.")]));
+    let run = hub.run(&model, "say hello");
+    assert!(
+        !run.stderr
+            .contains("project-level hooks have been detected"),
+        "{}",
+        run.stderr
+    );
+    let settings: Value = serde_json::from_str(
+        &std::fs::read_to_string(hub.home.project.join(".gemini/settings.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(settings["mcpServers"]["aware"]["command"]
+        .as_str()
+        .is_some_and(|c| c.starts_with('/')));
+    assert_eq!(
+        prompts_of_key(&hub.s),
+        [("say hello".to_string(), "gemini-cli".to_string())]
+    );
+}
+
+/// With every hook and the MCP server pointed at a port nothing listens on, Gemini CLI runs its
+/// turn normally: each hook fails fast with its one warning line, and the model is shown no
+/// notice.
+#[test]
+fn gemini_cli_runs_normally_when_the_gateway_is_down() {
+    let hub = Hub::new();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let dead = format!("http://127.0.0.1:{port}");
+    init(&hub.home, &dead);
+    let model = ModelServer::start(Script::new(vec![
+        Step::shell("call_1", "echo working"),
+        Step::text("All done."),
+    ]));
+    let run = hub.run(&model, "do the task");
+    assert_shown(&model, "System: [", &[0, 0]);
+    assert_eq!(model.unscripted(), 0, "{}", model.summary());
+    assert!(run.stdout.contains("All done."), "{}", run.stdout);
+    assert!(
+        run.stderr.contains("aware hook: warning:") || run.stdout.contains("aware hook: warning:"),
+        "the hook's warning is shown:\nstdout:\n{}\nstderr:\n{}",
+        run.stdout,
+        run.stderr
+    );
+}
