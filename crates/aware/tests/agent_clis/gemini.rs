@@ -43,14 +43,7 @@ impl Hub {
     /// stored in `seen`.
     fn human_steps_in(&self, seen: &Arc<Mutex<String>>) -> impl FnOnce(&Request) + Send + 'static {
         let (s, seen) = (self.s.clone(), seen.clone());
-        move |_| {
-            let r = s.post(
-                &format!("/v1/sessions/{}/turns", seg(WORKER)),
-                json!({"role": "user", "text": "use the staging database", "channel": "slack"}),
-            );
-            assert_eq!(r.status, 201, "human turn: {}", r.body);
-            *seen.lock().expect("notice slot") = pending_prompt(&s);
-        }
+        move |_| *seen.lock().expect("notice slot") = human_turn_now(&s)
     }
 }
 
@@ -70,6 +63,16 @@ fn init(home: &AgentHome, url: &str) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A human turn on WORKER; returns the notice KEY then has pending (peeked).
+fn human_turn_now(s: &Server) -> String {
+    let r = s.post(
+        &format!("/v1/sessions/{}/turns", seg(WORKER)),
+        json!({"role": "user", "text": "use the staging database", "channel": "slack"}),
+    );
+    assert_eq!(r.status, 201, "human turn: {}", r.body);
+    pending_prompt(s)
 }
 
 fn pending_prompt(s: &Server) -> String {
@@ -257,4 +260,137 @@ fn gemini_cli_runs_normally_when_the_gateway_is_down() {
         run.stdout,
         run.stderr
     );
+}
+
+/// The `functionResponse` Gemini CLI sent for call `name` in a request, as JSON.
+fn function_response(request: &Request, name: &str) -> Value {
+    for content in request.items() {
+        for part in content["parts"].as_array().into_iter().flatten() {
+            if part["functionResponse"]["name"] == name {
+                return part["functionResponse"].clone();
+            }
+        }
+    }
+    panic!(
+        "no functionResponse of {name} in request #{}",
+        request.index
+    )
+}
+
+/// The model calls `session_status` through the MCP server `aware init gemini` wrote (Gemini
+/// names it `mcp_aware_session_status`) and reads the exact delta.
+#[test]
+fn gemini_cli_calls_session_status_through_mcp_and_gets_the_delta() {
+    let hub = Hub::new();
+    // The human stepped in before the run: the notice names the cursor to read from.
+    let n = human_turn_now(&hub.s);
+    let since: i64 = n
+        .lines()
+        .next()
+        .and_then(|l| l.rsplit("changesSince ").next())
+        .and_then(|t| t.trim_end_matches('.').trim().parse().ok())
+        .unwrap_or_else(|| panic!("no changesSince in {n}"));
+    let model = ModelServer::start(Script::new(vec![
+        Step::tool(
+            "call_status",
+            "mcp__aware__session_status",
+            json!({"sessionKey": WORKER, "changesSince": since}),
+        ),
+        Step::text("Reconciled."),
+    ]));
+    hub.run(&model, "check on the worker");
+    let main = model.lane(Lane::Main);
+    assert_eq!(main.len(), 2, "{}", model.summary());
+    let offered = main[0].body["tools"].to_string();
+    assert!(offered.contains("mcp_aware_session_status"), "{offered}");
+    // The notice reached the first request already (SessionStart / BeforeAgent).
+    assert_eq!(main[0].count(&n), 1, "{}", model.summary());
+    // The model reads the tool's text content (Gemini CLI shows no structuredContent), which
+    // is the session's status text with the exact delta, wrapped as untrusted context.
+    let got = function_response(&main[1], "mcp_aware_session_status");
+    let want = hub.s.status(KEY, WORKER, since);
+    let text = want["statusText"].as_str().expect("statusText");
+    assert!(text.contains("human_direct_message"), "{want}");
+    assert_eq!(
+        got["response"]["output"],
+        format!("<untrusted_context>\n{text}\n</untrusted_context>"),
+        "{got}"
+    );
+    assert_eq!(model.unscripted(), 0, "{}", model.summary());
+    assert_nothing_pending(&hub.s);
+}
+
+/// Three parallel tool calls run AfterTool three times; the notice is shown once.
+#[test]
+fn gemini_cli_parallel_tool_calls_show_a_notice_once() {
+    let hub = Hub::new();
+    let seen = Arc::new(Mutex::new(String::new()));
+    let model = ModelServer::start(Script::new(vec![
+        Step::calls(vec![
+            Call::shell("call_a", "echo one"),
+            Call::shell("call_b", "echo two"),
+            Call::shell("call_c", "echo three"),
+        ])
+        .before(hub.human_steps_in(&seen)),
+        Step::text("All done."),
+    ]));
+    hub.run(&model, "do three things");
+    let n = notice(&seen);
+    assert_shown(&model, &n, &[0, 1]);
+    assert_eq!(model.unscripted(), 0, "{}", model.summary());
+    assert_nothing_pending(&hub.s);
+}
+
+const SENDER: &str = "agent:main:other";
+const MESSAGE: &str = "please rebase on main";
+
+/// A message sent to KEY mid-run reaches the model after its tool call, once, naming its
+/// sender; the text the turn ends with (`prompt_response`) is the sender's reply.
+#[test]
+fn gemini_cli_gets_a_message_after_its_tool_call_once_and_its_answer_reaches_the_sender() {
+    let hub = Hub::new();
+    hub.s.create(SENDER);
+    let waiter = Arc::new(Mutex::new(None));
+    let model = ModelServer::start(Script::new(vec![
+        Step::shell("call_1", "echo working").before({
+            let (s, waiter) = (hub.s.clone(), waiter.clone());
+            move |_| {
+                let s2 = s.clone();
+                let sent = std::thread::spawn(move || {
+                    s2.tool(
+                        SENDER,
+                        "sessions_send",
+                        json!({"sessionKey": KEY, "message": MESSAGE, "timeoutSeconds": 120}),
+                    )
+                });
+                // The hand-over line is queued before the tool's AfterTool hook runs: the
+                // send is recorded before it starts waiting for the reply.
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+                while !pending_prompt(&s).contains(MESSAGE) {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "the message was never queued for KEY"
+                    );
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                *waiter.lock().expect("waiter slot") = Some(sent);
+            }
+        }),
+        Step::text("Rebased on main."),
+    ]));
+    hub.run(&model, "do the task");
+    let line =
+        format!("Message from session \"{SENDER}\" (another agent, by sessions_send): {MESSAGE}");
+    assert_shown(&model, &line, &[0, 1]);
+    let sent = waiter
+        .lock()
+        .expect("waiter slot")
+        .take()
+        .expect("the message was sent");
+    let r = sent.join().expect("the send");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["status"], "ok", "{}", r.body);
+    assert_eq!(r.body["reply"], "Rebased on main.", "{}", r.body);
+    assert_eq!(model.unscripted(), 0, "{}", model.summary());
+    assert_nothing_pending(&hub.s);
 }
