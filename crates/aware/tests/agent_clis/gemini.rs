@@ -394,3 +394,77 @@ fn gemini_cli_gets_a_message_after_its_tool_call_once_and_its_answer_reaches_the
     assert_eq!(model.unscripted(), 0, "{}", model.summary());
     assert_nothing_pending(&hub.s);
 }
+
+/// The hook payloads of Gemini CLI (a hook on each event dumps its stdin): the event names and
+/// the fields `aware hook --cli gemini` reads, one session id throughout, and `PreCompress`
+/// fired although nothing was compressed (why the hook ignores it). `AWARE_HOOK_PAYLOADS_DIR`
+/// keeps them.
+#[test]
+fn gemini_cli_hook_payloads_carry_the_fields_the_hook_reads() {
+    let home = AgentHome::new();
+    home.trust_gemini();
+    let (script, dir) = dump_hook(&home);
+    let mut hooks = serde_json::Map::new();
+    for e in [
+        "SessionStart",
+        "BeforeAgent",
+        "AfterTool",
+        "AfterAgent",
+        "PreCompress",
+    ] {
+        hooks.insert(
+            e.to_string(),
+            json!([{"hooks": [{"type": "command", "name": "dump",
+                "command": format!("{} {e}", script.to_string_lossy())}]}]),
+        );
+    }
+    std::fs::create_dir_all(home.project.join(".gemini")).expect(".gemini");
+    std::fs::write(
+        home.project.join(".gemini/settings.json"),
+        json!({ "hooks": hooks }).to_string(),
+    )
+    .expect("write .gemini/settings.json");
+    let model = ModelServer::start(Script::new(vec![
+        Step::shell("call_1", "echo working"),
+        Step::text("All done."),
+    ]));
+    home.gemini_print(&model, "do the task", &[])
+        .assert_success("gemini -p", &model);
+    let all = dumps(&dir);
+    let one = |event: &str| -> Value {
+        let found = of_event(&all, event);
+        assert!(!found.is_empty(), "no {event} payload: {all:?}");
+        found[0].clone()
+    };
+    let start = one("SessionStart");
+    let sid = start["session_id"]
+        .as_str()
+        .expect("session_id")
+        .to_string();
+    assert!(!sid.is_empty());
+    assert_eq!(start["source"], "startup", "{start}");
+    let prompt = one("BeforeAgent");
+    assert_eq!(prompt["prompt"], "do the task", "{prompt}");
+    let tool = one("AfterTool");
+    assert_eq!(tool["tool_name"], "run_shell_command", "{tool}");
+    assert_eq!(tool["tool_input"]["command"], "echo working", "{tool}");
+    let stop = one("AfterAgent");
+    assert_eq!(stop["prompt_response"], "All done.", "{stop}");
+    assert_eq!(stop["stop_hook_active"], false, "{stop}");
+    let compress = one("PreCompress");
+    assert_eq!(compress["trigger"], "auto", "{compress}");
+    for p in &all {
+        assert_eq!(p["session_id"], sid.as_str(), "{p}");
+        assert!(p["transcript_path"].is_string(), "{p}");
+    }
+    save_payloads(
+        "gemini",
+        &[
+            ("SessionStart".to_string(), &start),
+            ("BeforeAgent".to_string(), &prompt),
+            ("AfterTool".to_string(), &tool),
+            ("AfterAgent".to_string(), &stop),
+            ("PreCompress".to_string(), &compress),
+        ],
+    );
+}
