@@ -6,6 +6,7 @@
 
 use super::support::*;
 use crate::common::*;
+use aware_testkit::agent_cli::gemini::GEMINI_MODEL;
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 
@@ -467,4 +468,52 @@ fn gemini_cli_hook_payloads_carry_the_fields_the_hook_reads() {
             ("PreCompress".to_string(), &compress),
         ],
     );
+}
+
+/// Interactive Gemini CLI (its terminal UI under tmux), set up by `aware init gemini`: the
+/// prompt typed into it is a human turn, and a change during its tool call reaches the very
+/// next request, once.
+#[test]
+fn gemini_cli_interactive_session_hears_a_change_after_its_tool_call_once() {
+    let hub = Hub::new();
+    let seen = Arc::new(Mutex::new(String::new()));
+    let model = ModelServer::start(Script::new(vec![
+        Step::shell("call_1", "echo working").before(hub.human_steps_in(&seen)),
+        Step::text("All done here."),
+    ]));
+    let argv = vec![
+        installed_bin_dir()
+            .join("gemini")
+            .to_string_lossy()
+            .into_owned(),
+        "--approval-mode".into(),
+        "yolo".into(),
+        "-m".into(),
+        GEMINI_MODEL.into(),
+    ];
+    let tmux = Tmux::start(
+        hub.home.tmp.join("tmux.sock"),
+        &hub.home.project,
+        &hub.home.gemini_env(&model),
+        &argv,
+    );
+    tmux.wait_for_screen("Type your message", std::time::Duration::from_secs(60));
+    tmux.send_keys(&["do the task"]);
+    // Keys that arrive together read as a paste, whose Enter is a new line: the Enter goes
+    // once the typed text is on the screen.
+    tmux.wait_for_screen("do the task", std::time::Duration::from_secs(30));
+    tmux.send_keys(&["Enter"]);
+    model.wait_for(
+        "the answer after the tool call",
+        std::time::Duration::from_secs(60),
+        |r| r.iter().filter(|x| x.lane == Lane::Main).count() >= 2,
+    );
+    tmux.wait_for_screen("All done here.", std::time::Duration::from_secs(60));
+    let n = notice(&seen);
+    assert_shown(&model, &n, &[0, 1]);
+    assert_eq!(
+        prompts_of_key(&hub.s),
+        [("do the task".to_string(), "gemini-cli".to_string())]
+    );
+    assert_nothing_pending(&hub.s);
 }
