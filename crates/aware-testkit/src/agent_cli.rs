@@ -6,8 +6,8 @@
 //! - [`installed_bin_dir`] finds `clients/agent-clis/node_modules/.bin`. When the pinned
 //!   packages are not installed there it runs `npm ci` once (under a file lock, so parallel test
 //!   processes install once); without `npm` it fails with the fix.
-//! - [`claude_bin`] / [`codex_bin`]: the executable each runner starts: the pinned one, or the
-//!   one `AWARE_CLAUDE_CODE_BIN` / `AWARE_CODEX_BIN` names (another release to check, installed
+//! - [`claude_bin`] / [`codex_bin`] / [`gemini_bin`]: the executable each runner starts: the
+//!   pinned one, or the one `AWARE_CLAUDE_CODE_BIN` / `AWARE_CODEX_BIN` / `AWARE_GEMINI_BIN` names (another release to check, installed
 //!   elsewhere: `scripts/check-cli-release`); the version run is printed once per process.
 //! - [`AgentHome`]: a temp dir with `home/` (the CLIs' `$HOME`), `project/` (their working
 //!   directory) and `tmp/`; it trusts the project for each CLI as that CLI requires
@@ -29,7 +29,8 @@ mod install;
 use crate::model_server::ModelServer;
 use install::run_with_deadline;
 pub use install::{
-    claude_bin, clis_dir, codex_bin, installed_bin_dir, CLAUDE_BIN_VAR, CODEX_BIN_VAR,
+    claude_bin, clis_dir, codex_bin, gemini_bin, installed_bin_dir, CLAUDE_BIN_VAR, CODEX_BIN_VAR,
+    GEMINI_BIN_VAR,
 };
 use serde_json::{json, Value};
 use std::fs::File;

@@ -2,7 +2,7 @@
 //! [`ModelServer`]: `gemini -p PROMPT --approval-mode yolo -m gemini-2.5-flash` with
 //! `GOOGLE_GEMINI_BASE_URL` pointing at the model server (checked against Gemini CLI 0.61.0).
 
-use super::{installed_bin_dir, AgentHome, CliRun, API_KEY};
+use super::{gemini_bin, AgentHome, CliRun, API_KEY};
 use crate::model_server::ModelServer;
 use serde_json::json;
 
@@ -45,7 +45,7 @@ impl AgentHome {
     /// `gemini -p PROMPT --approval-mode yolo -m gemini-2.5-flash ARGS…` against `model`;
     /// panics on the deadline.
     pub fn gemini_print(&self, model: &ModelServer, prompt: &str, args: &[&str]) -> CliRun {
-        let mut cmd = self.command(installed_bin_dir().join("gemini"));
+        let mut cmd = self.command(gemini_bin());
         cmd.env_clear()
             .envs(self.gemini_env(model))
             .args(["-p", prompt, "--approval-mode", "yolo", "-m", GEMINI_MODEL])

@@ -482,10 +482,7 @@ fn gemini_cli_interactive_session_hears_a_change_after_its_tool_call_once() {
         Step::text("All done here."),
     ]));
     let argv = vec![
-        installed_bin_dir()
-            .join("gemini")
-            .to_string_lossy()
-            .into_owned(),
+        gemini_bin().to_string_lossy().into_owned(),
         "--approval-mode".into(),
         "yolo".into(),
         "-m".into(),
