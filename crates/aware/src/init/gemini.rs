@@ -1,6 +1,7 @@
 //! `aware init gemini`: Gemini CLI's project settings (`.gemini/settings.json`: the hook on
 //! every event it acts on, and the `aware` MCP server) and the hook trust entry in
-//! `~/.gemini/trusted_hooks.json` (checked against Gemini CLI 0.61.0).
+//! `~/.gemini/trusted_hooks.json` (checked against Gemini CLI 0.61.0); with `--global`, the
+//! user's `~/.gemini/settings.json` instead, whose hooks need no trust entry.
 //!
 //! Gemini CLI fingerprints a project's hooks by `<name>:<command>` and warns before it runs one
 //! that `~/.gemini/trusted_hooks.json` does not list under the project's root (then trusts it
@@ -37,12 +38,16 @@ const HOOK_TIMEOUT_MS: u64 = 10_000;
 #[derive(clap::Args, Debug)]
 pub struct GeminiArgs {
     /// Project directory [default: the current directory].
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with = "global")]
     pub project: Option<PathBuf>,
+    /// Write the hooks and the MCP server to Gemini CLI's own settings.json ($GEMINI_CLI_HOME,
+    /// default ~/.gemini), for every project, instead of the project's .gemini/.
+    #[arg(long)]
+    pub global: bool,
     /// Also trust the project's folder in ~/.gemini/trustedFolders.json (Gemini reads a
     /// project's .gemini/settings.json only in a trusted folder), after listing the other hooks
     /// and MCP servers its settings declare, which the trust lets Gemini start.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "global")]
     pub trust_project: bool,
     #[command(flatten)]
     pub common: Common,
@@ -75,16 +80,21 @@ fn trusted_folders_path(dir: &Path) -> PathBuf {
 pub fn run(args: GeminiArgs, outer: &Conn) -> Result<()> {
     let project = project_dir(args.project.as_ref())?;
     let setup = Setup::new(&args.common, &project, outer)?;
-    let scope = Scope::Project(project.clone());
     let dir = gemini_dir().map_err(|e| UsageError(e.to_string()))?;
-
-    let settings_path = project.join(".gemini").join("settings.json");
+    let (settings_path, scope) = if args.global {
+        (dir.join("settings.json"), Scope::User)
+    } else {
+        (
+            project.join(".gemini").join("settings.json"),
+            Scope::Project(project.clone()),
+        )
+    };
     let (old_settings, mut settings) = read_json(&settings_path, &scope)?;
     let cmd = setup.command(&["hook", "--cli", "gemini"]);
     let (other_hooks, other_servers) = (others_hooks(&settings, &cmd), others_servers(&settings));
     merge_hooks(&mut settings, &cmd).map_err(fix(&settings_path))?;
-    let gone =
-        merge_mcp(&mut settings, &setup.exe, &setup.mcp_args()).map_err(fix(&settings_path))?;
+    let gone = merge_mcp(&mut settings, &setup.exe, &setup.mcp_args(), !args.global)
+        .map_err(fix(&settings_path))?;
     for line in report(&settings_path, "mcpServers.aware", &gone) {
         crate::client::out(&line);
     }
@@ -95,28 +105,29 @@ pub fn run(args: GeminiArgs, outer: &Conn) -> Result<()> {
             settings_path.display()
         ));
     }
+    let mut changes = vec![Change {
+        path: settings_path,
+        old: old_settings,
+        new: pretty(&settings),
+        scope,
+    }];
 
-    let hooks_path = dir.join("trusted_hooks.json");
-    let (old_trusted, mut trusted) = read_json(&hooks_path, &Scope::User)?;
-    trust_hook(&mut trusted, &project, &cmd).map_err(fix(&hooks_path))?;
-
-    let folders_path = trusted_folders_path(&dir);
-    let (old_folders, mut folders) = read_json(&folders_path, &Scope::User)?;
-    let project_trusted = is_trusted(&folders, &project);
-    let mut changes = vec![
-        Change {
-            path: settings_path,
-            old: old_settings,
-            new: pretty(&settings),
-            scope,
-        },
-        Change {
+    // Only a project's hooks are fingerprinted: the user's own settings need no trust key.
+    if !args.global {
+        let hooks_path = dir.join("trusted_hooks.json");
+        let (old_trusted, mut trusted) = read_json(&hooks_path, &Scope::User)?;
+        trust_hook(&mut trusted, &project, &cmd).map_err(fix(&hooks_path))?;
+        changes.push(Change {
             path: hooks_path,
             old: old_trusted,
             new: pretty(&trusted),
             scope: Scope::User,
-        },
-    ];
+        });
+    }
+
+    let folders_path = trusted_folders_path(&dir);
+    let (old_folders, mut folders) = read_json(&folders_path, &Scope::User)?;
+    let project_trusted = is_trusted(&folders, &project);
     if args.trust_project && !project_trusted {
         say_what_trust_allows(&project, &other_hooks, &other_servers);
         folders
@@ -137,12 +148,19 @@ pub fn run(args: GeminiArgs, outer: &Conn) -> Result<()> {
     if !args.common.dry_run {
         crate::client::out(&format!("hook command: {cmd}"));
     }
-    setup.finish(
-        &changes,
-        args.common.dry_run,
-        "start Gemini CLI in the project",
-    )?;
-    if !project_trusted && !args.trust_project {
+    let next = if args.global {
+        "start Gemini CLI in a project"
+    } else {
+        "start Gemini CLI in the project"
+    };
+    setup.finish(&changes, args.common.dry_run, next)?;
+    if args.global {
+        // Gemini CLI 0.61.0 loads every hook, the user's too, only in a trusted folder.
+        crate::client::out(
+            "note: Gemini CLI runs hooks, these too, only in a trusted folder; trust each \
+             project when Gemini asks",
+        );
+    } else if !project_trusted && !args.trust_project {
         crate::client::out(&format!(
             "note: Gemini CLI reads {}/.gemini/settings.json (hooks, MCP servers) only in a \
              trusted folder; trust it when Gemini asks (or run again with --trust-project)",
@@ -174,10 +192,17 @@ fn merge_hooks(settings: &mut Value, cmd: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Sets `mcpServers.aware` to exactly this binary and its arguments, keeping the other servers;
-/// returns the keys of a former `aware` entry that were dropped ([`dropped`]: a repository's
-/// `env`, `cwd`, `trust` or URL under the name the user trusts).
-fn merge_mcp(settings: &mut Value, exe: &str, args: &[String]) -> Result<Vec<Dropped>, String> {
+/// Sets `mcpServers.aware` to this binary and its arguments, keeping the other servers. `whole`
+/// (a project's file) writes the whole entry and returns the keys of a former one that were
+/// dropped ([`dropped`]: a repository's `env`, `cwd`, `trust` or URL under the name the user
+/// trusts); otherwise (the user's own settings) the entry's other keys, e.g. the user's `env`
+/// or `trust`, are kept.
+fn merge_mcp(
+    settings: &mut Value,
+    exe: &str,
+    args: &[String],
+    whole: bool,
+) -> Result<Vec<Dropped>, String> {
     let servers = settings
         .as_object_mut()
         .ok_or("not a JSON object")?
@@ -185,6 +210,16 @@ fn merge_mcp(settings: &mut Value, exe: &str, args: &[String]) -> Result<Vec<Dro
         .or_insert_with(|| json!({}))
         .as_object_mut()
         .ok_or("\"mcpServers\" is not an object")?;
+    if !whole {
+        let entry = servers
+            .entry("aware")
+            .or_insert_with(|| json!({}))
+            .as_object_mut()
+            .ok_or("\"mcpServers.aware\" is not an object")?;
+        entry.insert("command".into(), exe.into());
+        entry.insert("args".into(), json!(args));
+        return Ok(Vec::new());
+    }
     let old = servers.insert("aware".into(), json!({"command": exe, "args": args}));
     Ok(old
         .map(|o| dropped(&o, &["command", "args"]))

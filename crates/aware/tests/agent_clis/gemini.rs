@@ -514,3 +514,38 @@ fn gemini_cli_interactive_session_hears_a_change_after_its_tool_call_once() {
     );
     assert_nothing_pending(&hub.s);
 }
+
+/// `aware init gemini --global` (the user's settings, for every project): the hook runs in a
+/// trusted project that has no `.gemini/` of its own, and the typed prompt is a human turn.
+#[test]
+fn gemini_cli_runs_the_hook_a_global_setup_installed() {
+    let s = Server::start();
+    let home = AgentHome::new();
+    home.trust_gemini();
+    let out = home
+        .command(bin())
+        .args([
+            "init",
+            "gemini",
+            "--global",
+            "--url",
+            &s.base,
+            "--session",
+            KEY,
+        ])
+        .output()
+        .expect("run aware init gemini --global");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(!home.project.join(".gemini").exists());
+    let model = ModelServer::start(Script::new(vec![Step::text("Hello.")]));
+    home.gemini_print(&model, "say hello", &[])
+        .assert_success("gemini -p", &model);
+    assert_eq!(
+        prompts_of_key(&s),
+        [("say hello".to_string(), "gemini-cli".to_string())]
+    );
+}

@@ -308,3 +308,72 @@ fn gemini_waiting_hook_is_refused_as_an_argument_error() {
     );
     assert_eq!(s.notice_texts(W).len(), 1, "nothing was drained");
 }
+
+/// `--global` writes the user's `~/.gemini/settings.json` (the hooks, and the MCP server's
+/// command and arguments, the user's other keys of that entry kept) and no trust key: only a
+/// project's hooks are fingerprinted.
+#[test]
+fn init_gemini_global_writes_the_users_settings_and_keeps_their_keys() {
+    let s = Server::family();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let dir = home.path().join(".gemini");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(
+        dir.join("settings.json"),
+        json!({"security": {"auth": {"selectedType": "gemini-api-key"}},
+               "mcpServers": {"aware": {"command": "old", "trust": true,
+                                        "env": {"AWARE_TOKEN_FILE": "/x"}}}})
+        .to_string(),
+    )
+    .unwrap();
+    let out = init_cmd(
+        home.path(),
+        &[
+            "init",
+            "gemini",
+            "--global",
+            "--url",
+            &s.base,
+            "--session",
+            KEY,
+        ],
+    )
+    .current_dir(cwd.path())
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains("only in a trusted folder"),
+        "{}",
+        text(&out)
+    );
+    let settings = read_json(&dir.join("settings.json"));
+    assert_eq!(
+        settings["security"]["auth"]["selectedType"],
+        "gemini-api-key"
+    );
+    let exe = std::fs::canonicalize(bin()).unwrap();
+    assert_eq!(
+        settings["mcpServers"]["aware"],
+        json!({"command": exe, "args": ["mcp", "--session", KEY, "--url", s.base],
+               "trust": true, "env": {"AWARE_TOKEN_FILE": "/x"}})
+    );
+    for event in ["SessionStart", "BeforeAgent", "AfterTool", "AfterAgent"] {
+        assert!(
+            settings["hooks"][event][0]["hooks"][0]["command"]
+                .as_str()
+                .is_some_and(|c| c.contains(" hook --cli gemini ")),
+            "{event}: {settings}"
+        );
+    }
+    assert!(!dir.join("trusted_hooks.json").exists());
+    assert!(!cwd.path().join(".gemini").exists());
+    let refused = init_cmd(
+        home.path(),
+        &["init", "gemini", "--global", "--trust-project"],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+}
