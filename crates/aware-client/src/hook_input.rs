@@ -1,5 +1,5 @@
-//! The hook's input: the JSON object Claude Code or Codex CLI writes on stdin, reduced to the
-//! fields the hook acts on. Field names were checked against the pinned CLIs
+//! The hook's input: the JSON object Claude Code, Codex CLI or Gemini CLI writes on stdin, reduced
+//! to the fields the hook acts on. Field names were checked against the pinned CLIs
 //! (`clients/agent-clis/package-lock.json`); unknown fields are ignored, a known field of the
 //! wrong type is an error (one warning line, nothing recorded). Used by `aware hook`; here, in a
 //! library, so the `hook_stdin` fuzz target can call it.
@@ -30,14 +30,18 @@ pub enum Event {
 }
 
 impl Event {
-    /// The CLIs' own spelling (case-sensitive: Claude Code and Codex both send these).
+    /// The CLIs' own spelling (case-sensitive: Claude Code and Codex both send these). Gemini
+    /// CLI's names for the same moments (checked against Gemini CLI 0.61.0) read as the same
+    /// events: `BeforeAgent` is the typed prompt, `AfterTool` the tool call's end, `AfterAgent`
+    /// the stop. (Its `PreCompress` is not a compaction: Gemini fires it before every check
+    /// whether to compress, so it is ignored.)
     pub fn parse(name: &str) -> Option<Event> {
         Some(match name {
             "SessionStart" => Event::SessionStart,
-            "UserPromptSubmit" => Event::UserPromptSubmit,
-            "PostToolUse" => Event::PostToolUse,
+            "UserPromptSubmit" | "BeforeAgent" => Event::UserPromptSubmit,
+            "PostToolUse" | "AfterTool" => Event::PostToolUse,
             "PostToolBatch" => Event::PostToolBatch,
-            "Stop" => Event::Stop,
+            "Stop" | "AfterAgent" => Event::Stop,
             "SubagentStart" => Event::SubagentStart,
             "SubagentStop" => Event::SubagentStop,
             "PreCompact" => Event::PreCompact,
@@ -77,8 +81,9 @@ pub struct HookInput {
     pub trigger: Option<String>,
     /// The transcript file (Claude Code) or rollout (Codex): its size tells compactions apart.
     pub transcript_path: Option<String>,
-    /// `Stop`: the text the agent ended its turn with (Claude Code and Codex send it); it
-    /// answers the messages handed over to the agent.
+    /// `Stop`: the text the agent ended its turn with (Claude Code and Codex send it as
+    /// `last_assistant_message`, Gemini CLI's `AfterAgent` as `prompt_response`); it answers the
+    /// messages handed over to the agent.
     pub last_assistant_message: Option<String>,
 }
 
@@ -126,7 +131,8 @@ pub fn parse(bytes: &[u8], forced: Option<Event>) -> Result<Option<(Event, HookI
         agent_type: text(&o, "agent_type")?,
         trigger: text(&o, "trigger")?.or(text(&o, "reason")?),
         transcript_path: text(&o, "transcript_path")?,
-        last_assistant_message: text(&o, "last_assistant_message")?,
+        last_assistant_message: text(&o, "last_assistant_message")?
+            .or(text(&o, "prompt_response")?),
         ..HookInput::default()
     };
     if event == Event::UserPromptSubmit {
@@ -199,6 +205,37 @@ mod tests {
             assert!(
                 parse(unknown.as_bytes(), None).unwrap().is_none(),
                 "{unknown}"
+            );
+        }
+    }
+
+    #[test]
+    fn gemini_cli_events_read_as_their_claude_code_counterparts() {
+        let (e, i) = parse(
+            br#"{"hook_event_name":"BeforeAgent","session_id":"s","prompt":"hi"}"#,
+            None,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!((e, i.prompt.as_str()), (Event::UserPromptSubmit, "hi"));
+        let (e, i) = parse(
+            br#"{"hook_event_name":"AfterAgent","session_id":"s","prompt":"hi","prompt_response":"done","stop_hook_active":true}"#,
+            None,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(e, Event::Stop);
+        assert_eq!(i.last_assistant_message.as_deref(), Some("done"));
+        assert!(i.stop_hook_active);
+        let (e, _) = parse(br#"{"hook_event_name":"AfterTool","session_id":"s"}"#, None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(e, Event::PostToolUse);
+        for ignored in ["BeforeModel", "PreCompress"] {
+            let input = format!(r#"{{"hook_event_name":"{ignored}","trigger":"auto"}}"#);
+            assert!(
+                parse(input.as_bytes(), None).unwrap().is_none(),
+                "{ignored}"
             );
         }
     }

@@ -1,31 +1,36 @@
-//! Runners for the real agent CLIs (decision D30): Claude Code and Codex CLI, the versions pinned
-//! in `clients/agent-clis/package-lock.json`, each run in a fresh `$HOME` against a
-//! [`ModelServer`](crate::model_server::ModelServer) on loopback, offline.
+//! Runners for the real agent CLIs (decision D30): Claude Code, Codex CLI and Gemini CLI
+//! ([`gemini`]), the versions pinned in `clients/agent-clis/package-lock.json`, each run in a
+//! fresh `$HOME` against a [`ModelServer`](crate::model_server::ModelServer) on loopback,
+//! offline.
 //!
 //! - [`installed_bin_dir`] finds `clients/agent-clis/node_modules/.bin`. When the pinned
 //!   packages are not installed there it runs `npm ci` once (under a file lock, so parallel test
 //!   processes install once); without `npm` it fails with the fix.
-//! - [`claude_bin`] / [`codex_bin`]: the executable each runner starts: the pinned one, or the
-//!   one `AWARE_CLAUDE_CODE_BIN` / `AWARE_CODEX_BIN` names (another release to check, installed
+//! - [`claude_bin`] / [`codex_bin`] / [`gemini_bin`]: the executable each runner starts: the
+//!   pinned one, or the one `AWARE_CLAUDE_CODE_BIN` / `AWARE_CODEX_BIN` / `AWARE_GEMINI_BIN` names (another release to check, installed
 //!   elsewhere: `scripts/check-cli-release`); the version run is printed once per process.
 //! - [`AgentHome`]: a temp dir with `home/` (the CLIs' `$HOME`), `project/` (their working
 //!   directory) and `tmp/`; it trusts the project for each CLI as that CLI requires
-//!   ([`AgentHome::trust_claude`], [`AgentHome::trust_codex`]).
-//! - [`AgentHome::claude_print`] (`claude -p`) and [`AgentHome::codex_exec`] (`codex exec`) run
-//!   one headless turn with a deadline: past it the CLI's process group is killed and the test
-//!   fails saying so, with the CLI's output and the model server's log. Never a hang.
+//!   ([`AgentHome::trust_claude`], [`AgentHome::trust_codex`], [`AgentHome::trust_gemini`]).
+//! - [`AgentHome::claude_print`] (`claude -p`), [`AgentHome::codex_exec`] (`codex exec`) and
+//!   [`AgentHome::gemini_print`] (`gemini -p`) run one headless turn with a deadline: past it
+//!   the CLI's process group is killed and the test fails saying so, with the CLI's output and
+//!   the model server's log. Never a hang.
 //! - [`Tmux`]: an interactive CLI under a pseudo-terminal of its own tmux server.
 //!
 //! Every run gets a clean environment (`PATH`, `HOME`, `TMPDIR`, `LANG` and what the runner
-//! sets), so nothing of the developer's own Claude, Codex or aware setup (API keys,
-//! `CLAUDE_*`, `AWARE_*`, `CODEX_HOME`) leaks into a test.
+//! sets), so nothing of the developer's own Claude, Codex, Gemini or aware setup (API keys,
+//! `CLAUDE_*`, `AWARE_*`, `CODEX_HOME`, `GEMINI_*`) leaks into a test.
+
+pub mod gemini;
 
 mod install;
 
 use crate::model_server::ModelServer;
 use install::run_with_deadline;
 pub use install::{
-    claude_bin, clis_dir, codex_bin, installed_bin_dir, CLAUDE_BIN_VAR, CODEX_BIN_VAR,
+    claude_bin, clis_dir, codex_bin, gemini_bin, installed_bin_dir, CLAUDE_BIN_VAR, CODEX_BIN_VAR,
+    GEMINI_BIN_VAR,
 };
 use serde_json::{json, Value};
 use std::fs::File;
@@ -34,7 +39,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-/// The fake API key both CLIs are given (the model server accepts anything).
+/// The fake API key every CLI is given (the model server accepts anything).
 pub const API_KEY: &str = "sk-ant-test-aware-0000000000000000";
 
 /// How long one CLI run may take before it is killed: `AWARE_AGENT_CLI_DEADLINE_SECS`, else

@@ -3,6 +3,7 @@
 
 use crate::client::{out, seg, Client, Failure};
 use crate::context::{self, Conn};
+use crate::doctor_gemini::Finding;
 use crate::init::codex::{codex_home, trust_hash, EVENTS as CODEX_EVENTS};
 use crate::init::setup::is_aware_hook;
 use crate::style::{paint, Colour, Stream};
@@ -14,8 +15,8 @@ use std::path::PathBuf;
 pub struct DoctorArgs {
     #[command(flatten)]
     pub conn: Conn,
-    /// Claude Code project whose .claude/settings.json and .mcp.json are checked
-    /// [default: the current directory].
+    /// Project whose Claude Code (.claude/settings.json, .mcp.json), Codex (.codex/) and Gemini
+    /// CLI (.gemini/settings.json) configs are checked [default: the current directory].
     #[arg(long, value_name = "DIR")]
     pub project: Option<PathBuf>,
     /// Claude Code projects directory to check [default: ~/.claude/projects].
@@ -85,6 +86,15 @@ pub fn run(args: DoctorArgs, outer: &Conn) -> Result<()> {
     claude_settings(&mut r, &project, &mut sessions);
     mcp_json(&mut r, &project, &mut sessions);
     codex(&mut r, &project, &mut sessions);
+    for f in crate::doctor_gemini::check(&project) {
+        match f {
+            Finding::Ok(what) => r.ok(&what),
+            Finding::Fail(what, fix) => r.fail(&what, &fix),
+            Finding::Warn(what, fix) => r.warn(&what, &fix),
+            Finding::Program(what, prog) => check_program(&mut r, &what, &prog),
+            Finding::Session(s) => sessions.push(s),
+        }
+    }
     sessions.sort();
     sessions.dedup();
     if sessions.len() > 1 {

@@ -21,6 +21,7 @@ mod context;
 mod demo;
 mod docgen;
 mod doctor;
+mod doctor_gemini;
 mod failure;
 mod home;
 mod hook;
@@ -332,15 +333,17 @@ enum Command {
     },
     /// MCP server over stdio exposing the six agent tools (needs --session).
     Mcp(mcp::McpArgs),
-    /// The hook of Claude Code and Codex: records prompts, hands notices and messages over,
-    /// wakes idle sessions (every event).
+    /// The hook of Claude Code, Codex and Gemini CLI: records prompts, hands notices and
+    /// messages over, wakes idle sessions (every event).
     Hook(hook::HookArgs),
-    /// Set up a project for an agent CLI (claude-code, codex): hooks, MCP server and session.
+    /// Set up a project for an agent CLI (claude-code, codex, gemini): hooks, MCP server and
+    /// session.
     Init {
         #[command(subcommand)]
         command: init::InitCommand,
     },
-    /// Check the gateway, token, session, a project's Claude Code configs and the Claude root.
+    /// Check the gateway, token, session, a project's Claude Code, Codex and Gemini CLI configs
+    /// and the Claude root.
     Doctor(doctor::DoctorArgs),
     /// Print the web console's URL (the gateway's `/ui/`) and open it in a browser when this
     /// machine has a display; the page asks for the token when the gateway has one.

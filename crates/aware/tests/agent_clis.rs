@@ -15,6 +15,7 @@ mod common;
 mod agent_clis {
     pub mod aware_hooks;
     pub mod codex_wake;
+    pub mod gemini;
     pub mod monitor;
     pub mod payloads;
     pub mod support;

@@ -1,7 +1,7 @@
 //! Which executable of each agent CLI the runners start: the pinned one, installed by `npm ci`
 //! in `clients/agent-clis` when missing (under a file lock, so parallel test processes install
-//! once), or another release named by `AWARE_CLAUDE_CODE_BIN` / `AWARE_CODEX_BIN` (what
-//! `scripts/check-cli-release` sets); and [`run_with_deadline`], the one way a process is run.
+//! once), or another release named by `AWARE_CLAUDE_CODE_BIN` / `AWARE_CODEX_BIN` /
+//! `AWARE_GEMINI_BIN` (what `scripts/check-cli-release` sets); and [`run_with_deadline`], the one way a process is run.
 
 use serde_json::Value;
 use std::fs::File;
@@ -12,9 +12,10 @@ use std::sync::{mpsc, OnceLock};
 use std::time::Duration;
 
 /// The pinned packages and the binary each provides.
-const PINNED: [(&str, &str); 2] = [
+const PINNED: [(&str, &str); 3] = [
     ("@anthropic-ai/claude-code", "claude"),
     ("@openai/codex", "codex"),
+    ("@google/gemini-cli", "gemini"),
 ];
 
 /// `clients/agent-clis` of this repository.
@@ -38,6 +39,7 @@ pub fn installed_bin_dir() -> &'static Path {
 /// The environment variables that name another executable of each CLI than the pinned one.
 pub const CLAUDE_BIN_VAR: &str = "AWARE_CLAUDE_CODE_BIN";
 pub const CODEX_BIN_VAR: &str = "AWARE_CODEX_BIN";
+pub const GEMINI_BIN_VAR: &str = "AWARE_GEMINI_BIN";
 
 /// The Claude Code executable the runners start: `$AWARE_CLAUDE_CODE_BIN`, else the pinned one.
 pub fn claude_bin() -> &'static Path {
@@ -49,6 +51,12 @@ pub fn claude_bin() -> &'static Path {
 pub fn codex_bin() -> &'static Path {
     static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     chosen(&BIN, CODEX_BIN_VAR, "codex")
+}
+
+/// The Gemini CLI executable the runners start: `$AWARE_GEMINI_BIN`, else the pinned one.
+pub fn gemini_bin() -> &'static Path {
+    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    chosen(&BIN, GEMINI_BIN_VAR, "gemini")
 }
 
 fn chosen(

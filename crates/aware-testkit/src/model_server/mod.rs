@@ -1,7 +1,8 @@
 //! A scripted local model server for the real agent CLIs (decision D30): the Anthropic Messages API
 //! that Claude Code calls (`POST /v1/messages?beta=true`, streamed SSE, and `count_tokens`) and
 //! the OpenAI Responses API that Codex CLI calls for a custom `model_provider`
-//! (`POST /v1/responses`, streamed SSE), on loopback.
+//! (`POST /v1/responses`, streamed SSE) and the Gemini API that Gemini CLI calls
+//! (`POST /v1beta/models/{m}:streamGenerateContent?alt=sse` and `:generateContent`), on loopback.
 //!
 //! A [`Script`] is what "the model" says, step by step: text, one or several tool calls (several
 //! in one step are parallel calls), then the end of its turn. Each request is sorted into a
@@ -27,6 +28,7 @@
 //! requests with [`ModelServer::wait_for`] (a condition variable and a deadline, never a pause).
 
 mod call;
+mod gemini;
 mod wire;
 
 use axum::body::Bytes;
@@ -214,10 +216,13 @@ impl Request {
         }
         names
     }
-    /// The input items (Responses) or messages (Messages) of the request, in order.
+    /// The input items (Responses), messages (Messages) or contents (Gemini) of the request,
+    /// in order.
     pub fn items(&self) -> Vec<Value> {
         let list = if self.body["input"].is_array() {
             &self.body["input"]
+        } else if self.body["contents"].is_array() {
+            &self.body["contents"]
         } else {
             &self.body["messages"]
         };
@@ -420,6 +425,8 @@ async fn answer(State(shared): State<Arc<Shared>>, uri: Uri, body: Bytes) -> Res
         Api::Messages
     } else if uri.path().starts_with("/v1/responses") {
         Api::Responses
+    } else if gemini::is_gemini(uri.path()) {
+        Api::Gemini
     } else {
         let mut log = shared.lock();
         let index = log.requests.len();
@@ -511,6 +518,9 @@ async fn answer(State(shared): State<Arc<Shared>>, uri: Uri, body: Bytes) -> Res
         Api::Messages => messages_sse(request.index, text.as_deref(), &calls, shared.usage_tokens),
         Api::Responses => {
             responses_sse(request.index, text.as_deref(), &calls, shared.usage_tokens)
+        }
+        Api::Gemini => {
+            return gemini::answer(&request.path, text.as_deref(), &calls, shared.usage_tokens)
         }
     };
     plain(StatusCode::OK, "text/event-stream", sse)

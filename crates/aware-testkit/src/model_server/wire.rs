@@ -1,5 +1,5 @@
-//! The two wire formats the scripted model speaks: which API and lane a request is, and the
-//! streamed answers (Anthropic Messages SSE, OpenAI Responses SSE).
+//! The wire formats the scripted model speaks: which API and lane a request is, and the
+//! streamed answers (Anthropic Messages SSE, OpenAI Responses SSE; Gemini's in `gemini.rs`).
 
 use super::call::{Call, CallKind, Lane, MODEL};
 use axum::body::Body;
@@ -11,6 +11,8 @@ use serde_json::{json, Value};
 pub(super) enum Api {
     Messages,
     Responses,
+    /// Gemini CLI's `generateContent` / `streamGenerateContent` (`gemini.rs`).
+    Gemini,
 }
 
 /// Sorts a request into its lane by what the CLI put in it.
@@ -24,7 +26,10 @@ pub(super) fn classify(api: Api, body: &Value) -> Lane {
     {
         return Lane::Compaction;
     }
-    let has_tools = body["tools"].as_array().is_some_and(|t| !t.is_empty());
+    let has_tools = match api {
+        Api::Gemini => super::gemini::has_tools(body),
+        _ => body["tools"].as_array().is_some_and(|t| !t.is_empty()),
+    };
     if !has_tools {
         return Lane::Side;
     }
@@ -35,6 +40,7 @@ pub(super) fn classify(api: Api, body: &Value) -> Lane {
             .contains("cc_is_subagent=true"),
         // Codex marks a spawned agent's requests (also in the `x-openai-subagent` header).
         Api::Responses => body["client_metadata"]["x-openai-subagent"].is_string(),
+        Api::Gemini => false,
     };
     if subagent {
         Lane::Subagent
@@ -48,6 +54,7 @@ pub(super) fn last_user_text(api: Api, body: &Value) -> String {
     let list = match api {
         Api::Messages => &body["messages"],
         Api::Responses => &body["input"],
+        Api::Gemini => return super::gemini::last_user_text(body),
     };
     let Some(last) = list
         .as_array()

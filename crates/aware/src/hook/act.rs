@@ -108,7 +108,9 @@ fn user_prompt(
                 p if p.is_empty() => Output::Nothing,
                 p => Output::Text(p),
             },
-            Cli::Codex => context(Event::UserPromptSubmit, drain_or_create(http, target)?),
+            Cli::Codex | Cli::Gemini => {
+                context(Event::UserPromptSubmit, drain_or_create(http, target)?)
+            }
         });
     }
     let turns = target.path("turns");
@@ -149,7 +151,7 @@ fn user_prompt(
         // Claude Code adds a UserPromptSubmit hook's plain stdout to the context (as before).
         Cli::ClaudeCode if prompt.is_empty() => Output::Nothing,
         Cli::ClaudeCode => Output::Text(prompt),
-        Cli::Codex => context(Event::UserPromptSubmit, prompt),
+        Cli::Codex | Cli::Gemini => context(Event::UserPromptSubmit, prompt),
     })
 }
 
@@ -198,8 +200,9 @@ fn keep_prompt(
     );
     match cli {
         Cli::ClaudeCode => Output::Json(json!({ "systemMessage": msg })),
-        // Codex shows the warning line above; one line per hook run.
-        Cli::Codex => Output::Nothing,
+        // Codex shows the warning line above, and so does Gemini CLI (a hook's stderr when its
+        // stdout is empty); one line per hook run.
+        Cli::Codex | Cli::Gemini => Output::Nothing,
     }
 }
 

@@ -19,6 +19,8 @@ pub enum Cli {
     ClaudeCode,
     /// Codex CLI (`.codex/hooks.json`).
     Codex,
+    /// Gemini CLI (`.gemini/settings.json`; its event names are read as Claude Code's).
+    Gemini,
 }
 
 impl Cli {
@@ -26,6 +28,7 @@ impl Cli {
         match self {
             Cli::ClaudeCode => "claude-code",
             Cli::Codex => "codex",
+            Cli::Gemini => "gemini-cli",
         }
     }
 }

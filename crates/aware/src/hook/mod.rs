@@ -1,5 +1,6 @@
-//! `aware hook`: the hook of Claude Code and Codex CLI (03 §8, extended to the events that let a
-//! running agent hear a change before its next action; docs/claude-code.md, docs/codex.md).
+//! `aware hook`: the hook of Claude Code, Codex CLI and Gemini CLI (03 §8, extended to the events
+//! that let a running agent hear a change before its next action; docs/claude-code.md,
+//! docs/codex.md, docs/gemini-cli.md).
 //!
 //! One command line serves every event: the event comes from the input's `hook_event_name`
 //! (or `--event`). `UserPromptSubmit` records the prompt as a human turn; `SessionStart`,
@@ -16,6 +17,7 @@
 mod act;
 mod codex_wake;
 mod common;
+mod gemini;
 mod lineage;
 mod slot;
 mod spool;
@@ -52,13 +54,15 @@ fn event_name(name: &str) -> Result<EventName, String> {
     Ok(EventName(Event::parse(name)))
 }
 
-/// The hook of Claude Code and Codex CLI. Reads the hook JSON on stdin and acts on its event.
+/// The hook of Claude Code, Codex CLI and Gemini CLI. Reads the hook JSON on stdin and acts on its event.
 /// Run-time failures are one warning line on stderr and exit 0, so the CLI is never blocked;
 /// argument errors exit 1 (shown to the user, not blocking).
 #[derive(clap::Args, Debug)]
 #[command(
-    long_about = "Hook of Claude Code and Codex CLI. Reads the hook JSON on stdin; the event \
-                  comes from its hook_event_name (or --event). UserPromptSubmit records the \
+    long_about = "Hook of Claude Code, Codex CLI and Gemini CLI (--cli gemini). Reads the hook \
+                  JSON on stdin; the event comes from its hook_event_name (or --event); Gemini \
+                  CLI's BeforeAgent, AfterTool and AfterAgent are read as UserPromptSubmit, \
+                  PostToolUse and Stop. UserPromptSubmit records the \
                   prompt as a human turn of the session (--session, else \
                   agent:<agent>:claude:<sha256 of session_id>) and hands pending notices over; \
                   SessionStart, PostToolUse and PostToolBatch hand pending notices over as added \
@@ -109,6 +113,15 @@ const MAX_TIMEOUT_MS: u64 = 24 * 3600 * 1000;
 static PANIC: Mutex<Option<String>> = Mutex::new(None);
 
 pub fn run(args: HookArgs, outer: &Conn) {
+    if args.wait && args.cli == Cli::Gemini {
+        // An argument error, exit 1 as clap's are: Gemini CLI runs no hook in the background
+        // that could wake it, so a waiter would only take notices nobody reads.
+        eprintln!(
+            "error: --wait does not work with --cli gemini: Gemini CLI has no hook that wakes an \
+             idle session (docs/gemini-cli.md)"
+        );
+        std::process::exit(1);
+    }
     let gw = match crate::context::resolve(args.conn.clone().or(outer), None)
         .and_then(crate::client::connect)
     {
@@ -206,5 +219,8 @@ fn work(gw: &Client, cli: Cli, forced: Option<Event>, deadline: Instant) -> Resu
     if let Ok(spool) = spool::Spool::of(gw.base(), &target.key) {
         spool.replay(&http, &target);
     }
-    act::act(&http, &target, cli, event, &hook)
+    match cli {
+        Cli::Gemini => gemini::act(&http, &target, event, &hook),
+        _ => act::act(&http, &target, cli, event, &hook),
+    }
 }

@@ -120,6 +120,8 @@ pub fn run(gw: Client, cli: Cli, timeout_ms: u64, wait_secs: u64, forced: Option
             }
             // Not reached: `waiter` drains nothing for Codex without a thread.
             (Cli::Codex, None) => warn("drained with no Codex thread to wake"),
+            // Not reached: `hook::run` refuses --wait with --cli gemini.
+            (Cli::Gemini, _) => {}
         }
     }
     // Exit at once: the waiting thread may still be blocked in a read.

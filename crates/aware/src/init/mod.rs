@@ -1,5 +1,5 @@
-//! `aware init claude-code` and `aware init codex`: one-step setup of a project for Claude Code
-//! or Codex CLI. Each writes or merges the CLI's config files (the hooks of every event that
+//! `aware init claude-code`, `aware init codex` and `aware init gemini`: one-step setup of a
+//! project for Claude Code, Codex CLI or Gemini CLI. Each writes or merges the CLI's config files (the hooks of every event that
 //! matters and the MCP server, with this binary's absolute path) and creates the session on the
 //! gateway.
 //!
@@ -12,6 +12,7 @@ pub(crate) mod claude;
 pub(crate) mod codex;
 mod dropped;
 mod files;
+pub(crate) mod gemini;
 pub(crate) mod setup;
 mod usage;
 
@@ -22,6 +23,7 @@ use usage::UsageError;
 
 pub use claude::ClaudeCodeArgs;
 pub use codex::CodexArgs;
+pub use gemini::GeminiArgs;
 
 #[derive(clap::Subcommand, Debug)]
 pub enum InitCommand {
@@ -31,12 +33,16 @@ pub enum InitCommand {
     /// Write the MCP server to .codex/config.toml and the hooks to .codex/hooks.json (of a
     /// project, or of ~/.codex with --global), trust those hooks, and create the session.
     Codex(CodexArgs),
+    /// Write the hooks and the MCP server to .gemini/settings.json of a project, trust that
+    /// hook in ~/.gemini/trusted_hooks.json, and create the session.
+    Gemini(GeminiArgs),
 }
 
 pub fn run(cmd: InitCommand, outer: &Conn) -> Result<()> {
     let r = match cmd {
         InitCommand::ClaudeCode(args) => claude::run(args, outer),
         InitCommand::Codex(args) => codex::run(args, outer),
+        InitCommand::Gemini(args) => gemini::run(args, outer),
     };
     match r {
         Ok(()) => Ok(()),

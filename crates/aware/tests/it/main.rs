@@ -21,6 +21,7 @@ mod crash_loop;
 mod docs_runnable;
 mod effects_order;
 mod gateway_boundaries;
+mod gemini;
 mod hardening;
 mod hook;
 mod hook_and_init_boundaries;
