@@ -206,6 +206,29 @@ fn keep_prompt(
     }
 }
 
+/// Keeps a request the gateway could not take (a subagent's start or end, a compaction) for
+/// the replay (`spool.rs`), with one warning line. Each is idempotent on replay: a session
+/// create answers the existing one, a compaction has its operation id, a repeated run start or
+/// end is taken as done.
+fn keep_request(
+    http: &Http,
+    target: &Target,
+    route: &str,
+    body: &serde_json::Value,
+    what: &str,
+    e: &aware_client::ClientError,
+) {
+    let kept = super::spool::Spool::of(http.gw.base(), &target.key)
+        .and_then(|spool| spool.put(route, body));
+    match kept {
+        Ok(()) => warn(&format!(
+            "the gateway did not take {what} ({}); it is kept and recorded when the gateway answers",
+            said(e)
+        )),
+        Err(m) => warn(&format!("cannot record {what} ({}), nor keep it: {m}", said(e))),
+    }
+}
+
 /// A prompt Claude Code writes itself when a background task ends.
 fn is_task_notification(prompt: &str) -> bool {
     prompt.trim_start().starts_with("<task-notification>")
@@ -305,6 +328,27 @@ fn subagent_start(http: &Http, target: &Target, input: &HookInput) -> Result<Out
             http.post("/v1/sessions", &body)
                 .map_err(|e| format!("cannot create the subagent's session: {}", said(&e)))?;
         }
+        // The gateway is down: both requests are kept, in order, for when it answers.
+        Err(e) if super::spool::retryable(&e) => {
+            keep_request(
+                http,
+                target,
+                "/v1/sessions",
+                &body,
+                "the subagent's start",
+                &e,
+            );
+            let run = json!({"runId": run_id(id)});
+            keep_request(
+                http,
+                target,
+                &kid.path("runs"),
+                &run,
+                "the subagent's run",
+                &e,
+            );
+            return Ok(Output::Nothing);
+        }
         Err(e) => {
             return Err(format!(
                 "cannot create the subagent's session: {}",
@@ -312,10 +356,22 @@ fn subagent_start(http: &Http, target: &Target, input: &HookInput) -> Result<Out
             ))
         }
     }
-    match http.post(&kid.path("runs"), &json!({"runId": run_id(id)})) {
+    let run = json!({"runId": run_id(id)});
+    match http.post(&kid.path("runs"), &run) {
         Ok(_) => Ok(Output::Nothing),
         // A repeated start (the same subagent resumed) keeps the run it has.
         Err(e) if e.code() == "run_active" || e.code() == "run_conflict" => Ok(Output::Nothing),
+        Err(e) if super::spool::retryable(&e) => {
+            keep_request(
+                http,
+                target,
+                &kid.path("runs"),
+                &run,
+                "the subagent's run",
+                &e,
+            );
+            Ok(Output::Nothing)
+        }
         Err(e) => Err(format!("cannot start the subagent's run: {}", said(&e))),
     }
 }
@@ -334,6 +390,12 @@ fn subagent_stop(http: &Http, target: &Target, input: &HookInput) -> Result<Outp
         }
         // Already ended (a repeated stop).
         Err(e) if e.code() == "run_conflict" => {}
+        // Kept for when the gateway answers; nothing can be handed over now.
+        Err(e) if super::spool::retryable(&e) => {
+            let body = json!({"outcome": "ok"});
+            keep_request(http, target, &end, &body, "the subagent's end", &e);
+            return Ok(Output::Nothing);
+        }
         Err(e) => return Err(format!("cannot end the subagent's run: {}", said(&e))),
     }
     stop_gate(http, &kid, input)
@@ -360,6 +422,17 @@ fn compacted(http: &Http, target: &Target, input: &HookInput) -> Result<Output, 
             http.post(&target.path("compaction"), &body)
                 .map(|_| Output::Nothing)
                 .map_err(|e| format!("cannot record the compaction: {}", said(&e)))
+        }
+        Err(e) if super::spool::retryable(&e) => {
+            keep_request(
+                http,
+                target,
+                &target.path("compaction"),
+                &body,
+                "the compaction",
+                &e,
+            );
+            Ok(Output::Nothing)
         }
         Err(e) => Err(format!("cannot record the compaction: {}", said(&e))),
     }

@@ -1,4 +1,5 @@
-//! What the hook must report while the gateway is down, kept until it answers again.
+//! What the hook must report while the gateway is down (human prompts, subagent starts and
+//! ends, compactions), kept until it answers again.
 //!
 //! A prompt typed while `aware serve` is down used to be lost to the log. Now the hook writes
 //! the request it could not make (a human prompt's turn, with the time it was typed and an
@@ -145,6 +146,9 @@ impl Spool {
             match post_creating(http, target, route, body) {
                 Ok(()) => {}
                 Err(e) if retryable(&e) => return done,
+                // A run started or ended meanwhile (the subagent's own hooks after the outage):
+                // the request's effect is there already.
+                Err(e) if matches!(e.code(), "run_active" | "run_conflict" | "run_not_found") => {}
                 Err(e) => warn(&format!(
                     "a request kept while the gateway was down was refused and is dropped: {}",
                     said(&e)

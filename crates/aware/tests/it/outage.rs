@@ -110,3 +110,60 @@ fn prompts_typed_while_the_gateway_is_down_are_recorded_once_in_order_when_it_is
     let (out, _) = hook(&s.base, state.path(), prompt("third"));
     assert!(out.contains("systemMessage"), "{out}");
 }
+
+#[test]
+fn a_subagent_and_a_compaction_while_the_gateway_is_down_are_recorded_when_it_is_back() {
+    let port = free_port();
+    let mut s = Server::with_args(DEFAULT_CONFIG, &["--bind", &format!("127.0.0.1:{port}")]);
+    s.create(W);
+    let state = tempfile::tempdir().unwrap();
+    s.stop();
+    let sub = |event: &str| {
+        json!({"session_id": "s-1", "hook_event_name": event, "agent_id": "a1",
+               "agent_type": "general-purpose", "stop_hook_active": false})
+    };
+    for input in [
+        sub("SubagentStart"),
+        sub("SubagentStop"),
+        json!({"session_id": "s-1", "hook_event_name": "PreCompact", "trigger": "manual"}),
+    ] {
+        let (out, err) = hook(&s.base, state.path(), input);
+        assert_eq!(out, "");
+        assert!(err.contains("it is kept"), "{err}");
+    }
+    s.restart();
+    hook(
+        &s.base,
+        state.path(),
+        json!({"session_id": "s-1", "hook_event_name": "PostToolUse", "tool_name": "Bash"}),
+    );
+    let child = "agent:main:subagent:claude-a1";
+    let r = s.get(&format!("/v1/sessions/{}", seg(child)));
+    assert_eq!(
+        r.status, 200,
+        "the subagent's session was not created: {}",
+        r.body
+    );
+    assert_eq!(r.body["parentSessionKey"], W, "{}", r.body);
+    // Its run started and ended: `run_completed` is in its log.
+    let st = s.tool(
+        W,
+        "session_status",
+        json!({"sessionKey": child, "changesSince": 0}),
+    );
+    let kinds: Vec<&str> = st.body["stateChanges"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["kind"].as_str())
+        .collect();
+    assert!(kinds.contains(&"run_completed"), "{}", st.body);
+    let turns = s.get(&format!("/v1/sessions/{}/turns", seg(W))).body;
+    let compactions = turns["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["role"] == "compaction")
+        .count();
+    assert_eq!(compactions, 1, "{turns}");
+}
