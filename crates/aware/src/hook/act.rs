@@ -213,13 +213,16 @@ fn keep_prompt(
 fn keep_request(
     http: &Http,
     target: &Target,
-    route: &str,
-    body: &serde_json::Value,
+    requests: &[(&str, &serde_json::Value)],
     what: &str,
     e: &aware_client::ClientError,
 ) {
-    let kept = super::spool::Spool::of(http.gw.base(), &target.key)
-        .and_then(|spool| spool.put(route, body));
+    // One warning line for the hook run, however many requests it keeps.
+    let kept = super::spool::Spool::of(http.gw.base(), &target.key).and_then(|spool| {
+        requests
+            .iter()
+            .try_for_each(|(route, body)| spool.put(route, body))
+    });
     match kept {
         Ok(()) => warn(&format!(
             "the gateway did not take {what} ({}); it is kept and recorded when the gateway answers",
@@ -330,21 +333,13 @@ fn subagent_start(http: &Http, target: &Target, input: &HookInput) -> Result<Out
         }
         // The gateway is down: both requests are kept, in order, for when it answers.
         Err(e) if super::spool::retryable(&e) => {
-            keep_request(
-                http,
-                target,
-                "/v1/sessions",
-                &body,
-                "the subagent's start",
-                &e,
-            );
             let run = json!({"runId": run_id(id)});
+            let runs = kid.path("runs");
             keep_request(
                 http,
                 target,
-                &kid.path("runs"),
-                &run,
-                "the subagent's run",
+                &[("/v1/sessions", &body), (&runs, &run)],
+                "the subagent's start",
                 &e,
             );
             return Ok(Output::Nothing);
@@ -362,14 +357,8 @@ fn subagent_start(http: &Http, target: &Target, input: &HookInput) -> Result<Out
         // A repeated start (the same subagent resumed) keeps the run it has.
         Err(e) if e.code() == "run_active" || e.code() == "run_conflict" => Ok(Output::Nothing),
         Err(e) if super::spool::retryable(&e) => {
-            keep_request(
-                http,
-                target,
-                &kid.path("runs"),
-                &run,
-                "the subagent's run",
-                &e,
-            );
+            let runs = kid.path("runs");
+            keep_request(http, target, &[(&runs, &run)], "the subagent's run", &e);
             Ok(Output::Nothing)
         }
         Err(e) => Err(format!("cannot start the subagent's run: {}", said(&e))),
@@ -393,7 +382,7 @@ fn subagent_stop(http: &Http, target: &Target, input: &HookInput) -> Result<Outp
         // Kept for when the gateway answers; nothing can be handed over now.
         Err(e) if super::spool::retryable(&e) => {
             let body = json!({"outcome": "ok"});
-            keep_request(http, target, &end, &body, "the subagent's end", &e);
+            keep_request(http, target, &[(&end, &body)], "the subagent's end", &e);
             return Ok(Output::Nothing);
         }
         Err(e) => return Err(format!("cannot end the subagent's run: {}", said(&e))),
@@ -424,14 +413,8 @@ fn compacted(http: &Http, target: &Target, input: &HookInput) -> Result<Output, 
                 .map_err(|e| format!("cannot record the compaction: {}", said(&e)))
         }
         Err(e) if super::spool::retryable(&e) => {
-            keep_request(
-                http,
-                target,
-                &target.path("compaction"),
-                &body,
-                "the compaction",
-                &e,
-            );
+            let route = target.path("compaction");
+            keep_request(http, target, &[(&route, &body)], "the compaction", &e);
             Ok(Output::Nothing)
         }
         Err(e) => Err(format!("cannot record the compaction: {}", said(&e))),
