@@ -171,24 +171,10 @@ fn keep_prompt(
     turn["occurredAt"] = (now.as_millis() as u64).into();
     turn["idempotencyKey"] =
         format!("hook-prompt-{}-{}", now.as_nanos(), std::process::id()).into();
-    let spool = match super::spool::Spool::of(http.gw.base(), &target.key) {
-        Ok(s) => s,
-        Err(m) => {
-            warn(&format!(
-                "cannot record the prompt ({}), nor keep it: {m}",
-                said(e)
-            ));
-            return Output::Nothing;
-        }
-    };
-    if let Err(m) = spool.put(&target.path("turns"), &turn) {
-        warn(&m);
+    let route = target.path("turns");
+    let Some(spool) = keep_request(http, target, &[(&route, &turn)], "the prompt", e) else {
         return Output::Nothing;
-    }
-    warn(&format!(
-        "the gateway did not take the prompt ({}); it is kept and recorded when the gateway answers",
-        said(e)
-    ));
+    };
     if !spool.first_notice_of_outage() {
         return Output::Nothing;
     }
@@ -206,29 +192,40 @@ fn keep_prompt(
     }
 }
 
-/// Keeps a request the gateway could not take (a subagent's start or end, a compaction) for
-/// the replay (`spool.rs`), with one warning line. Each is idempotent on replay: a session
-/// create answers the existing one, a compaction has its operation id, a repeated run start or
-/// end is taken as done.
+/// Keeps requests the gateway could not take (a prompt, a subagent's start or end, a
+/// compaction) for the replay (`spool.rs`), with one warning line; the spool when they were
+/// kept. Each is idempotent on replay: a turn has its idempotency key, a session create answers
+/// the existing one, a compaction has its operation id, a repeated run start or end is taken as
+/// done.
 fn keep_request(
     http: &Http,
     target: &Target,
     requests: &[(&str, &serde_json::Value)],
     what: &str,
     e: &aware_client::ClientError,
-) {
+) -> Option<super::spool::Spool> {
     // One warning line for the hook run, however many requests it keeps.
     let kept = super::spool::Spool::of(http.gw.base(), &target.key).and_then(|spool| {
         requests
             .iter()
             .try_for_each(|(route, body)| spool.put(route, body))
+            .map(|()| spool)
     });
     match kept {
-        Ok(()) => warn(&format!(
-            "the gateway did not take {what} ({}); it is kept and recorded when the gateway answers",
-            said(e)
-        )),
-        Err(m) => warn(&format!("cannot record {what} ({}), nor keep it: {m}", said(e))),
+        Ok(spool) => {
+            warn(&format!(
+                "the gateway did not take {what} ({}); it is kept and recorded when the gateway answers",
+                said(e)
+            ));
+            Some(spool)
+        }
+        Err(m) => {
+            warn(&format!(
+                "cannot record {what} ({}), nor keep it: {m}",
+                said(e)
+            ));
+            None
+        }
     }
 }
 

@@ -34,12 +34,10 @@ impl Spool {
     /// The spool of `key` on the gateway at `url` (nothing is created yet).
     pub fn of(url: &str, key: &str) -> Result<Spool, String> {
         use sha2::{Digest, Sha256};
-        let state = crate::home::xdg_dir("XDG_STATE_HOME", ".local/state")
-            .map_err(|e| format!("cannot find the state directory: {e}"))?;
+        let state = super::common::state_dir()?;
         let digest = Sha256::digest(format!("{url}\0{key}").as_bytes());
         Ok(Spool {
             dir: state
-                .join("aware")
                 .join("spool")
                 .join(aware_core::hex::lower(&digest[..16])),
         })
