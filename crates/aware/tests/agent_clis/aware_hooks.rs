@@ -813,6 +813,41 @@ fn wait_for_wake_streams_at_most(s: &Server, n: f64, timeout: Duration) {
     }
 }
 
+/// A first step ("Ready.") that notes the drain count when it is answered.
+pub(super) fn ready_step(hub: &Hub, at: &Arc<Mutex<Option<f64>>>) -> Step {
+    let (base, token, at) = (hub.s.base.clone(), hub.s.token.clone(), at.clone());
+    Step::text("Ready.")
+        .before(move |_| *at.lock().unwrap() = Some(drains_at(&base, token.as_deref())))
+}
+
+/// Waits until the first answer is out and the session is idle: the synchronous Stop hook has
+/// drained and the waiting hook is on the wake stream and has drained on connect (both with
+/// nothing pending). `drains_before` is the drain count when the first answer was sent, which
+/// is returned.
+pub(super) fn wait_until_idle(
+    hub: &Hub,
+    model: &ModelServer,
+    drains_before: &Mutex<Option<f64>>,
+) -> f64 {
+    model.wait_for("the first answer", Duration::from_secs(60), |r| {
+        r.iter().filter(|x| x.lane == Lane::Main).count() == 1
+    });
+    wait_for_wake_streams(&hub.s, 1.0, Duration::from_secs(60));
+    let before = drains_before
+        .lock()
+        .unwrap()
+        .expect("the first answer was sent");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while drains_at(&hub.s.base, hub.s.token.as_deref()) < before + 2.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the Stop hook and the waiter's drain on connect did not both happen"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    before
+}
+
 #[test]
 fn claude_code_idle_session_is_woken_by_a_change() {
     let hub = Hub::new(Cli::Claude, false);
@@ -823,14 +858,7 @@ fn claude_code_idle_session_is_woken_by_a_change() {
     // delivery all the same, but no wake).
     let drains_before_stop = Arc::new(Mutex::new(None));
     let model = ModelServer::start(Script::new(vec![
-        Step::text("Ready.").before({
-            let (base, token, at) = (
-                hub.s.base.clone(),
-                hub.s.token.clone(),
-                drains_before_stop.clone(),
-            );
-            move |_| *at.lock().unwrap() = Some(drains_at(&base, token.as_deref()))
-        }),
+        ready_step(&hub, &drains_before_stop),
         Step::text("Reconciled."),
     ]));
     let mut argv = vec![claude_bin().to_string_lossy().into_owned()];
@@ -841,24 +869,9 @@ fn claude_code_idle_session_is_woken_by_a_change() {
         &hub.home.claude_env(&model),
         &argv,
     );
-    model.wait_for("the first answer", Duration::from_secs(60), |r| {
-        r.iter().filter(|x| x.lane == Lane::Main).count() == 1
-    });
     // The turn ended, the synchronous Stop hook has drained and the waiting one is on the wake
-    // stream: the session is idle.
-    wait_for_wake_streams(&hub.s, 1.0, Duration::from_secs(60));
-    let before = drains_before_stop
-        .lock()
-        .unwrap()
-        .expect("the first answer was sent");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while drains_at(&hub.s.base, hub.s.token.as_deref()) < before + 2.0 {
-        assert!(
-            Instant::now() < deadline,
-            "the synchronous Stop hook and the waiter's connect never both drained"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // stream, drained on connect: the session is idle.
+    let before = wait_until_idle(&hub, &model, &drains_before_stop);
     // The waiting hook is woken by the turn's commit and drains at once, so a peek right after
     // the turn races it: when the peek wins, the model must be shown exactly that text; when
     // the waiter won, the drain counter says so and the model must be shown the notice's
@@ -974,20 +987,10 @@ fn claude_code_idle_session_is_woken_by_a_message_and_its_answer_reaches_the_sen
     // synchronous Stop hook and the waiter's connect have drained, so the wake delivers it.
     let drains_before_stop = Arc::new(Mutex::new(None));
     let model = ModelServer::start(Script::new(vec![
-        Step::text("Ready.").before({
-            let (base, token, at) = (
-                hub.s.base.clone(),
-                hub.s.token.clone(),
-                drains_before_stop.clone(),
-            );
-            move |_| *at.lock().unwrap() = Some(drains_at(&base, token.as_deref()))
-        }),
+        ready_step(&hub, &drains_before_stop),
         Step::text("Rebased on main."),
     ]));
-    let mut argv = vec![installed_bin_dir()
-        .join("claude")
-        .to_string_lossy()
-        .into_owned()];
+    let mut argv = vec![claude_bin().to_string_lossy().into_owned()];
     argv.push("start".to_string());
     let _tmux = Tmux::start(
         hub.home.tmp.join("tmux.sock"),
@@ -995,23 +998,7 @@ fn claude_code_idle_session_is_woken_by_a_message_and_its_answer_reaches_the_sen
         &hub.home.claude_env(&model),
         &argv,
     );
-    model.wait_for("the first answer", Duration::from_secs(60), |r| {
-        r.iter().filter(|x| x.lane == Lane::Main).count() == 1
-    });
-    // Idle: the turn ended and the waiting hook is on the wake stream.
-    wait_for_wake_streams(&hub.s, 1.0, Duration::from_secs(60));
-    let before = drains_before_stop
-        .lock()
-        .unwrap()
-        .expect("the first answer was sent");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while drains_at(&hub.s.base, hub.s.token.as_deref()) < before + 2.0 {
-        assert!(
-            Instant::now() < deadline,
-            "the synchronous Stop hook and the waiter's connect never both drained"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until_idle(&hub, &model, &drains_before_stop);
     // The message may be taken by the waiter before the peek sees it: send it on a thread
     // and wait for the woken request instead of peeking.
     let s2 = hub.s.clone();

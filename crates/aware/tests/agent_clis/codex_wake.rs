@@ -127,35 +127,6 @@ fn main_requests(model: &ModelServer) -> usize {
     model.lane(Lane::Main).len()
 }
 
-/// Waits until the first answer is out and the session is idle: the synchronous Stop hook has
-/// drained and the waiting hook is on the wake stream and has drained on connect (both with
-/// nothing pending). `drains_before` is the drain count when the first answer was sent.
-fn wait_until_idle(hub: &Hub, model: &ModelServer, drains_before: &Mutex<Option<f64>>) {
-    model.wait_for("the first answer", Duration::from_secs(60), |r| {
-        r.iter().filter(|x| x.lane == Lane::Main).count() == 1
-    });
-    wait_for_wake_streams(&hub.s, 1.0, Duration::from_secs(60));
-    let before = drains_before
-        .lock()
-        .unwrap()
-        .expect("the first answer was sent");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while drains_at(&hub.s.base, hub.s.token.as_deref()) < before + 2.0 {
-        assert!(
-            Instant::now() < deadline,
-            "the Stop hook and the waiter's drain on connect did not both happen"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// A first step ("Ready.") that notes the drain count when it is answered.
-fn ready_step(hub: &Hub, at: &Arc<Mutex<Option<f64>>>) -> Step {
-    let (base, token, at) = (hub.s.base.clone(), hub.s.token.clone(), at.clone());
-    Step::text("Ready.")
-        .before(move |_| *at.lock().unwrap() = Some(drains_at(&base, token.as_deref())))
-}
-
 /// KEY's human turns: only the typed prompt is one (the queued wake is not; a message sent
 /// to KEY is a turn of its own, from the other agent).
 fn assert_only_the_typed_prompt_is_a_human_turn(s: &Server) {
