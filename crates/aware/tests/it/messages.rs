@@ -102,3 +102,46 @@ fn the_stop_text_answers_each_handed_over_message_once_and_ends_the_wait() {
         .count();
     assert_eq!(replies_recorded, 2, "{}", r.body);
 }
+
+#[test]
+fn replies_refuses_bad_bodies_and_missing_sessions() {
+    let s = hub();
+    let path = format!("/v1/sessions/{}/replies", seg(CLI));
+    for (body, says) in [
+        (json!({}), "text"),
+        (json!({"text": 3}), "text"),
+        (json!({"text": "x", "runId": "r"}), "runId"),
+    ] {
+        let r = s.post(&path, body.clone());
+        assert_eq!(r.status, 400, "{body}: {}", r.body);
+        assert!(r.message().contains(says), "{body}: {}", r.body);
+    }
+    let r = s.post(
+        &format!("/v1/sessions/{}/replies", seg("agent:main:none")),
+        json!({"text": "x"}),
+    );
+    assert_eq!(r.code(), "session_not_found", "{}", r.body);
+}
+
+#[test]
+fn an_agent_token_answers_only_its_own_agents_messages() {
+    let secrets = tempfile::tempdir().unwrap();
+    let ops = secrets.path().join("ops.token");
+    std::fs::write(&ops, "ops-token-0123456789ab\n").unwrap();
+    let s = Server::with_args(
+        &format!(
+            "{DEFAULT_CONFIG}[agents.ops]\ntoken_file = \"{}\"\n",
+            ops.display()
+        ),
+        &["--token", "main-token-0123456789"],
+    );
+    let r = s.post("/v1/sessions", json!({"key": CLI, "createdVia": "hook"}));
+    assert_eq!(r.status, 201, "{}", r.body);
+    let r = s.request_with(
+        "POST",
+        &format!("/v1/sessions/{}/replies", seg(CLI)),
+        &[("Authorization", "Bearer ops-token-0123456789ab".into())],
+        Some(r#"{"text":"not yours"}"#),
+    );
+    assert_eq!(r.status, 403, "{}", r.body);
+}

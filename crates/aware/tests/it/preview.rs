@@ -131,3 +131,16 @@ fn a_drain_that_asks_gets_the_preview_beside_the_unchanged_notice() {
     assert_eq!(r.status, 400, "{}", r.body);
     assert!(r.message().contains("previewBytes"), "{}", r.body);
 }
+
+#[test]
+fn a_drain_refuses_a_tool_prefix_that_is_not_a_tool_name_prefix() {
+    let s = Server::family();
+    for bad in ["MCP__", "mcp aware", "x".repeat(33).as_str(), "a\"b"] {
+        let r = s.post(
+            &format!("/v1/sessions/{}/drain", seg(W)),
+            json!({"previewBytes": 1024, "toolPrefix": bad}),
+        );
+        assert_eq!(r.status, 400, "{bad:?}: {}", r.body);
+        assert!(r.message().contains("toolPrefix"), "{}", r.body);
+    }
+}
